@@ -1,0 +1,1214 @@
+#!/usr/bin/env python3
+"""Benchmark inferd against the reference (real Triton 2.51) in one run, one server at a time.
+
+    .venv/bin/python benchmarks/run.py                      # what `make bench` runs; rewrites BENCHMARKS.md
+    .venv/bin/python benchmarks/run.py --servers reference --quick
+
+For each round (``--repeat N``) and each server in turn (the order flips every other round), the
+server is started on free ports serving ../shared/reference/models, ../shared/reference/bench.sh
+(perf_analyzer) runs the selected scenarios against it, the server is stopped, and then
+../shared/reference/measure.sh measures cold start, memory and client latency with the server as
+its START_CMD. Medians over the rounds go into BENCHMARKS.md; raw outputs stay under
+benchmarks/results/<timestamp>/. Python 3.11 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime as dt
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_REF = ROOT.parent / "shared" / "reference"
+MODELS = SHARED_REF / "models"
+TRITON_SH = SHARED_REF / "triton.sh"
+BENCH_SH = SHARED_REF / "bench.sh"
+MEASURE_SH = SHARED_REF / "measure.sh"
+SETUP_SH = SHARED_REF / "setup.sh"
+COMMON_SH = SHARED_REF / "common.sh"
+RESULTS_ROOT = ROOT / "benchmarks" / "results"
+DEFAULT_REPORT = ROOT / "BENCHMARKS.md"
+
+REFERENCE_VERSION = "Triton 2.51.0 (nvidia-pytriton 0.7.0, CPU)"
+
+# bench.sh's scenario ids, in its own order (used to order the tables)
+ALL_SCENARIOS = [
+    "add_sub_http_c1",
+    "add_sub_http_c8",
+    "add_sub_http_c32",
+    "add_sub_grpc_c1",
+    "add_sub_grpc_c8",
+    "add_sub_grpc_c32",
+    "identity_fp32_1MiB_http_c4",
+    "batched_sleep_http_c1",
+    "batched_sleep_http_c32",
+    "ensemble_add_sub_http_c8",
+]
+HTTP_SCENARIOS = [
+    "add_sub_http_c1",
+    "add_sub_http_c8",
+    "add_sub_http_c32",
+    "identity_fp32_1MiB_http_c4",
+    "batched_sleep_http_c1",
+    "batched_sleep_http_c32",
+    "ensemble_add_sub_http_c8",
+]
+GRPC_SCENARIOS = ["add_sub_grpc_c1", "add_sub_grpc_c8", "add_sub_grpc_c32"]
+
+# {models}/{repo}: model repository; {root}: this checkout; {http} {grpc} {metrics}: ports
+DEFAULT_INFERD_CMD = (
+    "{root}/.venv/bin/inferd serve --model-repository {models} "
+    "--http-port {http} --grpc-port {grpc} --metrics-port {metrics}"
+)
+
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def anchored(ids: Sequence[str]) -> str:
+    """A bash ERE matching exactly these scenario ids (bench.sh matches BENCH_ONLY unanchored)."""
+    return "^(" + "|".join(re.escape(i) for i in ids) + ")$"
+
+
+# --------------------------------------------------------------------------------------------
+# ports, readiness, subprocesses
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_ports() -> Ports:
+    """Three free ports below the usual ephemeral range (so perf_analyzer's own sockets never collide)."""
+    picked: list[int] = []
+    while len(picked) < 3:
+        p = random.randrange(20000, 32000)
+        if p not in picked and _port_free(p):
+            picked.append(p)
+    return Ports(*picked)
+
+
+def http_status(port: int, path: str, timeout: float = 1.0) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (OSError, ValueError):
+        return None
+
+
+def wait_port_released(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and http_status(port, "/v2/health/live", 0.5) is not None:
+        time.sleep(0.1)
+
+
+_current_child: subprocess.Popen[str] | None = None
+
+
+def run_logged(
+    cmd: Sequence[str], log_path: Path, env: dict[str, str] | None = None, echo: bool = True
+) -> int:
+    """Run cmd (cwd = repo root), stream its output to stdout (if echo) and into log_path; return rc."""
+    global _current_child
+    with open(log_path, "a", encoding="utf-8") as lf:
+        lf.write(f"$ {shlex.join(cmd)}\n")
+        lf.flush()
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+        _current_child = proc
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lf.write(line)
+                if echo:
+                    sys.stdout.write("    " + line)
+                    sys.stdout.flush()
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            _current_child = None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if _current_child is not None and _current_child.poll() is None:
+        _current_child.send_signal(signal.SIGTERM)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# --------------------------------------------------------------------------------------------
+# servers
+
+
+class StartError(RuntimeError):
+    pass
+
+
+class Server(ABC):
+    """A server under test: started/stopped for bench.sh, and given to measure.sh as a foreground command."""
+
+    name: str
+    label: str
+
+    @abstractmethod
+    def start(self, ports: Ports, log_path: Path) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop what start() started; idempotent; never raises for a server that is already gone."""
+
+    @abstractmethod
+    def alive(self) -> bool: ...
+
+    @abstractmethod
+    def foreground_cmd(self, ports: Ports) -> str:
+        """Command for measure.sh's START_CMD (word-split by bash without quote handling)."""
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+
+class ReferenceServer(Server):
+    """Real Triton through ../shared/reference/triton.sh start/stop."""
+
+    name = "reference"
+    label = "reference"
+
+    def __init__(self) -> None:
+        self._ports: Ports | None = None
+        self._log: Path | None = None
+
+    def start(self, ports: Ports, log_path: Path) -> None:
+        self._log = log_path
+        cmd = [
+            "bash",
+            str(TRITON_SH),
+            "start",
+            str(MODELS),
+            str(ports.http),
+            str(ports.grpc),
+            str(ports.metrics),
+        ]
+        rc = run_logged(cmd, log_path)
+        if rc != 0:
+            raise StartError(f"triton.sh start exited {rc} (see {log_path})")
+        self._ports = ports
+
+    def stop(self) -> None:
+        if self._ports is None:
+            return
+        ports, self._ports = self._ports, None
+        assert self._log is not None
+        run_logged(["bash", str(TRITON_SH), "stop", str(MODELS), str(ports.http)], self._log)
+        server_log = anchor_run_dir() / f"triton-{ports.http}.log"
+        if server_log.exists():
+            with open(self._log, "a", encoding="utf-8") as f:
+                f.write(f"\n--- {server_log} ---\n")
+                f.write(server_log.read_text(errors="replace"))
+        wait_port_released(ports.http)
+
+    def alive(self) -> bool:
+        if self._ports is None:
+            return False
+        rc = subprocess.run(
+            ["bash", str(TRITON_SH), "status", str(MODELS), str(self._ports.http)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        ).returncode
+        return rc == 0
+
+    def foreground_cmd(self, ports: Ports) -> str:
+        return f"bash {TRITON_SH} run {MODELS} {ports.http} {ports.grpc} {ports.metrics}"
+
+    def describe(self) -> str:
+        return f"`{rel(TRITON_SH)} start|run <models> <http> <grpc> <metrics>`"
+
+
+class CommandServer(Server):
+    """A server started from a command template, in its own process group; stopped with SIGTERM."""
+
+    def __init__(self, name: str, label: str, template: str, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        self.name = name
+        self.label = label
+        self.template = template
+        self.ready_timeout = ready_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._logf: IO[bytes] | None = None
+        self._ports: Ports | None = None
+
+    def command(self, ports: Ports) -> str:
+        return self.template.format(
+            root=ROOT, repo=MODELS, models=MODELS, http=ports.http, grpc=ports.grpc, metrics=ports.metrics
+        )
+
+    def foreground_cmd(self, ports: Ports) -> str:
+        return self.command(ports)
+
+    def describe(self) -> str:
+        return f"`{self.template}`"
+
+    def start(self, ports: Ports, log_path: Path) -> None:
+        cmd = self.command(ports)
+        log(f"{self.name}: {cmd}")
+        self._logf = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._logf.write(f"$ {cmd}\n".encode())
+        self._logf.flush()
+        try:
+            self._proc = subprocess.Popen(
+                shlex.split(cmd),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=self._logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            self._close_log()
+            raise StartError(f"cannot start {self.name}: {e}") from e
+        self._ports = ports
+        t0 = time.monotonic()
+        while True:
+            if self._proc.poll() is not None:
+                rc = self._proc.returncode
+                self.stop()
+                raise StartError(f"{self.name} exited with {rc} during startup:\n{tail(log_path)}")
+            if http_status(ports.http, "/v2/health/ready") == 200:
+                break
+            if time.monotonic() - t0 > self.ready_timeout:
+                self.stop()
+                raise StartError(f"{self.name} not ready after {self.ready_timeout:.0f}s:\n{tail(log_path)}")
+            time.sleep(0.05)
+        log(f"{self.name}: ready in {time.monotonic() - t0:.2f}s (pid {self._proc.pid})")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    log(f"{self.name}: pid {proc.pid} alive {STOP_TIMEOUT_S:.0f}s after SIGTERM, SIGKILL")
+                    proc.kill()
+                    proc.wait()
+            # leftovers of the process group we created (start_new_session: pgid == pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if self._ports is not None:
+            wait_port_released(self._ports.http)
+            self._ports = None
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._logf is not None:
+            self._logf.close()
+            self._logf = None
+
+
+def anchor_run_dir() -> Path:
+    anchor = Path(
+        os.environ.get("ANCHOR_DIR") or Path(os.environ.get("TMPDIR") or "/tmp") / "inferd-reference"
+    )
+    return Path(os.environ.get("ANCHOR_RUN_DIR") or anchor / "run")
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def rel(p: Path) -> str:
+    try:
+        return os.path.relpath(p, ROOT)
+    except ValueError:
+        return str(p)
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class BenchRow:
+    scenario: str
+    status: str
+    infer_per_s: float | None
+    p50_us: float | None
+    p99_us: float | None
+    spread_pct: float | None
+
+
+@dataclass
+class Latency:
+    protocol: str
+    n: int
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    mean_us: float
+    min_us: float
+    line: str
+
+
+@dataclass
+class Measure:
+    ok: bool
+    error: str | None = None
+    cold_runs_ms: list[float] = field(default_factory=list)
+    cold_median_ms: float | None = None
+    rss_idle_mib: float | None = None
+    pss_idle_mib: float | None = None
+    nprocs_idle: int | None = None
+    rss_after_mib: float | None = None
+    pss_after_mib: float | None = None
+    latency: dict[str, Latency] = field(default_factory=dict)
+    process_lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ServerRound:
+    server: str
+    round: int
+    ports: dict[str, int] = field(default_factory=dict)
+    bench: dict[str, BenchRow] = field(default_factory=dict)
+    bench_error: str | None = None
+    bench_wall_s: float | None = None
+    measure: Measure | None = None
+    measure_wall_s: float | None = None
+
+
+def _num(v: str | None) -> float | None:
+    if v is None or v.strip() == "":
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def parse_bench_csv(path: Path) -> dict[str, BenchRow]:
+    """The CSV written by bench_report.py: scenario, status, infer_per_s, p50_us, p99_us, spread_pct, ..."""
+    rows: dict[str, BenchRow] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows[r["scenario"]] = BenchRow(
+                scenario=r["scenario"],
+                status=r.get("status", ""),
+                infer_per_s=_num(r.get("infer_per_s")),
+                p50_us=_num(r.get("p50_us")),
+                p99_us=_num(r.get("p99_us")),
+                spread_pct=_num(r.get("spread_pct")),
+            )
+    return rows
+
+
+_LAT_RE = re.compile(
+    r"client_latency (\S+)\s+n=(\d+) p50=([\d.]+)us p90=([\d.]+)us p99=([\d.]+)us "
+    r"mean=([\d.]+)us min=([\d.]+)us"
+)
+_MEM_RE = r"rss_sum=(\d+) MiB pss_sum=(\d+) MiB over (\d+) processes"
+
+
+def parse_measure(path: Path) -> Measure:
+    if not path.exists():
+        return Measure(ok=False, error=f"{rel(path)} not written")
+    text = path.read_text(errors="replace")
+    m = Measure(ok=True)
+    m.cold_runs_ms = [float(x) for x in re.findall(r"^cold_start run \d+: (\d+) ms", text, re.M)]
+    if mm := re.search(r"cold_start_ms all runs \(sorted\):.*median: (\d+)", text):
+        m.cold_median_ms = float(mm.group(1))
+    if mm := re.search(r"memory after load \(idle\): " + _MEM_RE, text):
+        m.rss_idle_mib, m.pss_idle_mib, m.nprocs_idle = float(mm[1]), float(mm[2]), int(mm[3])
+    if mm := re.search(r"memory after latency loops: " + _MEM_RE, text):
+        m.rss_after_mib, m.pss_after_mib = float(mm[1]), float(mm[2])
+    m.process_lines = [ln.strip() for ln in text.splitlines() if ln.startswith("    pid ")]
+    for mm in _LAT_RE.finditer(text):
+        m.latency[mm[1]] = Latency(
+            mm[1], int(mm[2]), float(mm[3]), float(mm[4]), float(mm[5]), float(mm[6]), float(mm[7]), mm[0]
+        )
+    if mm := re.search(r"^run \d+: server not ready.*$", text, re.M):
+        m.ok, m.error = False, mm[0]
+    elif m.cold_median_ms is None:
+        m.ok, m.error = False, "measure.sh did not finish (no cold_start_ms summary line)"
+    return m
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+@dataclass
+class BenchAgg:
+    infer_per_s: float | None
+    p50_us: float | None
+    p99_us: float | None
+    per_round: list[float | None]
+    statuses: list[str]
+
+
+@dataclass
+class RunData:
+    started: dt.datetime
+    finished: dt.datetime | None
+    settings: dict[str, Any]
+    machine: dict[str, str]
+    servers: dict[str, str]  # name -> how it is started (markdown)
+    results_dir: Path
+    rounds: list[ServerRound] = field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float:
+        end = self.finished or dt.datetime.now(dt.UTC)
+        return (end - self.started).total_seconds()
+
+    def of(self, server: str) -> list[ServerRound]:
+        return [r for r in self.rounds if r.server == server]
+
+    def has(self, server: str) -> bool:
+        return any(r.bench or (r.measure and r.measure.ok) for r in self.of(server))
+
+    def scenario_ids(self) -> list[str]:
+        """Scenarios asked for (BENCH_ONLY read as a Python regex) plus any that produced rows."""
+        seen = {sid for r in self.rounds for sid in r.bench}
+        with contextlib.suppress(re.error):
+            only = re.compile(self.settings["bench_only"])
+            seen |= {s for s in ALL_SCENARIOS if only.search(s)}
+        return [s for s in ALL_SCENARIOS if s in seen] + sorted(seen - set(ALL_SCENARIOS))
+
+    def bench(self, server: str, sid: str) -> BenchAgg:
+        rows = [r.bench.get(sid) for r in self.of(server)]
+        return BenchAgg(
+            infer_per_s=median([x.infer_per_s if x else None for x in rows]),
+            p50_us=median([x.p50_us if x else None for x in rows]),
+            p99_us=median([x.p99_us if x else None for x in rows]),
+            per_round=[x.infer_per_s if x else None for x in rows],
+            statuses=[x.status if x else "missing" for x in rows],
+        )
+
+    def measures(self, server: str) -> list[Measure]:
+        return [r.measure for r in self.of(server) if r.measure is not None]
+
+    def cold_start_ms(self, server: str) -> float | None:
+        return median([v for m in self.measures(server) for v in m.cold_runs_ms])
+
+    def mem(self, server: str, attr: str) -> float | None:
+        return median([getattr(m, attr) for m in self.measures(server)])
+
+    def latency(self, server: str, proto: str, attr: str) -> float | None:
+        return median([getattr(m.latency[proto], attr) for m in self.measures(server) if proto in m.latency])
+
+    def latency_protocols(self) -> list[str]:
+        seen: list[str] = []
+        for r in self.rounds:
+            for p in r.measure.latency if r.measure else {}:
+                if p not in seen:
+                    seen.append(p)
+        return seen
+
+
+# --------------------------------------------------------------------------------------------
+# report: a list of Section objects, each rendering markdown (empty string = left out)
+
+
+def fmt(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class Section(ABC):
+    @abstractmethod
+    def render(self, data: RunData) -> str: ...
+
+
+class HeaderSection(Section):
+    def render(self, data: RunData) -> str:
+        m = data.machine
+        s = data.settings
+        lines = [
+            "# Benchmarks: inferd vs the reference",
+            "",
+            f"Run {data.started:%Y-%m-%d %H:%M} UTC, {data.wall_s / 60:.1f} min wall time; "
+            f"{s['repeat']} round(s), figures are medians over the rounds.",
+            "",
+            "## Machine",
+            "",
+            f"- CPU: {m['cpu']}, nproc {m['nproc']}",
+            f"- Memory: {m['memory']}",
+            f"- Kernel: {m['kernel']}",
+            f"- Python (inferd venv): {m['python']}",
+            f"- perf_analyzer: {m['perf_analyzer']}",
+            f"- Reference: {REFERENCE_VERSION}",
+            f"- Load average at start / end: {m.get('loadavg_start', '?')} / {m.get('loadavg_end', '?')}",
+        ]
+        return "\n".join(lines)
+
+
+class ReproduceSection(Section):
+    def render(self, data: RunData) -> str:
+        s = data.settings
+        servers = "\n".join(f"- {name}: {how}" for name, how in data.servers.items())
+        opts = []
+        if s["quick"]:
+            opts.append("`--quick` (BENCH_SCALE=0.3, one measure.sh run)")
+        if s["scenarios_option"]:
+            opts.append(f"`--scenarios '{s['scenarios_option']}'`")
+        if s["grpc"]:
+            opts.append("`--grpc`")
+        if s["inferd_cmd_overridden"]:
+            opts.append("`--inferd-cmd` (inferd start command overridden)")
+        used = f"\n\nThis run's options: {', '.join(opts)}." if opts else ""
+        return (
+            "## How to reproduce\n\n"
+            "```\nmake bench            # = .venv/bin/python benchmarks/run.py\n```\n\n"
+            "`benchmarks/run.py --help` lists the options (`--repeat N`, `--grpc`, `--scenarios REGEX`, "
+            "`--servers`, `--quick`). Each round starts one server at a time on free ports, serving "
+            f"`{rel(MODELS)}`, runs `{rel(BENCH_SH)}` (perf_analyzer) against it, stops it, then runs "
+            f"`{rel(MEASURE_SH)}` (cold start, memory, client latency) with it. Rounds alternate the "
+            "server order. Servers:\n\n"
+            f"{servers}{used}\n\n"
+            f"Raw outputs of this run: `{rel(data.results_dir)}/`.\n\n"
+            f"**Note:** perf_analyzer runs on the same {data.machine['nproc']}-core machine as the server "
+            "and shares the cores with it; the numbers are client + server on shared cores. Compare servers "
+            "only within one run, as ratios, never across runs."
+        )
+
+
+class ProblemsSection(Section):
+    """Servers that did not start, benches that failed, measure.sh runs that did not finish."""
+
+    def render(self, data: RunData) -> str:
+        items = []
+        for r in data.rounds:
+            for what, err in (
+                ("perf_analyzer", r.bench_error),
+                ("measure.sh", r.measure and r.measure.error),
+            ):
+                if not err:
+                    continue
+                first, _, rest = err.strip().partition("\n")
+                items.append(f"- {r.server}, round {r.round}, {what}: {first}")
+                if rest.strip():
+                    items.append("\n  ```\n" + "\n".join("  " + ln for ln in rest.splitlines()) + "\n  ```")
+        if not items:
+            return ""
+        return "## Problems in this run\n\n" + "\n".join(items)
+
+
+class ScenarioSection(Section):
+    """perf_analyzer rows whose scenario id matches `pattern`: subject vs baseline."""
+
+    def __init__(
+        self, title: str, pattern: str, subject: str = "inferd", baseline: str = "reference"
+    ) -> None:
+        self.title = title
+        self.pattern = re.compile(pattern)
+        self.subject = subject
+        self.baseline = baseline
+
+    def render(self, data: RunData) -> str:
+        ids = [s for s in data.scenario_ids() if self.pattern.search(s)]
+        if not ids:
+            return ""
+        a, b = self.subject, self.baseline
+        multi = data.settings["repeat"] > 1
+        header = [
+            "scenario",
+            f"{a} infer/s",
+            f"{b} infer/s",
+            f"ratio {a}/{b}",
+            f"{a} p50 / p99 (us)",
+            f"{b} p50 / p99 (us)",
+            "p99 ratio",
+        ]
+        if multi:
+            header.append(f"infer/s per round ({a} ; {b})")
+        header.append("notes")
+        rows = []
+        for sid in ids:
+            x, y = data.bench(a, sid), data.bench(b, sid)
+            row = [
+                f"`{sid}`",
+                fmt(x.infer_per_s, 1),
+                fmt(y.infer_per_s, 1),
+                fmt_ratio(ratio(x.infer_per_s, y.infer_per_s)),
+                f"{fmt(x.p50_us)} / {fmt(x.p99_us)}",
+                f"{fmt(y.p50_us)} / {fmt(y.p99_us)}",
+                fmt_ratio(ratio(x.p99_us, y.p99_us)),
+            ]
+            if multi:
+                row.append(
+                    " ".join(fmt(v) for v in x.per_round) + " ; " + " ".join(fmt(v) for v in y.per_round)
+                )
+            row.append(self._notes(data, sid))
+            rows.append(row)
+        return (
+            f"## {self.title}\n\n"
+            f"perf_analyzer, sync mode, batch 1. ratio > 1: {a} has more throughput; "
+            f"p99 ratio < 1: {a} has the lower tail latency.\n\n"
+            + md_table(header, rows, "l" + "r" * 6 + "l" * (len(header) - 7))
+        )
+
+    def _notes(self, data: RunData, sid: str) -> str:
+        notes = []
+        for srv in (self.subject, self.baseline):
+            for r in data.of(srv):
+                row = r.bench.get(sid)
+                if row is None:
+                    if r.bench_error:
+                        notes.append(f"{srv} r{r.round}: no data")
+                elif row.status != "stable":
+                    notes.append(f"{srv} r{r.round}: {row.status[:60]}")
+                elif row.spread_pct is not None and row.spread_pct > 25:
+                    notes.append(f"{srv} r{r.round}: spread {row.spread_pct:.0f}%")
+        return "; ".join(notes)
+
+
+class ColdStartMemorySection(Section):
+    def __init__(self, subject: str = "inferd", baseline: str = "reference") -> None:
+        self.subject = subject
+        self.baseline = baseline
+
+    def render(self, data: RunData) -> str:
+        a, b = self.subject, self.baseline
+        if not (data.measures(a) or data.measures(b)):
+            return ""
+        items: list[tuple[str, Callable[[str], float | None], int]] = [
+            ("cold start, median (ms)", data.cold_start_ms, 0),
+            ("RSS sum after load, idle (MiB)", lambda s: data.mem(s, "rss_idle_mib"), 0),
+            ("PSS sum after load, idle (MiB)", lambda s: data.mem(s, "pss_idle_mib"), 0),
+            ("processes", lambda s: data.mem(s, "nprocs_idle"), 0),
+            ("RSS sum after latency loops (MiB)", lambda s: data.mem(s, "rss_after_mib"), 0),
+            ("PSS sum after latency loops (MiB)", lambda s: data.mem(s, "pss_after_mib"), 0),
+        ]
+        rows = []
+        for label, get, digits in items:
+            x, y = get(a), get(b)
+            rows.append([label, fmt(x, digits), fmt(y, digits), fmt_ratio(ratio(x, y))])
+        runs = {s: sum(len(m.cold_runs_ms) for m in data.measures(s)) for s in (a, b)}
+        return (
+            "## Cold start and memory\n\n"
+            f"From `{rel(MEASURE_SH)}`: cold start = fork to first 200 on `/v2/health/ready` "
+            f"({runs[a]} run(s) of {a}, {runs[b]} of {b}); memory = RSS / PSS summed over the server "
+            "process and all its descendants, 2 s after ready and again after the client latency loops.\n\n"
+            + md_table(["", a, b, f"ratio {a}/{b}"], rows)
+        )
+
+
+class ClientLatencySection(Section):
+    def __init__(self, subject: str = "inferd", baseline: str = "reference") -> None:
+        self.subject = subject
+        self.baseline = baseline
+
+    def render(self, data: RunData) -> str:
+        protos = data.latency_protocols()
+        if not protos:
+            return ""
+        a, b = self.subject, self.baseline
+        rows = []
+        for p in protos:
+            xa, xb = data.latency(a, p, "p50_us"), data.latency(b, p, "p50_us")
+            ya, yb = data.latency(a, p, "p99_us"), data.latency(b, p, "p99_us")
+            rows.append(
+                [p, fmt(xa), fmt(xb), fmt_ratio(ratio(xa, xb)), fmt(ya), fmt(yb), fmt_ratio(ratio(ya, yb))]
+            )
+        raw = []
+        for r in data.rounds:
+            if r.measure and r.measure.latency:
+                raw.append(f"# {r.server}, round {r.round}")
+                raw += [lat.line for lat in r.measure.latency.values()]
+        return (
+            "## Client latency\n\n"
+            "`client_latency.py`: sequential loop of tiny add_sub requests through the Python tritonclient "
+            "(its overhead included).\n\n"
+            + md_table(
+                [
+                    "protocol",
+                    f"{a} p50 (us)",
+                    f"{b} p50 (us)",
+                    "p50 ratio",
+                    f"{a} p99 (us)",
+                    f"{b} p99 (us)",
+                    "p99 ratio",
+                ],
+                rows,
+            )
+            + "\n\n```\n"
+            + "\n".join(raw)
+            + "\n```"
+        )
+
+
+@dataclass(frozen=True)
+class GoalResult:
+    status: str  # "met" | "missed" | "not measured"
+    detail: str
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    check: Callable[[RunData], GoalResult]
+
+
+def throughput_goal(
+    sid: str,
+    min_ratio: float,
+    p99_not_worse: bool = False,
+    subject: str = "inferd",
+    baseline: str = "reference",
+) -> Goal:
+    text = f"`{sid}` throughput >= {min_ratio:g}x {baseline}" + (
+        f" with p99 <= {baseline}" if p99_not_worse else ""
+    )
+
+    def check(data: RunData) -> GoalResult:
+        x, y = data.bench(subject, sid), data.bench(baseline, sid)
+        r = ratio(x.infer_per_s, y.infer_per_s)
+        if r is None:
+            return GoalResult(
+                "not measured",
+                f"{subject} {fmt(x.infer_per_s, 1)} vs {baseline} {fmt(y.infer_per_s, 1)} infer/s",
+            )
+        ok = r >= min_ratio
+        detail = f"{fmt(x.infer_per_s, 1)} vs {fmt(y.infer_per_s, 1)} infer/s = {fmt_ratio(r)}"
+        if p99_not_worse:
+            if x.p99_us is None or y.p99_us is None:
+                return GoalResult("not measured", detail + "; p99 n/a")
+            ok = ok and x.p99_us <= y.p99_us
+            detail += f"; p99 {fmt(x.p99_us)} vs {fmt(y.p99_us)} us = {fmt_ratio(ratio(x.p99_us, y.p99_us))}"
+        return GoalResult("met" if ok else "missed", detail)
+
+    return Goal(text, check)
+
+
+def less_than_goal(
+    text: str,
+    get: Callable[[RunData, str], float | None],
+    max_ratio: float,
+    unit: str,
+    subject: str = "inferd",
+    baseline: str = "reference",
+) -> Goal:
+    def check(data: RunData) -> GoalResult:
+        x, y = get(data, subject), get(data, baseline)
+        r = ratio(x, y)
+        detail = f"{fmt(x)} vs {fmt(y)} {unit} = {fmt_ratio(r)}"
+        if r is None:
+            return GoalResult("not measured", detail)
+        return GoalResult("met" if r < max_ratio else "missed", detail)
+
+    return Goal(text, check)
+
+
+DEFAULT_GOALS = [
+    throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
+    throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
+    less_than_goal("cold start < 0.25x reference", lambda d, s: d.cold_start_ms(s), 0.25, "ms"),
+    less_than_goal(
+        "memory (RSS sum after load, idle) < 0.5x reference",
+        lambda d, s: d.mem(s, "rss_idle_mib"),
+        0.5,
+        "MiB",
+    ),
+]
+
+
+class GoalsSection(Section):
+    def __init__(self, goals: Sequence[Goal]) -> None:
+        self.goals = list(goals)
+
+    def results(self, data: RunData) -> list[tuple[Goal, GoalResult]]:
+        return [(g, g.check(data)) for g in self.goals]
+
+    def render(self, data: RunData) -> str:
+        mark = {"met": "met", "missed": "**missed**", "not measured": "not measured"}
+        rows = [[g.text, mark[r.status], r.detail] for g, r in self.results(data)]
+        return "## Goals\n\n" + md_table(["goal", "status", "inferd vs reference"], rows, "lll")
+
+
+def default_sections() -> list[Section]:
+    return [
+        HeaderSection(),
+        ReproduceSection(),
+        ProblemsSection(),
+        ScenarioSection("HTTP (perf_analyzer)", r"_http_"),
+        ScenarioSection("gRPC (perf_analyzer)", r"_grpc_"),
+        ColdStartMemorySection(),
+        ClientLatencySection(),
+        GoalsSection(DEFAULT_GOALS),
+    ]
+
+
+def render_report(data: RunData, sections: Sequence[Section]) -> str:
+    parts = [s.render(data) for s in sections]
+    return "\n\n".join(p.strip() for p in parts if p.strip()) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# machine
+
+
+def machine_info() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
+    pa = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'source "{COMMON_SH}"; anchor_paths >/dev/null 2>&1; '
+            'LD_LIBRARY_PATH=$(pa_ld_path) "$PERF_ANALYZER" --version 2>&1 | head -1',
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "nproc": nproc or str(os.cpu_count()),
+        "memory": mem,
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "perf_analyzer": pa or "unknown",
+        "loadavg_start": loadavg(),
+    }
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+
+
+@dataclass
+class Options:
+    servers: list[str]
+    repeat: int
+    bench_only: str
+    quick: bool
+    measure_runs: int
+    skip_bench: bool
+    skip_measure: bool
+
+
+def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> ServerRound:
+    sr = ServerRound(server=server.name, round=rnd)
+    tag = f"r{rnd}-{server.name}"
+    if not opts.skip_bench:
+        t0 = time.monotonic()
+        ports = free_ports()
+        sr.ports["bench_http"], sr.ports["bench_grpc"] = ports.http, ports.grpc
+        log(f"round {rnd}: {server.name}: starting for perf_analyzer on {ports}")
+        try:
+            server.start(ports, outdir / f"{tag}-server.log")
+        except StartError as e:
+            sr.bench_error = str(e)
+            log(f"round {rnd}: {server.name}: {e}")
+        else:
+            try:
+                env = dict(os.environ, BENCH_ONLY=opts.bench_only)
+                if opts.quick:
+                    env["BENCH_SCALE"] = "0.3"
+                csv_path = outdir / f"{tag}-bench.csv"
+                rc = run_logged(
+                    [
+                        "bash",
+                        str(BENCH_SH),
+                        f"localhost:{ports.http}",
+                        f"localhost:{ports.grpc}",
+                        str(csv_path),
+                    ],
+                    outdir / f"{tag}-bench.log",
+                    env=env,
+                )
+                if not server.alive():
+                    sr.bench_error = f"{server.name} was not running any more after bench.sh"
+                if csv_path.exists():
+                    sr.bench = parse_bench_csv(csv_path)
+                if rc != 0 or not sr.bench:
+                    sr.bench_error = (sr.bench_error or "") + f" bench.sh exited {rc}, {len(sr.bench)} rows"
+            finally:
+                log(f"round {rnd}: {server.name}: stopping")
+                server.stop()
+        sr.bench_wall_s = time.monotonic() - t0
+    if not opts.skip_measure:
+        t0 = time.monotonic()
+        ports = free_ports()
+        sr.ports["measure_http"] = ports.http
+        cmd = server.foreground_cmd(ports)
+        log(f"round {rnd}: {server.name}: measure.sh ({opts.measure_runs} run(s)), START_CMD={cmd}")
+        out = outdir / f"{tag}-measure.txt"
+        env = dict(os.environ, START_CMD=cmd)
+        run_logged(
+            ["bash", str(MEASURE_SH), str(ports.http), str(ports.grpc), str(opts.measure_runs), str(out)],
+            outdir / f"{tag}-measure.log",
+            env=env,
+        )
+        sr.measure = parse_measure(out)
+        for f in sorted(anchor_run_dir().glob(f"measure-{ports.http}-run*.log")):
+            with contextlib.suppress(OSError):
+                (outdir / f"{tag}-measure-server-{f.name.rsplit('-', 1)[-1]}").write_bytes(f.read_bytes())
+        if sr.measure.error:
+            log(f"round {rnd}: {server.name}: measure.sh: {sr.measure.error}")
+        sr.measure_wall_s = time.monotonic() - t0
+    return sr
+
+
+def ensure_reference(outdir: Path) -> None:
+    log(f"ensuring the reference is installed: bash {rel(SETUP_SH)} (log {rel(outdir)}/setup.log)")
+    rc = run_logged(["bash", str(SETUP_SH)], outdir / "setup.log", echo=False)
+    if rc != 0:
+        print(tail(outdir / "setup.log", 30), file=sys.stderr)
+        raise SystemExit(f"reference setup failed (rc {rc}); see {outdir / 'setup.log'}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Benchmark inferd against the reference Triton 2.51 and rewrite BENCHMARKS.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--servers",
+        default="reference,inferd",
+        help="comma-separated subset of reference,inferd (default: both)",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="rounds of the reference/inferd alternation (medians)"
+    )
+    ap.add_argument(
+        "--scenarios",
+        default=None,
+        help="BENCH_ONLY regex on bench.sh scenario ids (bash ERE, unanchored); default: the 7 HTTP rows",
+    )
+    ap.add_argument("--grpc", action="store_true", help="add the add_sub gRPC rows")
+    ap.add_argument("--quick", action="store_true", help="BENCH_SCALE=0.3 and one measure.sh run")
+    ap.add_argument(
+        "--measure-runs", type=int, default=None, help="measure.sh RUNS (default 3; 1 with --quick)"
+    )
+    ap.add_argument("--no-bench", action="store_true", help="skip perf_analyzer (bench.sh)")
+    ap.add_argument("--no-measure", action="store_true", help="skip measure.sh")
+    ap.add_argument(
+        "--inferd-cmd",
+        default=DEFAULT_INFERD_CMD,
+        help="inferd start command template (foreground); placeholders {repo}/{models} = model "
+        "repository, {root} = this checkout, {http} {grpc} {metrics} = ports "
+        f"(default: {DEFAULT_INFERD_CMD!r})",
+    )
+    ap.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=READY_TIMEOUT_S,
+        help="seconds to wait for inferd's /v2/health/ready",
+    )
+    ap.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="report path (default: BENCHMARKS.md when both servers produced data, "
+        "else only the copy in the results folder)",
+    )
+    ap.add_argument("--no-setup", action="store_true", help="do not run setup.sh first")
+    ap.add_argument("--check-goals", action="store_true", help="exit 3 if a goal is missed or not measured")
+    a = ap.parse_args(argv)
+    a.server_list = [s.strip() for s in a.servers.split(",") if s.strip()]
+    bad = [s for s in a.server_list if s not in ("reference", "inferd")]
+    if bad or not a.server_list:
+        ap.error(f"--servers: unknown {bad}; choose from reference,inferd")
+    if a.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    return a
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    started = dt.datetime.now(dt.UTC)
+    outdir = RESULTS_ROOT / started.strftime("%Y%m%d-%H%M%S")
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    bench_only = a.scenarios if a.scenarios else anchored(HTTP_SCENARIOS)
+    if a.grpc:
+        bench_only = f"{bench_only}|{anchored(GRPC_SCENARIOS)}"
+    opts = Options(
+        servers=a.server_list,
+        repeat=a.repeat,
+        bench_only=bench_only,
+        quick=a.quick,
+        measure_runs=a.measure_runs or (1 if a.quick else 3),
+        skip_bench=a.no_bench,
+        skip_measure=a.no_measure,
+    )
+    all_servers: dict[str, Server] = {
+        "reference": ReferenceServer(),
+        "inferd": CommandServer("inferd", "inferd", a.inferd_cmd, a.ready_timeout),
+    }
+    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers]
+
+    if not a.no_setup:
+        ensure_reference(outdir)
+    data = RunData(
+        started=started,
+        finished=None,
+        machine=machine_info(),
+        results_dir=outdir,
+        servers={s.name: s.describe() for s in servers},
+        settings={
+            "repeat": a.repeat,
+            "quick": a.quick,
+            "bench_only": bench_only,
+            "scenarios_option": a.scenarios,
+            "grpc": a.grpc,
+            "servers": opts.servers,
+            "measure_runs": opts.measure_runs,
+            "inferd_cmd": a.inferd_cmd,
+            "inferd_cmd_overridden": a.inferd_cmd != DEFAULT_INFERD_CMD,
+            "bench_scale": "0.3" if a.quick else os.environ.get("BENCH_SCALE", "1.0"),
+        },
+    )
+    log(f"results: {outdir}; servers {opts.servers}; {a.repeat} round(s); BENCH_ONLY={bench_only}")
+    interrupted = False
+    try:
+        for rnd in range(1, a.repeat + 1):
+            order = servers if rnd % 2 == 1 else list(reversed(servers))
+            for srv in order:
+                data.rounds.append(bench_round(srv, rnd, opts, outdir))
+                write_json(data, outdir / "summary.json")
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted; writing what was measured so far")
+    finally:
+        for srv in servers:
+            srv.stop()
+
+    data.finished = dt.datetime.now(dt.UTC)
+    data.machine["loadavg_end"] = loadavg()
+    write_json(data, outdir / "summary.json")
+    sections = default_sections()
+    report = render_report(data, sections)
+    (outdir / "BENCHMARKS.md").write_text(report)
+    complete = all(data.has(s) for s in ("reference", "inferd")) and not interrupted
+    target = a.output or (DEFAULT_REPORT if complete else None)
+    if target is not None:
+        target.write_text(report)
+    print()
+    print(report)
+    log(
+        f"wall time {data.wall_s / 60:.1f} min; report: {target or outdir / 'BENCHMARKS.md'}"
+        + ("" if target else " (BENCHMARKS.md left alone: not every server produced data)")
+    )
+    if interrupted:
+        return 130
+    if a.check_goals:
+        goals = next(s for s in sections if isinstance(s, GoalsSection)).results(data)
+        if any(r.status != "met" for _, r in goals):
+            return 3
+    return 0 if all(data.has(s.name) for s in servers) else 1
+
+
+def write_json(data: RunData, path: Path) -> None:
+    def default(o: object) -> object:
+        if isinstance(o, dt.datetime):
+            return o.isoformat()
+        if isinstance(o, Path):
+            return str(o)
+        raise TypeError(type(o).__name__)
+
+    path.write_text(json.dumps(asdict(data), default=default, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Backend protocols: how the core loads a model version and executes batches of requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+
+
+@dataclass(slots=True, frozen=True)
+class InstanceSpec:
+    """One model instance to create: its name (``<group>_<i>``), kind and device."""
+
+    name: str
+    kind: str  # "CPU" | "GPU" | "MODEL"
+    device_id: int
+
+
+@dataclass(slots=True)
+class LoadContext:
+    """What a backend gets at load: the model's folder, version folder and normalised config."""
+
+    model_name: str
+    version: int
+    model_dir: Path
+    version_dir: Path
+    config: Any  # ModelConfig
+    #: runs a request on another model of the same server from a worker thread (BLS); None outside a server
+    infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
+
+
+class BackendInstance(Protocol):
+    """One instance: executes a batch of requests in its own worker thread."""
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        """Responses in request order, or None when the instance answers through request streams."""
+        ...
+
+    def unload(self) -> None:
+        """Release the instance (Python: ``finalize``)."""
+        ...
+
+
+class BackendModel(Protocol):
+    """A model version loaded by a backend: creates its instances."""
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance: ...
+
+    def unload(self) -> None: ...
+
+
+class Backend(Protocol):
+    """A backend (python, onnxruntime, ...): completes configs and loads model versions."""
+
+    name: str
+
+    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Fill what the config leaves out (inputs, outputs, max_batch_size, ...) in place."""
+        ...
+
+    def load(self, ctx: LoadContext) -> BackendModel: ...

@@ -1,0 +1,36 @@
+"""Backend name -> implementation, imported lazily; third-party backends come through entry points."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from inferd.backends.base import Backend
+from inferd.errors import InvalidArgumentError
+
+#: built-in backends: name -> "module:factory"
+_BUILTIN: dict[str, str] = {
+    "python": "inferd.backends.python.backend:PythonBackend",
+}
+_ENTRY_POINT_GROUP = "inferd.backends"
+_cache: dict[str, Backend] = {}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``, created on first use."""
+    backend = _cache.get(name)
+    if backend is not None:
+        return backend
+    target = _BUILTIN.get(name)
+    if target is None:
+        for ep in entry_points(group=_ENTRY_POINT_GROUP):
+            if ep.name == name:
+                target = ep.value
+                break
+    if target is None:
+        raise InvalidArgumentError(f"unable to find backend '{name}': it is not installed")
+    module_name, _, attr = target.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    backend = factory()
+    _cache[name] = backend
+    return backend

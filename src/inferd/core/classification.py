@@ -1,0 +1,41 @@
+"""The classification extension: an output replaced by its top-N ``"value:index[:label]"`` strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferd.core.tensor import Tensor
+from inferd.core.types import BYTES
+
+
+def _top(row: np.ndarray[Any, Any], n: int, labels: tuple[str, ...]) -> list[bytes]:
+    values = row.astype(np.float64, copy=False)
+    order = np.argsort(-values, kind="stable")[:n]
+    out = []
+    for idx in order:
+        i = int(idx)
+        s = f"{values[i]:f}:{i}"
+        if i < len(labels):
+            s += f":{labels[i]}"
+        out.append(s.encode())
+    return out
+
+
+def classify(tensor: Tensor, n: int, labels: tuple[str, ...], batched: bool) -> Tensor:
+    """Top-``n`` classes of ``tensor``: shape [n] or, for a batching model, [batch, n]."""
+    arr = tensor.array
+    if batched and arr.ndim >= 1:
+        rows = arr.reshape(arr.shape[0], -1)
+        k = min(n, rows.shape[1])
+        data = [_top(r, k, labels) for r in rows]
+        out = np.empty((rows.shape[0], k), dtype=np.object_)
+        for i, d in enumerate(data):
+            out[i, :] = d
+    else:
+        flat = arr.reshape(-1)
+        k = min(n, flat.shape[0])
+        out = np.empty((k,), dtype=np.object_)
+        out[:] = _top(flat, k, labels)
+    return Tensor.from_array(tensor.name, out, BYTES)

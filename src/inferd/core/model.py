@@ -1,0 +1,100 @@
+"""Model: one (name, version) with its config, state, scheduler, instances and statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd.core.lifecycle import ModelState
+from inferd.core.stats import ModelStats
+from inferd.core.types import BY_CONFIG_VALUE, DataType
+from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.scheduling.base import Scheduler
+
+
+@dataclass(slots=True, frozen=True)
+class TensorSpec:
+    """An input or output of the model, copied out of the ModelConfig at load."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]  # config dims, without the batch dimension
+    optional: bool = False
+    labels: tuple[str, ...] = ()
+
+    def full_shape(self, max_batch_size: int) -> list[int]:
+        """Shape as metadata shows it: -1 batch dimension first when the model batches."""
+        return ([-1] if max_batch_size > 0 else []) + list(self.dims)
+
+
+def _labels(model_dir: Path, filename: str) -> tuple[str, ...]:
+    if not filename:
+        return ()
+    path = model_dir / filename
+    try:
+        return tuple(line.rstrip("\r\n") for line in path.read_text().splitlines())
+    except OSError as e:
+        raise InvalidArgumentError(f"unable to read label file '{path}': {e.strerror}") from e
+
+
+def tensor_specs(config: Any, model_dir: Path) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+    """Inputs and outputs of a ModelConfig as TensorSpecs (reshape: the API shape is ``dims``)."""
+    inputs = {
+        i.name: TensorSpec(i.name, BY_CONFIG_VALUE[i.data_type], tuple(i.dims), i.optional)
+        for i in config.input
+    }
+    outputs = {
+        o.name: TensorSpec(
+            o.name, BY_CONFIG_VALUE[o.data_type], tuple(o.dims), False, _labels(model_dir, o.label_filename)
+        )
+        for o in config.output
+    }
+    return inputs, outputs
+
+
+class Model:
+    """One loaded (or failed) version of a model."""
+
+    def __init__(self, name: str, version: int, config: Any, model_dir: Path) -> None:
+        self.name = name
+        self.version = version
+        self.version_str = str(version)
+        self.config = config
+        self.model_dir = model_dir
+        self.state = ModelState.LOADING
+        self.reason = ""
+        self.stats = ModelStats()
+        self.scheduler: Scheduler | None = None
+        self.max_batch_size = int(config.max_batch_size)
+        self.platform = config.platform or config.backend
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
+        self.inputs, self.outputs = tensor_specs(config, model_dir)
+        self.output_names = tuple(self.outputs)
+        self.required_inputs = tuple(n for n, s in self.inputs.items() if not s.optional)
+        self._config_json: dict[str, Any] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+    def config_json(self) -> dict[str, Any]:
+        """The normalised config as the /config endpoint prints it (computed once)."""
+        if self._config_json is None:
+            from inferd.repository.config import config_to_json
+
+            self._config_json = config_to_json(self.config)
+        return self._config_json
+
+    def io_metadata(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Inputs and outputs as model metadata lists them."""
+        mbs = self.max_batch_size
+        return (
+            [{"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)} for s in self.inputs.values()],
+            [{"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)} for s in self.outputs.values()],
+        )
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, {self.version}, {self.state.value})"

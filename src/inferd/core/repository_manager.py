@@ -1,0 +1,174 @@
+"""Loads the models of the repositories into the registry (control mode none: everything at start)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.registry import get_backend
+from inferd.core.lifecycle import ModelState
+from inferd.core.model import Model
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.errors import InferdError, UnavailableError
+from inferd.repository import (
+    DuplicateModel,
+    ModelDir,
+    autofill_backend_fields,
+    load_model_config,
+    normalize_config,
+    require_io,
+    scan_repositories,
+    select_versions,
+    validate_config,
+)
+from inferd.scheduling.ensemble import EnsembleScheduler
+from inferd.scheduling.instances import BatchPolicy, InstancePool
+
+log = logging.getLogger("inferd.repository")
+
+_KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
+
+class LoadedModels:
+    """name -> {version -> Model}, plus what failed to load and why (for the index and the table)."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[int, Model]] = {}
+        self.failed: dict[str, str] = {}  # model name -> reason, when no version could be made
+        self.ready_default: dict[str, Model] = {}  # name -> highest READY version
+
+    def add(self, model: Model) -> None:
+        self.models.setdefault(model.name, {})[model.version] = model
+
+    def refresh_defaults(self) -> None:
+        self.ready_default = {}
+        for name, versions in self.models.items():
+            ready = [m for m in versions.values() if m.ready]
+            if ready:
+                self.ready_default[name] = max(ready, key=lambda m: m.version)
+
+
+def _prepare_config(md: ModelDir, config_name: str | None, strict: bool, default_mbs: int) -> Any:
+    cfg, _had_file = load_model_config(md.path, config_name=config_name)
+    versions = [md.versions[v] for v in sorted(md.versions)]
+    autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
+    if cfg.platform != "ensemble" and not strict:
+        backend = get_backend(cfg.backend)
+        backend.auto_complete(cfg, md.path, versions[0] if versions else None)
+    normalize_config(cfg, md.name, default_max_batch_size=default_mbs)
+    validate_config(cfg)
+    if cfg.platform != "ensemble":
+        require_io(cfg)
+    return cfg
+
+
+def _policy(cfg: Any) -> BatchPolicy:
+    if cfg.max_batch_size > 0 and cfg.HasField("dynamic_batching"):
+        db = cfg.dynamic_batching
+        return BatchPolicy(
+            max_batch_size=int(cfg.max_batch_size),
+            max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
+            preferred_batch_size=tuple(int(x) for x in db.preferred_batch_size),
+        )
+    return BatchPolicy()
+
+
+def _instance_specs(cfg: Any) -> list[InstanceSpec]:
+    specs = []
+    for group in cfg.instance_group:
+        kind = _KIND_NAMES.get(group.kind, "CPU")
+        devices = list(group.gpus) or [0]
+        for i in range(group.count):
+            specs.append(InstanceSpec(f"{group.name}_{i}", kind, devices[i % len(devices)]))
+    return specs or [InstanceSpec(f"{cfg.name}_0", "CPU", 0)]
+
+
+def load_version(
+    name: str,
+    version: int,
+    md: ModelDir,
+    cfg: Any,
+    loop: asyncio.AbstractEventLoop,
+    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+) -> Model:
+    """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
+    model = Model(name, version, cfg, md.path)
+    try:
+        backend = get_backend(cfg.backend)
+        ctx = LoadContext(name, version, md.path, md.versions[version], cfg, infer_blocking)
+        bmodel = backend.load(ctx)
+        instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
+        model.scheduler = InstancePool(name, str(version), instances, _policy(cfg), model.stats, loop)
+        model.state = ModelState.READY
+    except InferdError as e:
+        model.state, model.reason = ModelState.UNAVAILABLE, e.message
+    except Exception as e:  # a model's own import or initialize error: keep the others serving
+        model.state, model.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
+    return model
+
+
+async def load_repositories(
+    paths: list[Path],
+    *,
+    loop: asyncio.AbstractEventLoop,
+    infer: Callable[[InferRequest], Any],
+    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+    registry: LoadedModels,
+    strict_model_config: bool = False,
+    config_name: str | None = None,
+    default_max_batch_size: int = 4,
+    load_threads: int = 4,
+) -> None:
+    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles."""
+    found = scan_repositories(paths)
+    sem = asyncio.Semaphore(max(1, load_threads))
+    ensembles: list[tuple[ModelDir, Any]] = []
+
+    async def one(name: str, entry: ModelDir | DuplicateModel) -> None:
+        if isinstance(entry, DuplicateModel):
+            registry.failed[name] = entry.reason
+            return
+        async with sem:
+            try:
+                cfg = await asyncio.to_thread(
+                    _prepare_config, entry, config_name, strict_model_config, default_max_batch_size
+                )
+                versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
+            except InferdError as e:
+                registry.failed[name] = e.message
+                return
+            except Exception as e:
+                registry.failed[name] = f"{type(e).__name__}: {e}"
+                return
+            if cfg.platform == "ensemble":
+                ensembles.append((entry, cfg))
+                return
+            for v in versions:
+                registry.add(
+                    await asyncio.to_thread(load_version, name, v, entry, cfg, loop, infer_blocking)
+                )
+
+    await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
+    registry.refresh_defaults()
+    for entry, cfg in ensembles:
+        versions = select_versions(cfg.version_policy, list(entry.versions), model_name=entry.name)
+        for v in versions:
+            model = Model(entry.name, v, cfg, entry.path)
+            try:
+                model.scheduler = EnsembleScheduler(model, registry, infer)
+                model.state = ModelState.READY
+            except InferdError as e:
+                model.state, model.reason = ModelState.UNAVAILABLE, e.message
+            registry.add(model)
+    registry.refresh_defaults()
+
+
+def check_mode_allows_load(mode: str) -> None:
+    """Load/unload requests are refused unless the control mode is explicit."""
+    if mode != "explicit":
+        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+

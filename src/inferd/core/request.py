@@ -1,0 +1,56 @@
+"""InferRequest and RequestedOutput: what a frontend hands to the core."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from inferd.core.tensor import Tensor
+
+if TYPE_CHECKING:
+    from inferd.core.response import ResponseStream
+
+# Request flags (TRITONSERVER_RequestFlag)
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for; ``classification`` > 0 asks for top-N classes."""
+
+    name: str
+    classification: int = 0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """One inference request, decoded from any frontend.
+
+    ``outputs`` None means every output of the model. ``parameters`` holds only the custom
+    (non-reserved) parameters, which the model sees. ``model_version`` "" means the default.
+    """
+
+    model_name: str
+    inputs: dict[str, Tensor]
+    model_version: str = ""
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: list[RequestedOutput] | None = None
+    correlation_id: int | str = 0
+    flags: int = 0
+    priority: int = 0
+    timeout_us: int = 0
+    # filled by the core
+    batch_size: int = 1
+    t_start_ns: int = field(default_factory=time.monotonic_ns)
+    t_queue_ns: int = 0
+    stream: ResponseStream | None = None
+
+    def requested_output_names(self, all_outputs: tuple[str, ...]) -> tuple[str, ...]:
+        """Names of outputs to return: those asked for, else all of the model's."""
+        if self.outputs is None:
+            return all_outputs
+        return tuple(o.name for o in self.outputs)

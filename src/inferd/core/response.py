@@ -1,0 +1,98 @@
+"""InferResponse and ResponseStream: every inference answers through a stream of responses."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.core.tensor import Tensor
+from inferd.errors import InferdError
+
+
+@dataclass(slots=True)
+class InferResponse:
+    """A response: outputs in order, or an error."""
+
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    error: InferdError | None = None
+
+
+class ResponseStream:
+    """Responses of one request, sent from any thread and consumed on the event loop.
+
+    ``send`` is thread-safe; ``final=True`` closes the stream. Unary callers ``await first()``;
+    streaming callers iterate with ``async for``.
+    """
+
+    __slots__ = ("_callback", "_done", "_items", "_loop", "_waiter", "cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[tuple[InferResponse | None, bool]] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False
+        self._callback: Callable[[InferResponse | None, bool], None] | None = None
+        self.cancelled = False
+
+    def set_callback(self, callback: Callable[[InferResponse | None, bool], None]) -> None:
+        """Have every response handed to ``callback`` on the loop instead of queued (no task needed)."""
+        self._callback = callback
+        while self._items:
+            callback(*self._items.popleft())
+
+    # -- producer side (any thread) --------------------------------------------------------
+    def send(self, response: InferResponse | None, final: bool = False) -> None:
+        """Deliver ``response`` (None: only the final flag) from any thread."""
+        self._loop.call_soon_threadsafe(self.deliver, response, final)
+
+    def deliver(self, response: InferResponse | None, final: bool) -> None:
+        """Deliver on the loop thread (the worker batches hand-offs and calls this directly)."""
+        if self._done:
+            return
+        if final:
+            self._done = True
+        cb = self._callback
+        if cb is not None:
+            cb(response, final)
+            return
+        self._items.append((response, final))
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    # -- consumer side (loop thread) -------------------------------------------------------
+    async def _next(self) -> tuple[InferResponse | None, bool]:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            await self._waiter
+            self._waiter = None
+        return self._items.popleft()
+
+    async def first(self) -> InferResponse:
+        """The one response of a unary request (waits past empty final-only sends)."""
+        while True:
+            resp, final = await self._next()
+            if resp is not None:
+                return resp
+            if final:
+                from inferd.errors import InternalError
+
+                raise InternalError("model produced no response")
+
+    async def __aiter__(self) -> AsyncIterator[tuple[InferResponse | None, bool]]:
+        while True:
+            item = await self._next()
+            yield item
+            if item[1]:
+                return

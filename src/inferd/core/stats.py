@@ -1,0 +1,136 @@
+"""Per-model counters and durations (ns), read by the statistics extension and metrics."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a cumulative duration in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, n: int = 1) -> None:
+        self.count += n
+        self.ns += ns * n
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Durations of the executions of one batch size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+class ModelStats:
+    """Triton's statistics of one model version. Updated from worker threads and the loop."""
+
+    __slots__ = (
+        "_lock",
+        "batch",
+        "cache_hit",
+        "cache_miss",
+        "compute_infer",
+        "compute_input",
+        "compute_output",
+        "execution_count",
+        "fail",
+        "fail_reasons",
+        "inference_count",
+        "last_inference_ms",
+        "queue",
+        "success",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+        self.batch: dict[int, BatchStats] = {}
+        self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
+
+    def record_execution(
+        self,
+        batch_size: int,
+        n_requests: int,
+        queue_ns: list[int],
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+    ) -> None:
+        """One model execution of ``n_requests`` requests with ``batch_size`` items in all."""
+        with self._lock:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            for q in queue_ns:
+                self.queue.add(q)
+            self.compute_input.add(input_ns, n_requests)
+            self.compute_infer.add(infer_ns, n_requests)
+            self.compute_output.add(output_ns, n_requests)
+            b = self.batch.get(batch_size)
+            if b is None:
+                b = self.batch[batch_size] = BatchStats()
+            b.compute_input.add(input_ns)
+            b.compute_infer.add(infer_ns)
+            b.compute_output.add(output_ns)
+            self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
+        """A request ended: success or failure with its whole duration."""
+        with self._lock:
+            if ok:
+                self.success.add(duration_ns)
+            else:
+                self.fail.add(duration_ns)
+                self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+
+    def to_json(self, name: str, version: str) -> dict[str, Any]:
+        """Triton's model_stats entry."""
+        with self._lock:
+            return {
+                "name": name,
+                "version": version,
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {
+                    "success": self.success.to_json(),
+                    "fail": self.fail.to_json(),
+                    "queue": self.queue.to_json(),
+                    "compute_input": self.compute_input.to_json(),
+                    "compute_infer": self.compute_infer.to_json(),
+                    "compute_output": self.compute_output.to_json(),
+                    "cache_hit": self.cache_hit.to_json(),
+                    "cache_miss": self.cache_miss.to_json(),
+                },
+                "response_stats": {},
+                "batch_stats": [
+                    {
+                        "batch_size": bs,
+                        "compute_input": b.compute_input.to_json(),
+                        "compute_infer": b.compute_infer.to_json(),
+                        "compute_output": b.compute_output.to_json(),
+                    }
+                    for bs, b in sorted(self.batch.items())
+                ],
+                "memory_usage": [],
+            }

@@ -1,0 +1,164 @@
+"""Model repositories on disk: which models, which version directories, and a change fingerprint."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.errors import InvalidArgumentError
+
+__all__ = [
+    "DUPLICATE_REASON",
+    "DuplicateModel",
+    "Fingerprint",
+    "ModelDir",
+    "fingerprint",
+    "parse_version_dir_name",
+    "scan_model_dir",
+    "scan_repositories",
+]
+
+#: Triton's ``MODEL_READY_REASON_DUPLICATE``.
+DUPLICATE_REASON = "model appears in two or more repositories"
+
+_INT64_MAX = 2**63 - 1
+_IGNORED_NAMES = frozenset({"__pycache__"})
+
+
+@dataclass(slots=True)
+class ModelDir:
+    """One model directory: ``versions`` maps each valid version number to its directory.
+
+    ``ignored`` lists subdirectory names that are not versions (non-numeric, leading zeros), which
+    Triton logs and skips.
+    """
+
+    name: str
+    path: Path
+    repository: Path
+    versions: dict[int, Path]
+    ignored: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateModel:
+    """A model name found in more than one repository: it must not load (state UNAVAILABLE)."""
+
+    name: str
+    paths: tuple[Path, ...]
+    reason: str = DUPLICATE_REASON
+
+
+def parse_version_dir_name(name: str) -> int | None:
+    """The version a directory name stands for, or None: ASCII digits, no leading zero but ``0``."""
+    if not name or not name.isascii() or not name.isdigit():
+        return None
+    if len(name) > 1 and name[0] == "0":
+        return None
+    version = int(name)
+    return version if version <= _INT64_MAX else None
+
+
+def scan_model_dir(path: Path, repository: Path | None = None) -> ModelDir:
+    """Describe one model directory (its version subdirectories)."""
+    versions: dict[int, Path] = {}
+    ignored: list[str] = []
+    try:
+        entries = sorted(path.iterdir(), key=lambda p: p.name)
+    except OSError as e:
+        raise InvalidArgumentError(f"failed to open directory {path}: {e.strerror or e}") from e
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        version = parse_version_dir_name(entry.name)
+        if version is None:
+            ignored.append(entry.name)
+        else:
+            versions[version] = entry
+    return ModelDir(
+        name=path.name,
+        path=path,
+        repository=repository if repository is not None else path.parent,
+        versions=dict(sorted(versions.items())),
+        ignored=tuple(ignored),
+    )
+
+
+def scan_repositories(paths: list[Path]) -> dict[str, ModelDir | DuplicateModel]:
+    """Every subdirectory of every repository is a model; the result is sorted by name.
+
+    A name present in two or more repositories becomes a :class:`DuplicateModel` entry.  A
+    repository that does not exist or is not a directory raises InvalidArgumentError.
+    """
+    found: dict[str, list[ModelDir]] = {}
+    for repository in paths:
+        try:
+            st = repository.stat()
+        except OSError as e:
+            raise InvalidArgumentError(f"failed to stat file {repository}") from e
+        if not stat.S_ISDIR(st.st_mode):
+            raise InvalidArgumentError(f"failed to open directory {repository}: not a directory")
+        try:
+            entries = sorted(repository.iterdir(), key=lambda p: p.name)
+        except OSError as e:
+            raise InvalidArgumentError(f"failed to open directory {repository}: {e.strerror or e}") from e
+        for entry in entries:
+            if entry.is_dir():
+                found.setdefault(entry.name, []).append(scan_model_dir(entry, repository))
+    result: dict[str, ModelDir | DuplicateModel] = {}
+    for name in sorted(found):
+        dirs = found[name]
+        if len(dirs) == 1:
+            result[name] = dirs[0]
+        else:
+            result[name] = DuplicateModel(name=name, paths=tuple(d.path for d in dirs))
+    return result
+
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def fingerprint(model_dir: ModelDir | Path) -> Fingerprint:
+    """A value that changes when anything under the model directory changes (for poll mode).
+
+    One ``(relative path, mtime_ns, size)`` per file, ``(relative path/, -1, -1)`` per directory
+    (so that additions and removals show even in empty folders), sorted.  ``__pycache__`` and
+    ``*.pyc`` are skipped: loading a Python model writes them, which must not look like an edit.
+    Directory mtimes are not used for the same reason.  Symlinks are followed (loops cut).
+    """
+    root = model_dir.path if isinstance(model_dir, ModelDir) else model_dir
+    entries: list[tuple[str, int, int]] = []
+    seen_dirs: set[tuple[int, int]] = set()
+
+    def walk(directory: Path, rel: str) -> None:
+        try:
+            st = directory.stat()
+        except OSError:
+            return
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            return
+        seen_dirs.add(key)
+        try:
+            children = list(os.scandir(directory))
+        except OSError:
+            return
+        for child in children:
+            if child.name in _IGNORED_NAMES or child.name.endswith(".pyc"):
+                continue
+            child_rel = f"{rel}{child.name}"
+            try:
+                child_st = child.stat()  # follows symlinks
+            except OSError:
+                continue  # vanished or dangling link
+            if stat.S_ISDIR(child_st.st_mode):
+                entries.append((f"{child_rel}/", -1, -1))
+                walk(Path(child.path), f"{child_rel}/")
+            else:
+                entries.append((child_rel, child_st.st_mtime_ns, child_st.st_size))
+
+    walk(root, "")
+    entries.sort()
+    return tuple(entries)

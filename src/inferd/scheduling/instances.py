@@ -1,0 +1,206 @@
+"""Instance pool: one worker thread per model instance, pulling batches from one shared queue.
+
+The default scheduler and the dynamic batcher are the same pool with a different BatchPolicy:
+the default takes one request per execute, the dynamic batcher as many queued requests as fit
+in ``max_batch_size`` (waiting up to ``max_queue_delay`` for more). Results cross back to the
+event loop once per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferd.backends.base import BackendInstance
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.core.stats import ModelStats
+from inferd.errors import InferdError, InternalError, UnavailableError
+
+log = logging.getLogger("inferd.scheduling")
+
+Clock = Callable[[], int]
+
+
+@dataclass(slots=True, frozen=True)
+class BatchPolicy:
+    """How many requests one execute may take. ``max_batch_size`` 0: one request at a time."""
+
+    max_batch_size: int = 0
+    max_queue_delay_ns: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+
+def form_batch(
+    queue: collections.deque[InferRequest], policy: BatchPolicy
+) -> tuple[list[InferRequest], int]:
+    """Pop the next batch off ``queue`` (not empty): requests and their summed batch size."""
+    first = queue.popleft()
+    batch = [first]
+    total = first.batch_size
+    if policy.batching:
+        limit = policy.max_batch_size
+        while queue and total + queue[0].batch_size <= limit:
+            r = queue.popleft()
+            batch.append(r)
+            total += r.batch_size
+    return batch, total
+
+
+class InstancePool:
+    """Queue + worker threads for one model version (default scheduler or dynamic batcher)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: str,
+        instances: list[tuple[str, BackendInstance]],
+        policy: BatchPolicy,
+        stats: ModelStats,
+        loop: asyncio.AbstractEventLoop,
+        clock: Clock = time.monotonic_ns,
+    ) -> None:
+        self._model_name = model_name
+        self._model_version = model_version
+        self._policy = policy
+        self._stats = stats
+        self._loop = loop
+        self._clock = clock
+        self._queue: collections.deque[InferRequest] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._executing = 0
+        self._stopping = False
+        self._instances = instances
+        self._threads = [
+            threading.Thread(target=self._worker, args=(inst,), name=f"inferd-{name}", daemon=True)
+            for name, inst in instances
+        ]
+        for t in self._threads:
+            t.start()
+
+    # -- Scheduler protocol ------------------------------------------------------------------
+    def enqueue(self, request: InferRequest) -> None:
+        request.t_queue_ns = self._clock()
+        with self._cond:
+            if self._stopping:
+                raise UnavailableError("Server is stopping")
+            self._queue.append(request)
+            self._cond.notify()
+
+    def inflight(self) -> int:
+        return len(self._queue) + self._executing
+
+    def stats(self) -> dict[str, int]:
+        return {"queued": len(self._queue), "executing": self._executing}
+
+    async def stop(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.inflight() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        with self._cond:
+            self._stopping = True
+            leftover = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for r in leftover:
+            self._fail(r, UnavailableError("Server is stopping"))
+        await asyncio.to_thread(self._join_and_unload)
+
+    def _join_and_unload(self) -> None:
+        for t in self._threads:
+            t.join(timeout=5)
+        for name, inst in self._instances:
+            try:
+                inst.unload()
+            except Exception:
+                log.exception("unloading instance %s failed", name)
+
+    # -- worker side ---------------------------------------------------------------------------
+    def _worker(self, instance: BackendInstance) -> None:
+        cond = self._cond
+        queue = self._queue
+        policy = self._policy
+        while True:
+            with cond:
+                while not queue:
+                    if self._stopping:
+                        return
+                    cond.wait()
+                if policy.batching and policy.max_queue_delay_ns > 0:
+                    self._wait_for_batch()
+                batch, total = form_batch(queue, policy)
+                self._executing += len(batch)
+            try:
+                self._execute(instance, batch, total)
+            finally:
+                with cond:
+                    self._executing -= len(batch)
+
+    def _wait_for_batch(self) -> None:
+        """Hold the oldest request up to max_queue_delay while the batch is short (lock held)."""
+        policy = self._policy
+        target = max(policy.preferred_batch_size or (policy.max_batch_size,))
+        deadline = self._queue[0].t_queue_ns + policy.max_queue_delay_ns
+        while True:
+            total = sum(r.batch_size for r in self._queue)
+            left = deadline - self._clock()
+            if total >= target or left <= 0 or self._stopping:
+                return
+            self._cond.wait(left / 1e9)
+
+    def _execute(self, instance: BackendInstance, batch: list[InferRequest], total: int) -> None:
+        clock = self._clock
+        t0 = clock()
+        queue_ns = [t0 - r.t_queue_ns for r in batch]
+        try:
+            responses = instance.execute(batch)
+        except InferdError as e:
+            self._fail_all(batch, e)
+            return
+        except Exception as e:  # a backend bug: answer, log, keep serving
+            log.exception("execute failed for model '%s'", self._model_name)
+            self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"))
+            return
+        t3 = clock()
+        timings = getattr(instance, "last_timings", None)
+        if timings is not None:
+            in_ns, infer_ns, out_ns = timings
+        else:
+            in_ns, infer_ns, out_ns = 0, t3 - t0, 0
+        self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns)
+        if responses is None:
+            return  # the backend answered through the request streams
+        for r in batch:
+            self._stats.record_request(True, t3 - r.t_start_ns)
+        self._loop.call_soon_threadsafe(_deliver, batch, responses)
+
+    def _fail_all(self, batch: list[InferRequest], error: InferdError) -> None:
+        now = self._clock()
+        for r in batch:
+            self._stats.record_request(False, now - r.t_start_ns)
+        responses = [self._error_response(r, error) for r in batch]
+        self._loop.call_soon_threadsafe(_deliver, batch, responses)
+
+    def _fail(self, request: InferRequest, error: InferdError) -> None:
+        if request.stream is not None:
+            request.stream.deliver(self._error_response(request, error), True)
+
+    def _error_response(self, request: InferRequest, error: InferdError) -> InferResponse:
+        return InferResponse(self._model_name, self._model_version, request.id, error=error)
+
+
+def _deliver(batch: list[InferRequest], responses: list[InferResponse]) -> None:
+    """On the loop: hand each request its final response."""
+    for r, resp in zip(batch, responses, strict=False):
+        s = r.stream
+        if s is not None:
+            s.deliver(resp, True)
