@@ -606,7 +606,8 @@ class HeaderSection(Section):
             "# Benchmarks: inferd vs the reference",
             "",
             f"Run {data.started:%Y-%m-%d %H:%M} UTC, {data.wall_s / 60:.1f} min wall time; "
-            f"{s['repeat']} round(s), figures are medians over the rounds.",
+            f"{s['repeat']} round(s), figures are medians over the rounds."
+            + (" **The run was interrupted; figures are partial.**" if s.get("interrupted") else ""),
             "",
             "## Machine",
             "",
@@ -1175,6 +1176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             srv.stop()
 
     data.finished = dt.datetime.now(dt.UTC)
+    data.settings["interrupted"] = interrupted
     data.machine["loadavg_end"] = loadavg()
     write_json(data, outdir / "summary.json")
     sections = default_sections()

@@ -1,3 +1,34 @@
 """inferd: a Triton-compatible inference server in Python."""
 
 __version__ = "0.1.0"
+
+from inferd.api import Server  # noqa: E402
+from inferd.errors import (  # noqa: E402
+    AlreadyExistsError,
+    CancelledError,
+    ErrorCode,
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    UnknownError,
+    UnsupportedError,
+)
+from inferd.options import ServerOptions  # noqa: E402
+
+__all__ = [
+    "AlreadyExistsError",
+    "CancelledError",
+    "ErrorCode",
+    "InferdError",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "Server",
+    "ServerOptions",
+    "UnavailableError",
+    "UnknownError",
+    "UnsupportedError",
+    "__version__",
+]

@@ -1,0 +1,170 @@
+"""The in-process API: ``inferd.Server(model_repository=...)``, ``start()``, ``infer()``, ``stop()``.
+
+The server runs its own event loop in a background thread, so plain synchronous code can embed
+it; ``http_port`` also serves the KServe v2 HTTP protocol from the same process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.server import Server as CoreServer
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_WIRE
+from inferd.errors import InternalError
+from inferd.options import ServerOptions
+
+T = TypeVar("T")
+
+
+class Server:
+    """An inference server embedded in this process.
+
+    >>> with inferd.Server(model_repository="models") as server:
+    ...     out = server.infer("add_sub", {"INPUT0": a, "INPUT1": b})
+    """
+
+    def __init__(
+        self,
+        model_repository: str | Path | list[str | Path],
+        *,
+        http_port: int | None = None,
+        http_address: str = "127.0.0.1",
+        **options: Any,
+    ) -> None:
+        repos = model_repository if isinstance(model_repository, list) else [model_repository]
+        self.options = ServerOptions(model_repository=[Path(r) for r in repos], **options)
+        self.options.allow_http = http_port is not None
+        self.options.http_port = http_port or 0
+        self.options.http_address = http_address
+        self._core = CoreServer(self.options)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._http: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> Server:
+        """Load the models (and start HTTP when asked); returns self once ready."""
+        if self._loop is not None:
+            return self
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="inferd-loop", daemon=True)
+        self._thread.start()
+        self._run(self._start())
+        return self
+
+    async def _start(self) -> None:
+        await self._core.start()
+        if self.options.allow_http:
+            from inferd.frontends.http.app import HttpApp
+            from inferd.frontends.http.protocol import HttpServer
+
+            self._http = HttpServer(HttpApp(self._core), self.options.http_address, self.options.http_port)
+            await self._http.start()
+
+    @property
+    def http_port(self) -> int | None:
+        """The port HTTP listens on (useful with ``http_port=0``)."""
+        return None if self._http is None else int(self._http.port)
+
+    def stop(self) -> None:
+        """Drain in-flight requests, unload the models, stop the loop thread."""
+        loop = self._loop
+        if loop is None:
+            return
+        self._run(self._stop())
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join()
+        loop.close()
+        self._loop = None
+
+    async def _stop(self) -> None:
+        if self._http is not None:
+            await self._http.stop()
+        await self._core.stop()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            raise InternalError("the server is not started: call start() first")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # -- queries ---------------------------------------------------------------------------------
+    def live(self) -> bool:
+        return self._core.live()
+
+    def ready(self) -> bool:
+        return self._core.ready()
+
+    def metadata(self) -> dict[str, Any]:
+        return self._core.metadata()
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self._core.model_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._core.model_metadata(name, version)
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self._core.model_config(name, version)
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        return self._core.statistics(name, version)
+
+    def repository_index(self, ready: bool = False) -> list[dict[str, Any]]:
+        return self._core.repository_index(ready)
+
+    # -- inference -------------------------------------------------------------------------------
+    def infer(
+        self,
+        model_name: str,
+        inputs: Mapping[str, np.ndarray[Any, Any] | Tensor],
+        *,
+        outputs: list[str] | None = None,
+        model_version: str = "",
+        parameters: dict[str, Any] | None = None,
+        request_id: str = "",
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Run one request; outputs by name. Raises the InferdError the server would answer with."""
+        tensors: dict[str, Tensor] = {}
+        for name, value in inputs.items():
+            if isinstance(value, Tensor):
+                tensors[name] = value.renamed(name)
+            else:
+                arr = np.asarray(value)
+                if arr.dtype.kind in ("U", "S"):
+                    arr = arr.astype(np.object_)
+                t = Tensor.from_array(name, arr)
+                if arr.dtype == np.object_:
+                    t = Tensor(name, BY_WIRE["BYTES"], t.shape, array=np.vectorize(_to_bytes, otypes=[object])(arr))
+                tensors[name] = t
+        request = InferRequest(
+            model_name=model_name,
+            inputs=tensors,
+            model_version=model_version,
+            id=request_id,
+            parameters=dict(parameters or {}),
+            outputs=None if outputs is None else [RequestedOutput(n) for n in outputs],
+        )
+        resp = self._run(self._core.infer(request))
+        if resp.error is not None:
+            raise resp.error
+        return {t.name: t.array for t in resp.outputs}
+
+
+def _to_bytes(v: Any) -> bytes:
+    return v if isinstance(v, bytes) else str(v).encode()
