@@ -423,6 +423,7 @@ class Measure:
     pss_after_mib: float | None = None
     latency: dict[str, Latency] = field(default_factory=dict)
     process_lines: list[str] = field(default_factory=list)
+    latency_error: str | None = None
 
 
 @dataclass
@@ -486,6 +487,10 @@ def parse_measure(path: Path) -> Measure:
         m.latency[mm[1]] = Latency(
             mm[1], int(mm[2]), float(mm[3]), float(mm[4]), float(mm[5]), float(mm[6]), float(mm[7]), mm[0]
         )
+    if "Traceback (most recent call last)" in text:
+        after = text.split("Traceback (most recent call last)", 1)[1].splitlines()[1:]
+        last = next((ln for ln in after if ln and not ln[0].isspace()), "?")
+        m.latency_error = f"client_latency.py failed: {last[:200]}"
     if mm := re.search(r"^run \d+: server not ready.*$", text, re.M):
         m.ok, m.error = False, mm[0]
     elif m.cold_median_ms is None:
@@ -619,6 +624,12 @@ class HeaderSection(Section):
             f"- Reference: {REFERENCE_VERSION}",
             f"- Load average at start / end: {m.get('loadavg_start', '?')} / {m.get('loadavg_end', '?')}",
         ]
+        with contextlib.suppress(ValueError, IndexError):
+            if float(m["loadavg_start"].split()[0]) >= 1.0:
+                lines.append(
+                    "\n**Warning:** the machine was not idle when the run started (1-min load average >= 1): "
+                    "other work competed for the cores and the figures are less reliable."
+                )
         return "\n".join(lines)
 
 
@@ -661,6 +672,7 @@ class ProblemsSection(Section):
             for what, err in (
                 ("perf_analyzer", r.bench_error),
                 ("measure.sh", r.measure and r.measure.error),
+                ("measure.sh", r.measure and r.measure.latency_error),
             ):
                 if not err:
                     continue
@@ -1099,8 +1111,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--output",
         type=Path,
         default=None,
-        help="report path (default: BENCHMARKS.md when both servers produced data, "
-        "else only the copy in the results folder)",
+        help="report path (default: BENCHMARKS.md after a full run in which both servers produced data; "
+        "otherwise only the copy in the results folder)",
+    )
+    ap.add_argument(
+        "--render-only",
+        type=Path,
+        metavar="RESULTS_DIR",
+        help="run nothing: render the report again from RESULTS_DIR/summary.json "
+        "(into RESULTS_DIR/BENCHMARKS.md, or --output)",
     )
     ap.add_argument("--no-setup", action="store_true", help="do not run setup.sh first")
     ap.add_argument("--check-goals", action="store_true", help="exit 3 if a goal is missed or not measured")
@@ -1116,6 +1135,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.render_only:
+        return rerender(a.render_only, a.output)
     signal.signal(signal.SIGTERM, _on_sigterm)
     started = dt.datetime.now(dt.UTC)
     outdir = RESULTS_ROOT / started.strftime("%Y%m%d-%H%M%S")
@@ -1182,7 +1203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = default_sections()
     report = render_report(data, sections)
     (outdir / "BENCHMARKS.md").write_text(report)
-    complete = all(data.has(s) for s in ("reference", "inferd")) and not interrupted
+    # BENCHMARKS.md only from a full comparison; quick/partial runs leave their report in the results folder
+    complete = all(data.has(s) for s in ("reference", "inferd")) and not (
+        interrupted or a.quick or a.no_bench or a.no_measure
+    )
     target = a.output or (DEFAULT_REPORT if complete else None)
     if target is not None:
         target.write_text(report)
@@ -1190,7 +1214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report)
     log(
         f"wall time {data.wall_s / 60:.1f} min; report: {target or outdir / 'BENCHMARKS.md'}"
-        + ("" if target else " (BENCHMARKS.md left alone: not every server produced data)")
+        + ("" if target else " (BENCHMARKS.md left alone: quick/partial run or a server produced no data)")
     )
     if interrupted:
         return 130
@@ -1210,6 +1234,39 @@ def write_json(data: RunData, path: Path) -> None:
         raise TypeError(type(o).__name__)
 
     path.write_text(json.dumps(asdict(data), default=default, indent=1))
+
+
+def read_json(path: Path) -> RunData:
+    """The RunData of an earlier run (its summary.json), to render the report again."""
+    raw = json.loads(path.read_text())
+    rounds = []
+    for r in raw["rounds"]:
+        measure = None
+        if r.get("measure") is not None:
+            md = dict(r["measure"])
+            md["latency"] = {k: Latency(**v) for k, v in md.get("latency", {}).items()}
+            measure = Measure(**md)
+        bench = {k: BenchRow(**v) for k, v in r.get("bench", {}).items()}
+        rounds.append(ServerRound(**{**r, "bench": bench, "measure": measure}))
+    return RunData(
+        started=dt.datetime.fromisoformat(raw["started"]),
+        finished=dt.datetime.fromisoformat(raw["finished"]) if raw.get("finished") else None,
+        settings=raw["settings"],
+        machine=raw["machine"],
+        servers=raw["servers"],
+        results_dir=Path(raw["results_dir"]),
+        rounds=rounds,
+    )
+
+
+def rerender(results_dir: Path, output: Path | None) -> int:
+    data = read_json(results_dir / "summary.json")
+    report = render_report(data, default_sections())
+    target = output or results_dir / "BENCHMARKS.md"
+    target.write_text(report)
+    print(report)
+    log(f"report rendered again from {results_dir / 'summary.json'}: {target}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 __version__ = "0.1.0"
 
-from inferd.api import Server  # noqa: E402
-from inferd.errors import (  # noqa: E402
+from inferd.api import Server
+from inferd.errors import (
     AlreadyExistsError,
     CancelledError,
     ErrorCode,
@@ -15,7 +15,7 @@ from inferd.errors import (  # noqa: E402
     UnknownError,
     UnsupportedError,
 )
-from inferd.options import ServerOptions  # noqa: E402
+from inferd.options import ServerOptions
 
 __all__ = [
     "AlreadyExistsError",

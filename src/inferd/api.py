@@ -150,7 +150,9 @@ class Server:
                     arr = arr.astype(np.object_)
                 t = Tensor.from_array(name, arr)
                 if arr.dtype == np.object_:
-                    t = Tensor(name, BY_WIRE["BYTES"], t.shape, array=np.vectorize(_to_bytes, otypes=[object])(arr))
+                    t = Tensor(
+                        name, BY_WIRE["BYTES"], t.shape, array=np.vectorize(_to_bytes, otypes=[object])(arr)
+                    )
                 tensors[name] = t
         request = InferRequest(
             model_name=model_name,

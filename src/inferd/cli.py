@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve model repositories (tritonserver's flags)")
     b = {"type": _bool, "nargs": "?", "const": True}
-    s.add_argument("--model-repository", "--model-store", action="append", default=[], required=True, type=Path)
+    s.add_argument(
+        "--model-repository", "--model-store", action="append", default=[], required=True, type=Path
+    )
     s.add_argument("--id", default="triton", help="server name in metadata (default: triton)")
     s.add_argument("--model-control-mode", default="none", choices=["none"], help="only 'none' so far")
     s.add_argument("--strict-model-config", default=False, **b)  # type: ignore[arg-type]
@@ -100,7 +103,7 @@ def options_from_args(a: argparse.Namespace) -> ServerOptions:
     )
 
 
-def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     """An ASCII table as tritonserver prints its model table."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
@@ -139,8 +142,10 @@ async def serve(options: ServerOptions) -> int:
         try:
             await http.start()
         except OSError as e:
-            print(f"error: failed to start HTTP service at {options.http_address}:{options.http_port}: {e}",
-                  file=sys.stderr)
+            print(
+                f"error: failed to start HTTP service at {options.http_address}:{options.http_port}: {e}",
+                file=sys.stderr,
+            )
             await server.stop(0)
             return 1
         log.info("Started HTTPService at %s:%d", options.http_address, http.port)

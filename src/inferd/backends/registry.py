@@ -18,9 +18,9 @@ _cache: dict[str, Backend] = {}
 
 def get_backend(name: str) -> Backend:
     """The backend called ``name``, created on first use."""
-    backend = _cache.get(name)
-    if backend is not None:
-        return backend
+    cached = _cache.get(name)
+    if cached is not None:
+        return cached
     target = _BUILTIN.get(name)
     if target is None:
         for ep in entry_points(group=_ENTRY_POINT_GROUP):
@@ -31,6 +31,6 @@ def get_backend(name: str) -> Backend:
         raise InvalidArgumentError(f"unable to find backend '{name}': it is not installed")
     module_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    backend = factory()
+    backend: Backend = factory()
     _cache[name] = backend
     return backend

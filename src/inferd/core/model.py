@@ -92,8 +92,14 @@ class Model:
         """Inputs and outputs as model metadata lists them."""
         mbs = self.max_batch_size
         return (
-            [{"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)} for s in self.inputs.values()],
-            [{"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)} for s in self.outputs.values()],
+            [
+                {"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)}
+                for s in self.inputs.values()
+            ],
+            [
+                {"name": s.name, "datatype": s.datatype.wire, "shape": s.full_shape(mbs)}
+                for s in self.outputs.values()
+            ],
         )
 
     def __repr__(self) -> str:

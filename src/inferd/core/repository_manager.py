@@ -33,6 +33,7 @@ log = logging.getLogger("inferd.repository")
 
 _KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
 
+
 class LoadedModels:
     """name -> {version -> Model}, plus what failed to load and why (for the index and the table)."""
 
@@ -148,9 +149,7 @@ async def load_repositories(
                 ensembles.append((entry, cfg))
                 return
             for v in versions:
-                registry.add(
-                    await asyncio.to_thread(load_version, name, v, entry, cfg, loop, infer_blocking)
-                )
+                registry.add(await asyncio.to_thread(load_version, name, v, entry, cfg, loop, infer_blocking))
 
     await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
     registry.refresh_defaults()
@@ -171,4 +170,3 @@ def check_mode_allows_load(mode: str) -> None:
     """Load/unload requests are refused unless the control mode is explicit."""
     if mode != "explicit":
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 from inferd import __version__
@@ -19,6 +20,7 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.validate import validate_request
 from inferd.errors import (
     InferdError,
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
@@ -47,6 +49,7 @@ class Server:
         self.options = options
         self.registry = LoadedModels()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._live = False
         self._stopping = False
         self.version = __version__
@@ -55,6 +58,7 @@ class Server:
     async def start(self) -> None:
         """Load the repositories (control mode none: every model, now)."""
         self.loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._live = True
         await load_repositories(
             [p for p in self.options.model_repository],
@@ -104,7 +108,9 @@ class Server:
 
     def model_table(self) -> list[tuple[str, str, str]]:
         """(model, version, status) rows as the reference prints them at start."""
-        rows = [(name, "-", f"UNAVAILABLE: {reason}") for name, reason in sorted(self.registry.failed.items())]
+        rows = [
+            (name, "-", f"UNAVAILABLE: {reason}") for name, reason in sorted(self.registry.failed.items())
+        ]
         for name, versions in self.registry.models.items():
             for v, m in versions.items():
                 status = m.state.value + (f": {m.reason}" if m.reason else "")
@@ -145,7 +151,9 @@ class Server:
         if m is None:
             raise NotFoundError(f"Request for unknown model: '{name}' version {int(version)} is not found")
         if not m.ready:
-            raise UnavailableError(f"Request for unknown model: '{name}' version {int(version)} is not at ready state")
+            raise UnavailableError(
+                f"Request for unknown model: '{name}' version {int(version)} is not at ready state"
+            )
         return m
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -158,7 +166,13 @@ class Server:
         m = self.get_model(name, version)
         inputs, outputs = m.io_metadata()
         versions = [str(v) for v, mm in sorted(self.registry.models[name].items()) if mm.ready]
-        return {"name": m.name, "versions": versions, "platform": m.platform, "inputs": inputs, "outputs": outputs}
+        return {
+            "name": m.name,
+            "versions": versions,
+            "platform": m.platform,
+            "inputs": inputs,
+            "outputs": outputs,
+        }
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self.get_model(name, version).config_json()
@@ -196,6 +210,9 @@ class Server:
     def infer_blocking(self, request: InferRequest) -> list[InferResponse]:
         """``infer`` from a worker thread (BLS): waits for the response."""
         assert self.loop is not None
+        if self._loop_thread == threading.get_ident():
+            # a model executing inline on the loop cannot wait for the loop; its pool now uses threads
+            raise InternalError("BLS request issued from the event loop thread; retry the request")
         future = asyncio.run_coroutine_threadsafe(self._infer_catching(request), self.loop)
         return [future.result()]
 
@@ -214,17 +231,16 @@ class Server:
                     if m.ready:
                         stats.append(m.stats.to_json(mname, str(v)))
             return {"model_stats": stats}
-        versions = self.registry.models.get(name)
-        ready = {v: m for v, m in (versions or {}).items() if m.ready}
+        ready = {v: m for v, m in self.registry.models.get(name, {}).items() if m.ready}
         if not ready:
             raise InvalidArgumentError(f"requested model '{name}' is not available")
         if version:
-            m = ready.get(int(version))
-            if m is None:
+            one = ready.get(int(version))
+            if one is None:
                 raise InvalidArgumentError(f"requested model version is not available for model '{name}'")
-            return {"model_stats": [m.stats.to_json(name, version)]}
-        for v, m in sorted(ready.items()):
-            stats.append(m.stats.to_json(name, str(v)))
+            return {"model_stats": [one.stats.to_json(name, version)]}
+        for v, mv in sorted(ready.items()):
+            stats.append(mv.stats.to_json(name, str(v)))
         return {"model_stats": stats}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
@@ -260,7 +276,12 @@ def _apply_classification(request: InferRequest, resp: InferResponse, model: Mod
     if not wanted:
         return
     resp.outputs = [
-        classify(t, wanted[t.name], model.outputs[t.name].labels if t.name in model.outputs else (), model.max_batch_size > 0)
+        classify(
+            t,
+            wanted[t.name],
+            model.outputs[t.name].labels if t.name in model.outputs else (),
+            model.max_batch_size > 0,
+        )
         if t.name in wanted
         else t
         for t in resp.outputs

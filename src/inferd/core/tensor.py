@@ -90,7 +90,7 @@ class Tensor:
             arr = np.ascontiguousarray(arr)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return memoryview(arr).cast("B")
+        return memoryview(arr).cast("B")  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.datatype.wire}, {list(self.shape)})"

@@ -49,9 +49,7 @@ BY_TRITON_CODE: dict[int, DataType] = {r.triton_code: r for r in _ROWS}
 BYTES = BY_WIRE["BYTES"]
 BF16 = BY_WIRE["BF16"]
 
-_BY_NUMPY: dict[np.dtype[np.generic], DataType] = {
-    r.numpy: r for r in _ROWS if r.wire not in ("BF16",)
-}
+_BY_NUMPY: dict[np.dtype[np.generic], DataType] = {r.numpy: r for r in _ROWS if r.wire not in ("BF16",)}
 
 
 def from_numpy(dtype: np.dtype[np.generic]) -> DataType:

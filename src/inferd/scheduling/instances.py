@@ -4,6 +4,13 @@ The default scheduler and the dynamic batcher are the same pool with a different
 the default takes one request per execute, the dynamic batcher as many queued requests as fit
 in ``max_batch_size`` (waiting up to ``max_queue_delay`` for more). Results cross back to the
 event loop once per batch.
+
+Inline mode: a backend whose instances hold the GIL anyway (Python models) gains nothing from a
+worker thread, and each hand-off to one and back costs two thread wake-ups and a GIL transfer,
+more than a small ``execute`` itself. Once such a model has shown (``INLINE_AFTER`` executions
+in threads, none using BLS) that one execute takes under ``INLINE_BELOW_NS``, the pool runs it
+on the event loop right after the current I/O callbacks, so requests that arrived together
+still form one batch. If executes grow slower than ``THREAD_ABOVE_NS`` it goes back to threads.
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from inferd.errors import InferdError, InternalError, UnavailableError
 
 log = logging.getLogger("inferd.scheduling")
 
+INLINE_AFTER = 16
+INLINE_BELOW_NS = 150_000
+THREAD_ABOVE_NS = 400_000
+
 Clock = Callable[[], int]
 
 
@@ -40,9 +51,7 @@ class BatchPolicy:
         return self.max_batch_size > 0
 
 
-def form_batch(
-    queue: collections.deque[InferRequest], policy: BatchPolicy
-) -> tuple[list[InferRequest], int]:
+def form_batch(queue: collections.deque[InferRequest], policy: BatchPolicy) -> tuple[list[InferRequest], int]:
     """Pop the next batch off ``queue`` (not empty): requests and their summed batch size."""
     first = queue.popleft()
     batch = [first]
@@ -80,6 +89,12 @@ class InstancePool:
         self._executing = 0
         self._stopping = False
         self._instances = instances
+        # inline mode (see the module docstring)
+        self._inline_capable = all(getattr(inst, "inline_ok", False) for _, inst in instances)
+        self._inline = False
+        self._drain_scheduled = False
+        self._ewma_ns = 0.0
+        self._execs = 0
         self._threads = [
             threading.Thread(target=self._worker, args=(inst,), name=f"inferd-{name}", daemon=True)
             for name, inst in instances
@@ -94,7 +109,12 @@ class InstancePool:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
             self._queue.append(request)
-            self._cond.notify()
+            if not self._inline:
+                self._cond.notify()
+                return
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
 
     def inflight(self) -> int:
         return len(self._queue) + self._executing
@@ -131,7 +151,7 @@ class InstancePool:
         policy = self._policy
         while True:
             with cond:
-                while not queue:
+                while not queue or self._inline:
                     if self._stopping:
                         return
                     cond.wait()
@@ -140,10 +160,53 @@ class InstancePool:
                 batch, total = form_batch(queue, policy)
                 self._executing += len(batch)
             try:
-                self._execute(instance, batch, total)
+                self._execute(instance, batch, total, inline=False)
             finally:
                 with cond:
                     self._executing -= len(batch)
+                    if self._inline and queue and not self._drain_scheduled:
+                        self._drain_scheduled = True
+                        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""
+        self._drain_scheduled = False
+        with self._cond:
+            if not self._inline or self._stopping:
+                self._cond.notify_all()
+                return
+            if self._executing or not self._queue:
+                return  # a worker finishing its last threaded batch reschedules us
+            batch, total = form_batch(self._queue, self._policy)
+            self._executing += len(batch)
+        try:
+            self._execute(self._instances[0][1], batch, total, inline=True)
+        finally:
+            with self._cond:
+                self._executing -= len(batch)
+                again = bool(self._queue)
+        if again and not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _observe(self, instance: BackendInstance, duration_ns: int) -> None:
+        """Track execute time; switch between inline and threaded mode."""
+        self._execs += 1
+        self._ewma_ns = duration_ns if self._execs == 1 else 0.8 * self._ewma_ns + 0.2 * duration_ns
+        if not self._inline_capable:
+            return
+        if getattr(instance, "uses_bls", False):
+            self._inline_capable = False
+            self._set_inline(False)
+        elif not self._inline and self._execs >= INLINE_AFTER and self._ewma_ns < INLINE_BELOW_NS:
+            self._set_inline(True)
+        elif self._inline and self._ewma_ns > THREAD_ABOVE_NS:
+            self._set_inline(False)
+
+    def _set_inline(self, inline: bool) -> None:
+        with self._cond:
+            self._inline = inline
+            self._cond.notify_all()
 
     def _wait_for_batch(self) -> None:
         """Hold the oldest request up to max_queue_delay while the batch is short (lock held)."""
@@ -157,20 +220,23 @@ class InstancePool:
                 return
             self._cond.wait(left / 1e9)
 
-    def _execute(self, instance: BackendInstance, batch: list[InferRequest], total: int) -> None:
+    def _execute(
+        self, instance: BackendInstance, batch: list[InferRequest], total: int, inline: bool
+    ) -> None:
         clock = self._clock
         t0 = clock()
         queue_ns = [t0 - r.t_queue_ns for r in batch]
         try:
             responses = instance.execute(batch)
         except InferdError as e:
-            self._fail_all(batch, e)
+            self._fail_all(batch, e, inline)
             return
         except Exception as e:  # a backend bug: answer, log, keep serving
             log.exception("execute failed for model '%s'", self._model_name)
-            self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"))
+            self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline)
             return
         t3 = clock()
+        self._observe(instance, t3 - t0)
         timings = getattr(instance, "last_timings", None)
         if timings is not None:
             in_ns, infer_ns, out_ns = timings
@@ -181,14 +247,20 @@ class InstancePool:
             return  # the backend answered through the request streams
         for r in batch:
             self._stats.record_request(True, t3 - r.t_start_ns)
-        self._loop.call_soon_threadsafe(_deliver, batch, responses)
+        if inline:
+            _deliver(batch, responses)
+        else:
+            self._loop.call_soon_threadsafe(_deliver, batch, responses)
 
-    def _fail_all(self, batch: list[InferRequest], error: InferdError) -> None:
+    def _fail_all(self, batch: list[InferRequest], error: InferdError, inline: bool) -> None:
         now = self._clock()
         for r in batch:
             self._stats.record_request(False, now - r.t_start_ns)
         responses = [self._error_response(r, error) for r in batch]
-        self._loop.call_soon_threadsafe(_deliver, batch, responses)
+        if inline:
+            _deliver(batch, responses)
+        else:
+            self._loop.call_soon_threadsafe(_deliver, batch, responses)
 
     def _fail(self, request: InferRequest, error: InferdError) -> None:
         if request.stream is not None:

@@ -16,7 +16,7 @@ from inferd.backends.python import pb_utils
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
-from inferd.core.types import BYTES, from_numpy
+from inferd.core.types import from_numpy
 from inferd.errors import ErrorCode, InferdError, InternalError, InvalidArgumentError, error_for_code
 
 pb_utils.install()
@@ -145,7 +145,9 @@ class _InstanceHooks(pb_utils._Hooks):
     def __init__(self, instance: PythonInstance) -> None:
         self.instance = instance
 
-    def send(self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse | None, flags: int) -> None:
+    def send(
+        self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse | None, flags: int
+    ) -> None:
         core = request._core
         stream = core.stream
         final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -157,6 +159,7 @@ class _InstanceHooks(pb_utils._Hooks):
         stream.send(resp, final)
 
     def bls(self, request: InferRequest) -> list[pb_utils.InferenceResponse]:
+        self.instance.uses_bls = True
         infer = self.instance.model.ctx.infer_blocking
         if infer is None:
             raise pb_utils.TritonModelException("BLS is not available: the model is not served by a server")
@@ -180,6 +183,9 @@ class PythonInstance:
         self._execute = obj.execute
         self.last_timings: tuple[int, int, int] = (0, 0, 0)
         self.answered: set[int] = set()
+        #: Python code holds the GIL: the pool may run small executes on the event loop
+        self.inline_ok = True
+        self.uses_bls = False
         self._hooks = _InstanceHooks(self)
         self._hooks_installed = False
 
@@ -215,7 +221,8 @@ class PythonInstance:
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(results)}"
             )
         responses = [
-            self.convert(r, res, pr._output_names) for r, res, pr in zip(requests, results, pb_requests, strict=True)
+            self.convert(r, res, pr._output_names)
+            for r, res, pr in zip(requests, results, pb_requests, strict=True)
         ]
         self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
         return responses
@@ -232,9 +239,7 @@ class PythonInstance:
                 )
                 r.stream.send(InferResponse(r.model_name, self.model.version_str, r.id, error=err), True)
 
-    def convert(
-        self, request: InferRequest, result: Any, wanted: frozenset[str] | None
-    ) -> InferResponse:
+    def convert(self, request: InferRequest, result: Any, wanted: frozenset[str] | None) -> InferResponse:
         """A pb_utils.InferenceResponse as a core InferResponse (unrequested outputs dropped)."""
         version = self.model.version_str
         if not isinstance(result, pb_utils.InferenceResponse):
@@ -246,7 +251,9 @@ class PythonInstance:
         e = result.error()
         if e is not None:
             code = _CODE_BY_PB.get(e.code(), ErrorCode.INTERNAL)
-            return InferResponse(request.model_name, version, request.id, error=error_for_code(code, e.message()))
+            return InferResponse(
+                request.model_name, version, request.id, error=error_for_code(code, e.message())
+            )
         outputs = []
         for t in result.output_tensors():
             name = t.name()
@@ -258,7 +265,7 @@ class PythonInstance:
             except TypeError:
                 err = InternalError(f"output '{name}' has unsupported numpy dtype {arr.dtype}")
                 return InferResponse(request.model_name, version, request.id, error=err)
-            outputs.append(Tensor(name, dt, arr.shape, array=arr if dt is not BYTES else arr))
+            outputs.append(Tensor(name, dt, arr.shape, array=arr))
         return InferResponse(request.model_name, version, request.id, outputs=outputs)
 
     def unload(self) -> None:

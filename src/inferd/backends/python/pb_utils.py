@@ -111,7 +111,7 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        return self._array
+        return self._array  # type: ignore[no-any-return]
 
     def shape(self) -> list[int]:
         return list(self._array.shape)
@@ -156,7 +156,9 @@ class InferenceResponse:
 
     __slots__ = ("_error", "_outputs")
 
-    def __init__(self, output_tensors: Iterable[Tensor] | None = None, error: TritonError | None = None) -> None:
+    def __init__(
+        self, output_tensors: Iterable[Tensor] | None = None, error: TritonError | None = None
+    ) -> None:
         self._outputs = list(output_tensors) if output_tensors is not None else []
         self._error = error
 
@@ -381,7 +383,7 @@ class ModelConfig:
                 return
         lst.append(entry)
 
-    def add_input(self, input: dict[str, Any]) -> None:  # noqa: A002 - Triton's parameter name
+    def add_input(self, input: dict[str, Any]) -> None:
         self._add("input", input)
 
     def add_output(self, output: dict[str, Any]) -> None:

@@ -53,7 +53,9 @@ def _decompress(req: HttpRequest) -> bytes:
     raise UnsupportedError(f"unsupported content-encoding '{enc}'")
 
 
-def _compress(req: HttpRequest, parts: list[bytes | memoryview]) -> tuple[list[bytes | memoryview], str | None]:
+def _compress(
+    req: HttpRequest, parts: list[bytes | memoryview]
+) -> tuple[list[bytes | memoryview], str | None]:
     accept = req.headers.get("accept-encoding")
     if not accept:
         return parts, None
@@ -124,7 +126,9 @@ class HttpApp:
         resp.send(200 if ok else 400, _EMPTY, _TEXT)
 
     # -- model routes ----------------------------------------------------------------------------
-    def _model_route(self, req: HttpRequest, resp: Responder, name: str, version: str, action: str | None) -> None:
+    def _model_route(
+        self, req: HttpRequest, resp: Responder, name: str, version: str, action: str | None
+    ) -> None:
         server = self.server
         if action is None:
             self._get_only(req, resp, lambda: self._json(resp, server.model_metadata(name, version)))
@@ -182,7 +186,11 @@ class HttpApp:
             _error(resp, e, _TEXT)
             return
         if model.decoupled:
-            _error(resp, UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy"), _TEXT)
+            _error(
+                resp,
+                UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy"),
+                _TEXT,
+            )
             return
         try:
             hl_text = req.headers.get("inference-header-content-length")
@@ -235,4 +243,6 @@ class HttpApp:
         if encoding is not None:
             headers.append(("Content-Encoding", encoding))
         ctype = "application/octet-stream" if hlen >= 0 else _JSON
-        resp.send(200, body if len(body) > 1 else body[0] if isinstance(body[0], bytes) else body, ctype, headers)
+        resp.send(
+            200, body if len(body) > 1 else body[0] if isinstance(body[0], bytes) else body, ctype, headers
+        )

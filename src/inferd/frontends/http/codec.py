@@ -51,7 +51,9 @@ def _member(obj: dict[str, Any], key: str) -> Any:
     try:
         return obj[key]
     except KeyError:
-        raise InternalError(f"Unable to parse '{key}': attempt to access non-existing object member '{key}'") from None
+        raise InternalError(
+            f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+        ) from None
 
 
 def _string(obj: dict[str, Any], key: str) -> str:
@@ -117,7 +119,9 @@ def _json_tensor(name: str, dt: DataType, shape: tuple[int, ...], data: Any) -> 
     if dt is BYTES:
         for v in flat:
             if not isinstance(v, str):
-                raise InternalError("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+                raise InternalError(
+                    "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+                )
         arr = np.empty(len(flat), dtype=np.object_)
         arr[:] = [v.encode() for v in flat]
         return Tensor(name, dt, shape, array=arr)
@@ -317,7 +321,8 @@ def _json_data(t: Tensor) -> Any:
     arr = t.array
     if t.datatype is BYTES:
         return [
-            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v) for v in arr.reshape(-1)
+            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+            for v in arr.reshape(-1)
         ]
     return arr.reshape(-1)
 

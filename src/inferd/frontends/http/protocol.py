@@ -82,7 +82,9 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         # answers ready before the ones ahead of them: written when their turn comes
-        self._pending: dict[Responder, tuple[int, bytes | list[bytes | memoryview], str, list[tuple[str, str]] | None]] = {}
+        self._pending: dict[
+            Responder, tuple[int, bytes | list[bytes | memoryview], str, list[tuple[str, str]] | None]
+        ] = {}
         self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
         self._paused = False
         self._closing = False
@@ -185,7 +187,13 @@ class HttpConnection(asyncio.Protocol):
         else:
             length = len(body)
         head = _STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()
-        lines = [head, b"Content-Type: ", content_type.encode(), b"\r\nContent-Length: ", str(length).encode()]
+        lines = [
+            head,
+            b"Content-Type: ",
+            content_type.encode(),
+            b"\r\nContent-Length: ",
+            str(length).encode(),
+        ]
         if extra_headers:
             for k, v in extra_headers:
                 lines.append(f"\r\n{k}: {v}".encode())
