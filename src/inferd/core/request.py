@@ -43,6 +43,8 @@ class InferRequest:
     flags: int = 0
     priority: int = 0
     timeout_us: int = 0
+    #: names of ``outputs`` as a set, when the decoder already made one (saves each backend doing it)
+    output_names: frozenset[str] | None = None
     # filled by the core
     batch_size: int = 1
     t_start_ns: int = field(default_factory=time.monotonic_ns)

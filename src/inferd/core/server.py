@@ -178,13 +178,20 @@ class Server:
         return self.get_model(name, version).config_json()
 
     # -- inference --------------------------------------------------------------------------------
-    def submit(self, request: InferRequest, model: Model | None = None) -> ResponseStream:
-        """Validate and queue ``request``; its responses arrive on the returned stream."""
+    def submit(
+        self, request: InferRequest, model: Model | None = None, validated: bool = False
+    ) -> ResponseStream:
+        """Validate and queue ``request``; its responses arrive on the returned stream.
+
+        ``validated``: a frontend vouches that an identical request (same names, datatypes,
+        shapes and byte sizes) to this same ``model`` passed validation already.
+        """
         if self._stopping:
             raise UnavailableError("Server is stopping")
         if model is None:
             model = self.get_model(request.model_name, request.model_version)
-        validate_request(request, model)
+        if not validated:
+            validate_request(request, model)
         assert self.loop is not None
         stream = ResponseStream(self.loop)
         request.stream = stream

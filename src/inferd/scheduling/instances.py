@@ -90,7 +90,10 @@ class InstancePool:
         self._stopping = False
         self._instances = instances
         # inline mode (see the module docstring)
-        self._inline_capable = all(getattr(inst, "inline_ok", False) for _, inst in instances)
+        # a queue delay means waiting for more requests: that needs a thread that may block
+        self._inline_capable = policy.max_queue_delay_ns == 0 and all(
+            getattr(inst, "inline_ok", False) for _, inst in instances
+        )
         self._inline = False
         self._drain_scheduled = False
         self._ewma_ns = 0.0

@@ -196,10 +196,13 @@ class PythonInstance:
         clock = time.monotonic_ns
         t0 = clock()
         all_outputs = self.model.output_names
+        wrap = pb_utils.InferenceRequest._wrap
         pb_requests = [
-            pb_utils.InferenceRequest(
-                _core=r,
-                _output_names=all_outputs if r.outputs is None else frozenset(o.name for o in r.outputs),
+            wrap(
+                r,
+                all_outputs
+                if r.outputs is None
+                else (r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)),
             )
             for r in requests
         ]

@@ -234,6 +234,18 @@ class InferenceRequest:
         self._output_names = frozenset(requested_output_names)
         self._params_json = None
 
+    @classmethod
+    def _wrap(cls, core: _core_request.InferRequest, output_names: frozenset[str] | None) -> InferenceRequest:
+        """A received request (the hot path: no keyword-argument constructor)."""
+        self = cls.__new__(cls)
+        self._core = core
+        self._tensors = None
+        self._model_name = core.model_name
+        self._model_version = -1
+        self._output_names = output_names
+        self._params_json = None
+        return self
+
     # received-request accessors
     def inputs(self) -> list[Tensor]:
         return list(self._input_map().values())

@@ -15,7 +15,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.server import Server
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
-from inferd.frontends.http.codec import OutputEncoding, decode_infer_request, encode_infer_response
+from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response
 from inferd.frontends.http.protocol import HttpRequest, Responder
 
 log = logging.getLogger("inferd.http")
@@ -72,6 +72,7 @@ class HttpApp:
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        self._headers = HeaderCache()
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
@@ -203,8 +204,14 @@ class HttpApp:
                         f"Unable to parse inference header size, got: {hl_text}"
                     ) from None
             body = _decompress(req)
-            request, enc = decode_infer_request(model, version, body, header_length)
-            stream = server.submit(request, model)
+            request, enc, tpl = self._headers.decode(model, version, body, header_length)
+            if tpl is not None and tpl.validated:
+                stream = server.submit(request, model, validated=True)
+            else:
+                stream = server.submit(request, model)
+                if tpl is not None:
+                    tpl.batch_size = request.batch_size
+                    tpl.validated = True
         except InferdError as e:
             _error(resp, e, _TEXT if e.code.http_status == 400 and "header size" in e.message else _JSON)
             return

@@ -276,6 +276,7 @@ def decode_infer_request(
                 enc.binary[oname] = bool(oparams["binary_data"])
             custom = {k: v for k, v in oparams.items() if k not in ("binary_data", "classification")}
             request.outputs.append(RequestedOutput(oname, cls, custom))
+        request.output_names = frozenset(o.name for o in request.outputs)
     return request, enc
 
 
@@ -352,3 +353,103 @@ def encode_infer_response(
     doc["outputs"] = outputs
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     return head, parts, (len(head) if parts else -1)
+
+
+@dataclass(slots=True)
+class _Template:
+    """What a binary-only request header decodes to, minus the tensor bytes."""
+
+    model: Model
+    version: str
+    inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
+    tail_len: int
+    id: str
+    parameters: dict[str, Any]
+    correlation_id: int | str
+    flags: int
+    priority: int
+    timeout_us: int
+    outputs: list[RequestedOutput] | None
+    output_names: frozenset[str] | None
+    enc: OutputEncoding
+    validated: bool = False
+    batch_size: int = 1
+
+
+class HeaderCache:
+    """Remembers decoded JSON headers of binary requests (clients resend the same header each time).
+
+    A hit skips JSON parsing and, once a request with that header passed validation, validation:
+    names, datatypes, shapes and byte sizes all come from the header, and BYTES inputs (whose
+    contents matter) are never cached.
+    """
+
+    def __init__(self, capacity: int = 256, max_header: int = 4096) -> None:
+        self._capacity = capacity
+        self._max_header = max_header
+        self._cache: dict[bytes, _Template] = {}
+
+    def decode(
+        self, model: Model, version: str, body: bytes, header_length: int | None
+    ) -> tuple[InferRequest, OutputEncoding, _Template | None]:
+        """Like ``decode_infer_request``; also the template to mark validated after validation."""
+        if header_length is None or header_length <= 0 or header_length > self._max_header:
+            request, enc = decode_infer_request(model, version, body, header_length)
+            return request, enc, None
+        head = body[:header_length]
+        tpl = self._cache.get(head)
+        if tpl is not None and tpl.model is model and tpl.version == version:
+            tail = memoryview(body)[header_length:]
+            if len(tail) == tpl.tail_len:
+                inputs = {}
+                off = 0
+                for name, dt, shape, size in tpl.inputs:
+                    inputs[name] = Tensor(name, dt, shape, raw=tail[off : off + size])
+                    off += size
+                request = InferRequest(
+                    model.name,
+                    inputs,
+                    version,
+                    tpl.id,
+                    dict(tpl.parameters) if tpl.parameters else {},
+                    tpl.outputs,
+                    tpl.correlation_id,
+                    tpl.flags,
+                    tpl.priority,
+                    tpl.timeout_us,
+                    tpl.output_names,
+                    tpl.batch_size,
+                )
+                return request, tpl.enc, tpl
+        request, enc = decode_infer_request(model, version, body, header_length)
+        tpl = self._template(model, version, request, enc, len(body) - header_length)
+        if tpl is not None:
+            if len(self._cache) >= self._capacity:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[head] = tpl
+        return request, enc, tpl
+
+    @staticmethod
+    def _template(
+        model: Model, version: str, request: InferRequest, enc: OutputEncoding, tail_len: int
+    ) -> _Template | None:
+        specs = []
+        for t in request.inputs.values():
+            if t.raw is None or t.datatype is BYTES:
+                return None
+            specs.append((t.name, t.datatype, t.shape, t.raw_byte_size()))
+        return _Template(
+            model,
+            version,
+            tuple(specs),
+            tail_len,
+            request.id,
+            request.parameters,
+            request.correlation_id,
+            request.flags,
+            request.priority,
+            request.timeout_us,
+            request.outputs,
+            request.output_names,
+            enc,
+        )
