@@ -60,6 +60,10 @@ class ResponseStream:
             self._done = True
         cb = self._callback
         if cb is not None:
+            if final:
+                # the callback usually closes over the request, which holds this stream: break
+                # the cycle now, or every request becomes work for the cyclic GC
+                self._callback = None
             cb(response, final)
             return
         self._items.append((response, final))

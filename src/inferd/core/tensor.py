@@ -90,7 +90,8 @@ class Tensor:
             arr = np.ascontiguousarray(arr)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return memoryview(arr).cast("B")  # type: ignore[arg-type]
+        # flat first: memoryview cannot cast a view with a zero in its shape ([0, 3])
+        return memoryview(arr.reshape(-1)).cast("B")  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.datatype.wire}, {list(self.shape)})"

@@ -54,7 +54,7 @@ _BY_NUMPY: dict[np.dtype[np.generic], DataType] = {r.numpy: r for r in _ROWS if 
 
 def from_numpy(dtype: np.dtype[np.generic]) -> DataType:
     """The row for a numpy dtype; str/bytes arrays (``U``/``S`` kinds) map to BYTES."""
-    row = _BY_NUMPY.get(dtype)
+    row = _BY_NUMPY.get(dtype if dtype.isnative else dtype.newbyteorder("="))
     if row is not None:
         return row
     if dtype.kind in ("U", "S", "O"):

@@ -5,9 +5,13 @@ Texts are the reference server's, word for word (see ../shared/reference/triton-
 
 from __future__ import annotations
 
+import struct
+
+import numpy as np
+
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
-from inferd.core.tensor import BytesDecodeError, Tensor, deserialize_bytes
+from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
 from inferd.errors import InvalidArgumentError
 
@@ -17,6 +21,9 @@ _BATCH_NOTE = (
     "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
     "more info on max_batch_size."
 )
+
+
+_LEN = struct.Struct("<I")
 
 
 def request_prefix(request: InferRequest) -> str:
@@ -32,43 +39,54 @@ def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
+def _missing_inputs_error(request: InferRequest, model: Model, order: list[Tensor]) -> InvalidArgumentError:
+    """Triton's wrong-input-count message (its "missing ... ]" quirk included when none is missing)."""
+    specs, required = model.inputs, model.required_inputs
+    inputs = request.inputs
+    missing = [r for r in required if r not in inputs]
+    missing_str = _names(missing) if missing else "]"
+    if len(required) == len(specs):
+        expected = f"expected {len(specs)} inputs"
+    else:
+        expected = f"expected number of inputs between {len(required)} and {len(specs)}"
+    return InvalidArgumentError(
+        f"{request_prefix(request)}{expected} but got {len(inputs)} inputs for model '{model.name}'. "
+        f"Got input(s) {_names([t.name for t in order])}, but missing required input(s) {missing_str}. "
+        "Please provide all required input(s)."
+    )
+
+
 def validate_request(request: InferRequest, model: Model) -> None:
-    """Check ``request`` against ``model``; set ``request.batch_size``. Raises InvalidArgumentError."""
+    """Check ``request`` against ``model``; set ``request.batch_size``. Raises InvalidArgumentError.
+
+    The checks run in the reference's order: requested outputs (sorted, as Triton keeps them in a
+    set), the input count, then the inputs in reverse request order (Triton's hash map of a request's
+    few inputs iterates that way) for the batch dimension, datatypes and shapes, and byte sizes.
+    """
     name = model.name
     specs = model.inputs
     inputs = request.inputs
-    for iname in inputs:
-        if iname not in specs:
-            raise InvalidArgumentError(f"unexpected inference input '{iname}' for model '{name}'")
     if request.outputs is not None:
-        for o in request.outputs:
-            if o.name not in model.outputs:
-                raise InvalidArgumentError(f"unexpected inference output '{o.name}' for model '{name}'")
-    required = model.required_inputs
-    if len(inputs) < len(specs) and any(r not in inputs for r in required):
-        missing = [r for r in required if r not in inputs]
-        if len(required) == len(specs):
-            expected = f"expected {len(specs)} inputs"
-        else:
-            expected = f"expected number of inputs between {len(required)} and {len(specs)}"
-        raise InvalidArgumentError(
-            f"{request_prefix(request)}{expected} but got {len(inputs)} inputs for model '{name}'. "
-            f"Got input(s) {_names(list(inputs))}, but missing required input(s) {_names(missing)}. "
-            "Please provide all required input(s)."
-        )
+        for oname in sorted({o.name for o in request.outputs}):
+            if oname not in model.outputs:
+                raise InvalidArgumentError(f"unexpected inference output '{oname}' for model '{name}'")
+    order = list(inputs.values())
+    order.reverse()
+    if len(inputs) > len(specs) or len(inputs) < len(model.required_inputs):
+        raise _missing_inputs_error(request, model, order)
     mbs = model.max_batch_size
-    batch_size = 1
+    batch_size = 0
     if mbs > 0:
-        first = True
-        for t in inputs.values():
+        for t in order:
+            if t.name not in specs:
+                raise InvalidArgumentError(f"unexpected inference input '{t.name}' for model '{name}'")
             if not t.shape:
                 raise InvalidArgumentError(
                     f"{request_prefix(request)}input '{t.name}' has no shape but model requires batch "
                     f"dimension for '{name}'"
                 )
-            if first:
+            if batch_size == 0:  # 0 means "not set yet" to Triton, even when a request says 0
                 batch_size = t.shape[0]
-                first = False
             elif t.shape[0] != batch_size:
                 raise InvalidArgumentError(
                     f"{request_prefix(request)}input '{t.name}' batch size does not match other inputs "
@@ -78,9 +96,10 @@ def validate_request(request: InferRequest, model: Model) -> None:
             raise InvalidArgumentError(
                 f"{request_prefix(request)}inference request batch-size must be <= {mbs} for '{name}'"
             )
-    request.batch_size = batch_size
-    for t in inputs.values():
-        spec = specs[t.name]
+    for t in order:
+        spec = specs.get(t.name)
+        if spec is None:
+            raise InvalidArgumentError(f"unexpected inference input '{t.name}' for model '{name}'")
         if t.datatype is not spec.datatype:
             raise InvalidArgumentError(
                 f"{request_prefix(request)}inference input '{t.name}' data-type is '{t.datatype.wire}', "
@@ -89,42 +108,86 @@ def validate_request(request: InferRequest, model: Model) -> None:
         shape = t.shape[1:] if mbs > 0 else t.shape
         dims = spec.dims
         if len(shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, shape, strict=True)):
-            note = _BATCH_NOTE if mbs > 0 else ""
+            note = _BATCH_NOTE.lstrip() if mbs > 0 else ""
             raise InvalidArgumentError(
                 f"{request_prefix(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                f"Expected {_shape_str(spec.full_shape(mbs))}, got {_shape_str(t.shape)}. {note.lstrip()}"
-                if mbs > 0
-                else f"{request_prefix(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                f"Expected {_shape_str(spec.full_shape(mbs))}, got {_shape_str(t.shape)}. "
+                f"Expected {_shape_str(spec.full_shape(mbs))}, got {_shape_str(t.shape)}. {note}"
             )
-        if spec.datatype is BYTES:
-            _check_bytes(request, model, t)
+    if any(r not in inputs for r in model.required_inputs):
+        raise _missing_inputs_error(request, model, order)
+    request.batch_size = batch_size if mbs > 0 else 1
+    for t in order:
+        # elements Triton expects: the request's batch size times the rest of the shape (a batch
+        # size of 0 leaves the batch dimension out altogether)
+        count = (batch_size or 1) if mbs > 0 else 1
+        for d in t.shape[1:] if mbs > 0 else t.shape:
+            count *= d
+        if t.datatype is BYTES:
+            _check_bytes(request, model, t, count)
             continue
         nbytes = t.raw_byte_size()
-        if nbytes >= 0:
-            expected_bytes = t.element_count * spec.datatype.itemsize
-            if nbytes != expected_bytes:
-                raise InvalidArgumentError(
-                    f"{request_prefix(request)}input byte size mismatch for input '{t.name}' for model "
-                    f"'{name}'. Expected {expected_bytes}, got {nbytes}"
-                )
-
-
-def _check_bytes(request: InferRequest, model: Model, t: Tensor) -> None:
-    """Decode a raw BYTES input now (so a bad buffer is a 400 before the model runs); check the count."""
-    if t.raw is None:
-        arr = t.array.reshape(-1)
-    else:
-        try:
-            arr = deserialize_bytes(t.raw)
-        except BytesDecodeError as e:
+        if nbytes < 0:
+            nbytes = t.array.nbytes
+        expected_bytes = count * t.datatype.itemsize
+        if nbytes != expected_bytes:
             raise InvalidArgumentError(
-                f"{request_prefix(request)}element byte size indicates more data than provided for "
-                f"inference input '{t.name}' for model '{model.name}'"
-            ) from e
-    if arr.shape[0] != t.element_count:
+                f"{request_prefix(request)}input byte size mismatch for input '{t.name}' for model "
+                f"'{name}'. Expected {expected_bytes}, got {nbytes}"
+            )
+
+
+def _check_bytes(request: InferRequest, model: Model, t: Tensor, count: int) -> None:
+    """Walk a BYTES input's length-prefixed elements as Triton does; decode it (400 before the model runs)."""
+    where = f"for inference input '{t.name}' for model '{model.name}'"
+    if t.raw is None:
+        n = t.array.size
+        if n > count:
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}unexpected number of string elements {count + 1} {where}, "
+                f"expecting {count}"
+            )
+        if n != count:
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}expected {count} string elements {where}, got {n}"
+            )
+        t.set_array(t.array.reshape(t.shape))
+        return
+    mv = memoryview(t.raw).cast("B")
+    size = mv.nbytes
+    out: list[bytes] = []
+    off = 0
+    cut: tuple[int, int] | None = None
+    while off < size:
+        if size - off < 4:
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}incomplete string length indicator {where}, expecting 4 bytes but "
+                f"only {size - off} bytes available. Please make sure the string length indicator is in one "
+                "buffer."
+            )
+        (length,) = _LEN.unpack_from(mv, off)
+        off += 4
+        if len(out) + 1 > count:
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}unexpected number of string elements {len(out) + 1} {where}, "
+                f"expecting {count}"
+            )
+        if size - off >= length:
+            out.append(bytes(mv[off : off + length]))
+            off += length
+        else:
+            cut = (length, size - off)
+            off = size
+    found = len(out) + (cut is not None)
+    if found != count:
         raise InvalidArgumentError(
-            f"{request_prefix(request)}expected {t.element_count} string elements for inference input "
-            f"'{t.name}' for model '{model.name}', got {arr.shape[0]}"
+            f"{request_prefix(request)}expected {count} string elements {where}, got {found}"
         )
+    if cut is not None:
+        # Triton's core lets this through and its Python backend refuses it (no request id prefix)
+        raise InvalidArgumentError(
+            f"incomplete string data for inference input '{t.name}', expecting string of length {cut[0]} "
+            f"but only {cut[1]} bytes available"
+        )
+    arr = np.empty(len(out), dtype=np.object_)
+    arr[:] = out
     t.set_array(arr.reshape(t.shape))

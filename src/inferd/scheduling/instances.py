@@ -7,10 +7,16 @@ event loop once per batch.
 
 Inline mode: a backend whose instances hold the GIL anyway (Python models) gains nothing from a
 worker thread, and each hand-off to one and back costs two thread wake-ups and a GIL transfer,
-more than a small ``execute`` itself. Once such a model has shown (``INLINE_AFTER`` executions
-in threads, none using BLS) that one execute takes under ``INLINE_BELOW_NS``, the pool runs it
-on the event loop right after the current I/O callbacks, so requests that arrived together
-still form one batch. If executes grow slower than ``THREAD_ABOVE_NS`` it goes back to threads.
+more than a small ``execute`` itself. After ``INLINE_AFTER`` warm-up executions in threads
+(none using BLS) the pool tries batches on the event loop (in a thread, wall time includes
+waiting for the GIL and says nothing). While an execute holds the GIL all along (it never
+blocks: no voluntary context switch of the loop thread during it) a worker thread could not have
+overlapped anything with the loop, so inline costs nothing and saves the hand-offs. Batches run
+right after the current I/O callbacks, so requests that arrived together still form one batch.
+When an execute blocks (sleep, I/O) for longer than ``SMALL_NS``, or ``SLOW_RUN`` executes in a
+row take more than ``INLINE_MAX_NS`` of CPU, the pool goes back to threads and tries again
+``PROBE_EVERY_NS`` later. Both are measured so that a busy machine preempting the loop thread
+does not count: voluntary context switches only, and thread CPU time rather than wall time.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -31,9 +38,11 @@ from inferd.errors import InferdError, InternalError, UnavailableError
 
 log = logging.getLogger("inferd.scheduling")
 
-INLINE_AFTER = 16
-INLINE_BELOW_NS = 150_000
-THREAD_ABOVE_NS = 400_000
+INLINE_AFTER = 4
+INLINE_MAX_NS = 2_000_000
+SLOW_RUN = 3
+SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
+PROBE_EVERY_NS = 10_000_000_000
 
 Clock = Callable[[], int]
 
@@ -97,7 +106,10 @@ class InstancePool:
         self._inline = False
         self._drain_scheduled = False
         self._ewma_ns = 0.0
-        self._execs = 0
+        self._slow_run = 0
+        self._execs = 0  # threaded executions since the last switch
+        self._inline_execs = 0
+        self._next_probe_ns = 0
         self._threads = [
             threading.Thread(target=self._worker, args=(inst,), name=f"inferd-{name}", daemon=True)
             for name, inst in instances
@@ -192,23 +204,40 @@ class InstancePool:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
 
-    def _observe(self, instance: BackendInstance, duration_ns: int) -> None:
-        """Track execute time; switch between inline and threaded mode."""
-        self._execs += 1
-        self._ewma_ns = duration_ns if self._execs == 1 else 0.8 * self._ewma_ns + 0.2 * duration_ns
+    def _observe(self, instance: BackendInstance, cpu_ns: int, blocked: bool, inline: bool) -> None:
+        """Track execute time; switch between inline and threaded mode (see the module docstring)."""
         if not self._inline_capable:
             return
         if getattr(instance, "uses_bls", False):
             self._inline_capable = False
             self._set_inline(False)
-        elif not self._inline and self._execs >= INLINE_AFTER and self._ewma_ns < INLINE_BELOW_NS:
-            self._set_inline(True)
-        elif self._inline and self._ewma_ns > THREAD_ABOVE_NS:
-            self._set_inline(False)
+            return
+        if inline:
+            self._inline_execs += 1
+            self._ewma_ns = float(cpu_ns) if self._inline_execs == 1 else 0.8 * self._ewma_ns + 0.2 * cpu_ns
+            # one long execute may be a GC pause: only a run of them counts
+            self._slow_run = self._slow_run + 1 if cpu_ns > INLINE_MAX_NS else 0
+            if blocked or self._slow_run >= SLOW_RUN:
+                self._next_probe_ns = self._clock() + PROBE_EVERY_NS
+                self._set_inline(False)
+        else:
+            self._execs += 1
+            if self._execs >= INLINE_AFTER and not self._inline and self._clock() >= self._next_probe_ns:
+                self._set_inline(True)
 
     def _set_inline(self, inline: bool) -> None:
+        log.debug(
+            "model '%s' version %s: %s (average inline execute %.0f us of CPU)",
+            self._model_name,
+            self._model_version,
+            "executing inline" if inline else "executing in threads",
+            self._ewma_ns / 1000,
+        )
         with self._cond:
             self._inline = inline
+            self._execs = 0
+            self._inline_execs = 0
+            self._slow_run = 0
             self._cond.notify_all()
 
     def _wait_for_batch(self) -> None:
@@ -228,6 +257,9 @@ class InstancePool:
     ) -> None:
         clock = self._clock
         t0 = clock()
+        if inline:
+            v0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+            c0 = time.thread_time_ns()
         queue_ns = [t0 - r.t_queue_ns for r in batch]
         try:
             responses = instance.execute(batch)
@@ -239,7 +271,13 @@ class InstancePool:
             self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline)
             return
         t3 = clock()
-        self._observe(instance, t3 - t0)
+        if inline:
+            cpu = time.thread_time_ns() - c0
+            # a wait shorter than a thread hand-off is not worth leaving the loop for
+            blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != v0 and t3 - t0 - cpu > SMALL_NS
+            self._observe(instance, cpu, blocked, True)
+        else:
+            self._observe(instance, 0, False, False)
         timings = getattr(instance, "last_timings", None)
         if timings is not None:
             in_ns, infer_ns, out_ns = timings

@@ -36,7 +36,8 @@ _PB_BY_CODE = {v: k for k, v in _CODE_BY_PB.items()}
 
 def format_exception(e: BaseException) -> str:
     """``Type: message\\n\\nAt:\\n  file(line): function`` as Triton's stub prints a Python error."""
-    frames = traceback.extract_tb(e.__traceback__)
+    # the model's frames only: Triton's stub calls into model.py from C++
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(e).__name__}: {e}\n\nAt:\n{at}"
 
@@ -187,12 +188,11 @@ class PythonInstance:
         self.inline_ok = True
         self.uses_bls = False
         self._hooks = _InstanceHooks(self)
-        self._hooks_installed = False
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        if not self._hooks_installed:
+        # per thread: the pool runs an instance in its worker thread or, inline, on the loop's
+        if getattr(pb_utils._local, "hooks", None) is not self._hooks:
             pb_utils._set_thread_hooks(self._hooks)
-            self._hooks_installed = True
         clock = time.monotonic_ns
         t0 = clock()
         all_outputs = self.model.output_names

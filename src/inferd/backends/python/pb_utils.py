@@ -415,7 +415,7 @@ class Logger:
 
     @classmethod
     def log(cls, message: str, level: int = INFO) -> None:
-        cls._log.log(cls._LEVELS.get(level, logging.INFO), '"%s"', message, stacklevel=3)
+        cls._log.log(cls._LEVELS.get(level, logging.INFO), '"%s"', message, stacklevel=2)
 
     @classmethod
     def log_info(cls, message: str) -> None:

@@ -29,8 +29,11 @@ _RAPIDJSON_TEXT = (
     ("zero-length", "The document is empty."),
     ("expected a JSON value", "Invalid value."),
     ("trailing characters", "The document root must not be followed by other values."),
+    ("unexpected content after document", "The document root must not be followed by other values."),
+    ("input data is empty", "The document is empty."),
     ("trailing comma", "Invalid value."),
     ("key must be a string", "Missing a name for object member."),
+    ("expected a string key", "Missing a name for object member."),
     ("expected ':'", "Missing a colon after a name of object member."),
     ("expected ',' or '}'", "Missing a comma or '}' after an object member."),
     ("expected ',' or ']'", "Missing a comma or ']' after an array element."),
@@ -325,7 +328,10 @@ def _json_data(t: Tensor) -> Any:
             v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
             for v in arr.reshape(-1)
         ]
-    return arr.reshape(-1)
+    flat = arr.reshape(-1)
+    if not (flat.flags.c_contiguous and flat.dtype.isnative):  # orjson serialises only these
+        flat = np.ascontiguousarray(flat, dtype=flat.dtype.newbyteorder("="))
+    return flat
 
 
 def encode_infer_response(
