@@ -233,6 +233,7 @@ class ReferenceServer(Server):
 
     def start(self, ports: Ports, log_path: Path) -> None:
         self._log = log_path
+        self._ports = ports  # set first: stop() also cleans up after a failed start (e.g. not ready in time)
         cmd = [
             "bash",
             str(TRITON_SH),
@@ -244,8 +245,8 @@ class ReferenceServer(Server):
         ]
         rc = run_logged(cmd, log_path)
         if rc != 0:
-            raise StartError(f"triton.sh start exited {rc} (see {log_path})")
-        self._ports = ports
+            self.stop()
+            raise StartError(f"triton.sh start exited {rc}:\n{tail(log_path)}")
 
     def stop(self) -> None:
         if self._ports is None:
@@ -740,18 +741,22 @@ class ScenarioSection(Section):
         )
 
     def _notes(self, data: RunData, sid: str) -> str:
-        notes = []
+        """Rows that were not 'stable' (or were noisy), grouped: 'inferd r1,r3: loose'."""
+        groups: dict[tuple[str, str], list[str]] = {}
         for srv in (self.subject, self.baseline):
             for r in data.of(srv):
                 row = r.bench.get(sid)
                 if row is None:
-                    if r.bench_error:
-                        notes.append(f"{srv} r{r.round}: no data")
+                    note = "no data" if r.bench_error else ""
                 elif row.status != "stable":
-                    notes.append(f"{srv} r{r.round}: {row.status[:60]}")
+                    note = row.status.replace("|", "/")[:70].strip()
                 elif row.spread_pct is not None and row.spread_pct > 25:
-                    notes.append(f"{srv} r{r.round}: spread {row.spread_pct:.0f}%")
-        return "; ".join(notes)
+                    note = "spread > 25%"
+                else:
+                    note = ""
+                if note:
+                    groups.setdefault((srv, note), []).append(f"r{r.round}")
+        return "; ".join(f"{srv} {','.join(rounds)}: {note}" for (srv, note), rounds in groups.items())
 
 
 class ColdStartMemorySection(Section):

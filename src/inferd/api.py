@@ -100,6 +100,7 @@ class Server:
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
+            coro.close()  # never to run: no "coroutine was never awaited" warning
             raise InternalError("the server is not started: call start() first")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 

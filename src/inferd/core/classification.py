@@ -8,15 +8,22 @@ import numpy as np
 
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
+from inferd.errors import InvalidArgumentError
+
+#: the output datatypes Triton classifies; integers print as integers, floats with %f
+_SUPPORTED = frozenset(
+    {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"}
+)
 
 
 def _top(row: np.ndarray[Any, Any], n: int, labels: tuple[str, ...]) -> list[bytes]:
     values = row.astype(np.float64, copy=False)
     order = np.argsort(-values, kind="stable")[:n]
+    integer = row.dtype.kind in "iu"
     out = []
     for idx in order:
         i = int(idx)
-        s = f"{values[i]:f}:{i}"
+        s = f"{int(row[i])}:{i}" if integer else f"{values[i]:f}:{i}"
         if i < len(labels):
             s += f":{labels[i]}"
         out.append(s.encode())
@@ -25,6 +32,10 @@ def _top(row: np.ndarray[Any, Any], n: int, labels: tuple[str, ...]) -> list[byt
 
 def classify(tensor: Tensor, n: int, labels: tuple[str, ...], batched: bool) -> Tensor:
     """Top-``n`` classes of ``tensor``: shape [n] or, for a batching model, [batch, n]."""
+    if tensor.datatype.wire not in _SUPPORTED:
+        raise InvalidArgumentError(
+            f"class result not available for output due to unsupported type '{tensor.datatype.wire}'"
+        )
     arr = tensor.array
     if batched and arr.ndim >= 1:
         rows = arr.reshape(arr.shape[0], -1)

@@ -172,6 +172,8 @@ class InstancePool:
                     cond.wait()
                 if policy.batching and policy.max_queue_delay_ns > 0:
                     self._wait_for_batch()
+                    if not queue:  # stop() failed the queue, or another worker took it meanwhile
+                        continue
                 batch, total = form_batch(queue, policy)
                 self._executing += len(batch)
             try:

@@ -15,7 +15,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.server import Server
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
-from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response
+from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response, parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
 
 log = logging.getLogger("inferd.http")
@@ -29,6 +29,10 @@ _TEXT = "text/plain"
 _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
+_LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
+#: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
+_TEXT_ERRORS = ("inference header size should be", "Unsupported compression type", "incomplete string data")
+_MAX_VERSION = 2**63 - 1
 
 
 def _error_body(e: InferdError) -> bytes:
@@ -50,7 +54,23 @@ def _decompress(req: HttpRequest) -> bytes:
             return zlib.decompress(req.body)
     except (OSError, zlib.error, EOFError) as e:
         raise InvalidArgumentError(f"failed to decompress the request body ({enc}): {e}") from e
-    raise UnsupportedError(f"unsupported content-encoding '{enc}'")
+    raise UnsupportedError("Unsupported compression type")
+
+
+def _header_length(text: str) -> int:
+    """Inference-Header-Content-Length as Triton reads it (atoi: leading digits, else 0)."""
+    m = _LEADING_INT.match(text)
+    return int(m.group(1)) if m else 0
+
+
+def _version_error(version: str) -> InferdError | None:
+    """A version path segment too large for an int64, as Triton refuses it."""
+    if version and len(version) > 18 and int(version) > _MAX_VERSION:
+        return InvalidArgumentError(
+            f"failed to get model version from specified version string '{version}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    return None
 
 
 def _compress(
@@ -94,9 +114,9 @@ class HttpApp:
             self._model_route(req, resp, name, version, action)
             return
         if path == "/v2/health/live":
-            self._get_only(req, resp, lambda: self._health(resp, self.server.live()))
+            self._get_only(req, resp, lambda: self._health(resp, self.server.live()), _TEXT)
         elif path == "/v2/health/ready":
-            self._get_only(req, resp, lambda: self._health(resp, self.server.ready()))
+            self._get_only(req, resp, lambda: self._health(resp, self.server.ready()), _TEXT)
         elif path == "/v2":
             if req.method != "GET":
                 resp.send(405, _NOT_ALLOWED, _JSON)
@@ -109,9 +129,9 @@ class HttpApp:
 
     # -- helpers ---------------------------------------------------------------------------------
     @staticmethod
-    def _get_only(req: HttpRequest, resp: Responder, fn: Any) -> None:
+    def _get_only(req: HttpRequest, resp: Responder, fn: Any, not_allowed_type: str = _JSON) -> None:
         if req.method != "GET":
-            resp.send(405, _NOT_ALLOWED, _TEXT)
+            resp.send(405, _NOT_ALLOWED, not_allowed_type)
             return
         try:
             fn()
@@ -131,6 +151,10 @@ class HttpApp:
         self, req: HttpRequest, resp: Responder, name: str, version: str, action: str | None
     ) -> None:
         server = self.server
+        bad_version = _version_error(version)
+        if bad_version is not None and req.method == "GET" and action in (None, "ready", "config", "stats"):
+            _error(resp, bad_version, _TEXT if action == "ready" else _JSON)
+            return
         if action is None:
             self._get_only(req, resp, lambda: self._json(resp, server.model_metadata(name, version)))
         elif action == "ready":
@@ -153,17 +177,14 @@ class HttpApp:
             resp.send(404, _NOT_FOUND, _TEXT)
             return
         if req.method != "POST":
-            resp.send(405, _NOT_ALLOWED, _TEXT)
+            resp.send(405, _NOT_ALLOWED, _JSON)
             return
         repo, index, model, action = m.groups()
         try:
             body = _decompress(req)
             doc: Any = {}
             if body.strip():
-                try:
-                    doc = orjson.loads(body)
-                except orjson.JSONDecodeError as e:
-                    raise InternalError(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from e
+                doc = parse_json(body)
             if index:
                 ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
                 self._json(resp, self.server.repository_index(ready))
@@ -182,6 +203,9 @@ class HttpApp:
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
         server = self.server
         try:
+            bad_version = _version_error(version)
+            if bad_version is not None:
+                raise bad_version
             model = server.get_model(name, version)
         except InferdError as e:
             _error(resp, e, _TEXT)
@@ -195,14 +219,7 @@ class HttpApp:
             return
         try:
             hl_text = req.headers.get("inference-header-content-length")
-            header_length = None
-            if hl_text is not None:
-                try:
-                    header_length = int(hl_text)
-                except ValueError:
-                    raise InvalidArgumentError(
-                        f"Unable to parse inference header size, got: {hl_text}"
-                    ) from None
+            header_length = None if hl_text is None else _header_length(hl_text)
             body = _decompress(req)
             request, enc, tpl = self._headers.decode(model, version, body, header_length)
             if tpl is not None and tpl.validated:
@@ -213,7 +230,7 @@ class HttpApp:
                     tpl.batch_size = request.batch_size
                     tpl.validated = True
         except InferdError as e:
-            _error(resp, e, _TEXT if e.code.http_status == 400 and "header size" in e.message else _JSON)
+            _error(resp, e, _TEXT if e.message.startswith(_TEXT_ERRORS) else _JSON)
             return
         stream.set_callback(lambda r, final: self._finish(req, resp, model, request, enc, r))
 
@@ -236,7 +253,7 @@ class HttpApp:
             self.server.postprocess(request, r, model)
             head, parts, hlen = encode_infer_response(r, enc)
         except InferdError as e:
-            _error(resp, e)
+            _error(resp, e, _TEXT)  # after the model ran, as the reference answers its errors
             return
         except Exception as e:
             log.exception("encoding the response of model '%s' failed", model.name)

@@ -6,6 +6,8 @@ are the reference's (rapidjson's wording where a client could see it).
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,7 @@ from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
 from inferd.core.validate import request_prefix
-from inferd.errors import InternalError, InvalidArgumentError
+from inferd.errors import InternalError, InvalidArgumentError, NotFoundError
 
 #: Request parameters the server consumes; never passed on to the model.
 RESERVED_PARAMETERS = frozenset(
@@ -50,6 +52,167 @@ def _json_error(e: orjson.JSONDecodeError) -> InternalError:
     return InternalError(f"failed to parse the request JSON buffer: {msg} at {e.pos}")
 
 
+def parse_json(buf: bytes) -> Any:
+    """A JSON body as Triton's rapidjson reads it: up to the first NUL byte, NaN and Infinity
+    accepted, and rapidjson's error message and offset (500) when it is no JSON."""
+    nul = buf.find(b"\0")
+    if nul >= 0:
+        buf = buf[:nul]
+    try:
+        return orjson.loads(buf)
+    except orjson.JSONDecodeError as e:
+        found = _rapidjson_error(buf)
+        if found is None:
+            try:
+                return json.loads(buf)  # what orjson refuses and rapidjson takes: NaN, Infinity
+            except (ValueError, RecursionError):
+                raise _json_error(e) from e
+        raise InternalError(f"failed to parse the request JSON buffer: {found[0]} at {found[1]}") from e
+
+
+class _RapidJsonError(Exception):
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.offset = offset
+
+
+_WS = b" \t\n\r"
+_ESCAPES = b'"\\/bfnrtu'
+
+
+def _rapidjson_error(buf: bytes) -> tuple[str, int] | None:
+    """(message, offset) of the first error rapidjson reports for ``buf``; None when it parses."""
+    n = len(buf)
+
+    def ws(i: int) -> int:
+        while i < n and buf[i] in _WS:
+            i += 1
+        return i
+
+    def literal(i: int, word: bytes) -> int:
+        for k in range(1, len(word)):
+            if i + k >= n or buf[i + k] != word[k]:
+                raise _RapidJsonError("Invalid value.", i + k)
+        return i + len(word)
+
+    def string(i: int) -> int:
+        i += 1
+        while True:
+            if i >= n:
+                raise _RapidJsonError("Missing a closing quotation mark in string.", i)
+            c = buf[i]
+            if c == 0x22:
+                return i + 1
+            if c == 0x5C:
+                if i + 1 >= n or buf[i + 1] not in _ESCAPES:
+                    raise _RapidJsonError("Invalid escape character in string.", i)
+                if buf[i + 1] == 0x75:  # \uXXXX
+                    hexa = buf[i + 2 : i + 6]
+                    if len(hexa) < 4 or any(h not in b"0123456789abcdefABCDEF" for h in hexa):
+                        raise _RapidJsonError("Incorrect hex digit after \\u escape in string.", i)
+                    i += 6
+                else:
+                    i += 2
+            elif c < 0x20:
+                raise _RapidJsonError("Invalid escape character in string.", i)  # 2.51 says so
+            else:
+                i += 1
+
+    def digits(i: int) -> int:
+        while i < n and 0x30 <= buf[i] <= 0x39:
+            i += 1
+        return i
+
+    def number(i: int) -> int:
+        start = i
+        if buf[i] == 0x2D:  # -
+            i += 1
+        if buf[i : i + 3] == b"NaN":
+            return i + 3
+        if buf[i : i + 8] == b"Infinity":
+            return i + 8
+        if i < n and buf[i] == 0x30:
+            i += 1
+        elif i < n and 0x31 <= buf[i] <= 0x39:
+            i = digits(i)
+        else:
+            raise _RapidJsonError("Invalid value.", i)
+        if i < n and buf[i] == 0x2E:  # .
+            if i + 1 >= n or not 0x30 <= buf[i + 1] <= 0x39:
+                raise _RapidJsonError("Miss fraction part in number.", i + 1)
+            i = digits(i + 1)
+        if i < n and buf[i] in b"eE":
+            i += 1
+            if i < n and buf[i] in b"+-":
+                i += 1
+            if i >= n or not 0x30 <= buf[i] <= 0x39:
+                raise _RapidJsonError("Miss exponent in number.", i)
+            i = digits(i)
+        if float(buf[start:i]) in (float("inf"), float("-inf")):
+            raise _RapidJsonError("Number too big to be stored in double.", start)
+        return i
+
+    def value(i: int) -> int:
+        i = ws(i)
+        if i >= n:
+            raise _RapidJsonError("Invalid value.", i)
+        c = buf[i]
+        if c == 0x7B:  # {
+            i = ws(i + 1)
+            if i < n and buf[i] == 0x7D:
+                return i + 1
+            while True:
+                if i >= n or buf[i] != 0x22:
+                    raise _RapidJsonError("Missing a name for object member.", i)
+                i = ws(string(i))
+                if i >= n or buf[i] != 0x3A:
+                    raise _RapidJsonError("Missing a colon after a name of object member.", i)
+                i = ws(value(i + 1))
+                if i < n and buf[i] == 0x2C:
+                    i = ws(i + 1)
+                elif i < n and buf[i] == 0x7D:
+                    return i + 1
+                else:
+                    raise _RapidJsonError("Missing a comma or '}' after an object member.", i)
+        if c == 0x5B:  # [
+            i = ws(i + 1)
+            if i < n and buf[i] == 0x5D:
+                return i + 1
+            while True:
+                i = ws(value(i))
+                if i < n and buf[i] == 0x2C:
+                    i = ws(i + 1)
+                elif i < n and buf[i] == 0x5D:
+                    return i + 1
+                else:
+                    raise _RapidJsonError("Missing a comma or ']' after an array element.", i)
+        if c == 0x22:
+            return string(i)
+        if c == 0x74:
+            return literal(i, b"true")
+        if c == 0x66:
+            return literal(i, b"false")
+        if c == 0x6E:
+            return literal(i, b"null")
+        if c == 0x2D or 0x30 <= c <= 0x39 or c in b"NI":
+            return number(i)
+        raise _RapidJsonError("Invalid value.", i)
+
+    i = ws(0)
+    try:
+        if i >= n:
+            raise _RapidJsonError("The document is empty.", i)
+        i = ws(value(i))
+        if i < n:
+            raise _RapidJsonError("The document root must not be followed by other values.", i)
+    except _RapidJsonError as e:
+        return e.message, e.offset
+    except RecursionError:
+        return None
+    return None
+
+
 def _member(obj: dict[str, Any], key: str) -> Any:
     try:
         return obj[key]
@@ -76,15 +239,6 @@ def _shape(obj: dict[str, Any]) -> tuple[int, ...]:
                 "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
     return tuple(v)
-
-
-def _params(obj: dict[str, Any]) -> dict[str, Any]:
-    p = obj.get("parameters")
-    if p is None:
-        return {}
-    if not isinstance(p, dict):
-        raise InternalError("Unable to parse 'parameters': attempt to access JSON non-object as object")
-    return p
 
 
 @dataclass(slots=True)
@@ -114,9 +268,7 @@ def _flatten(data: Any, out: list[Any]) -> None:
             out.append(v)
 
 
-def _json_tensor(name: str, dt: DataType, shape: tuple[int, ...], data: Any) -> Tensor:
-    if not isinstance(data, list):
-        data = [data]
+def _json_tensor(name: str, dt: DataType, shape: tuple[int, ...], data: list[Any]) -> Tensor:
     flat: list[Any] = []
     _flatten(data, flat)
     if dt is BYTES:
@@ -151,34 +303,78 @@ def _json_tensor(name: str, dt: DataType, shape: tuple[int, ...], data: Any) -> 
     return Tensor(name, dt, shape, array=arr)
 
 
+def _bool_param(key: str, v: Any) -> bool:
+    if type(v) is not bool:
+        raise InternalError(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+    return v
+
+
+def _uint_param(key: str, v: Any) -> int:
+    if type(v) is not int or v < 0:
+        raise InternalError(
+            f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
+    return v
+
+
 def _apply_reserved(request: InferRequest, params: dict[str, Any], enc: OutputEncoding) -> None:
     custom: dict[str, Any] = {}
     for k, v in params.items():
-        if k.startswith("triton_"):
-            raise InvalidArgumentError(
-                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
-            )
-        if k not in RESERVED_PARAMETERS:
+        if k not in RESERVED_PARAMETERS or k == "headers":  # 2.51's HTTP takes "headers" as any other key
+            if k.startswith("triton_"):
+                raise InvalidArgumentError(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+                    "specified."
+                )
+            if not isinstance(v, (str, int, float)):  # bool is an int
+                raise InvalidArgumentError(
+                    f"parameter '{k}' has invalid type. It should be either 'int', 'bool', or 'string'."
+                )
+            if type(v) is int and not -(2**63) <= v < 2**63:
+                v = float(v)  # as rapidjson reads it: not an int64, so a double
             custom[k] = v
         elif k == "binary_data_output":
-            enc.default_binary = bool(v)
+            enc.default_binary = _bool_param(k, v)
         elif k == "sequence_id":
+            if not (isinstance(v, str) or (type(v) is int and v >= 0)):
+                raise InternalError(
+                    "Unable to parse 'sequence_id': attempt to access JSON non-string as string"
+                )
             request.correlation_id = v
         elif k == "sequence_start":
-            request.flags |= SEQUENCE_START if v else 0
+            request.flags |= SEQUENCE_START if _bool_param(k, v) else 0
         elif k == "sequence_end":
-            request.flags |= SEQUENCE_END if v else 0
+            request.flags |= SEQUENCE_END if _bool_param(k, v) else 0
         elif k == "priority":
-            request.priority = int(v)
+            request.priority = _uint_param(k, v)
         elif k == "timeout":
-            request.timeout_us = int(v)
+            request.timeout_us = _uint_param(k, v)
     request.parameters = custom
+
+
+def _shm_region(params: dict[str, Any]) -> NotFoundError:
+    """No client shared memory can be registered (yet): every region named is unknown."""
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise InternalError(
+            "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string"
+        )
+    return NotFoundError(f"Unable to find shared memory region: '{region}'")
+
+
+_INPUT_FIELDS = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+    "'shared_memory_region' in 'parameters'. But"
+)
 
 
 def decode_infer_request(
     model: Model, version: str, body: bytes, header_length: int | None
 ) -> tuple[InferRequest, OutputEncoding]:
-    """Parse an /infer body (JSON, JSON + binary tail, or a raw single-tensor body)."""
+    """Parse an /infer body (JSON, JSON + binary tail, or a raw single-tensor body).
+
+    Members are read in the reference's order, so a request with several faults gets its answer.
+    """
     if header_length is None and not body:
         header_length = 0
     if header_length == 0:
@@ -192,20 +388,21 @@ def decode_infer_request(
         tail = memoryview(body)[header_length:]
     else:
         head, tail = body, memoryview(b"")
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError as e:
-        raise _json_error(e) from e
+    doc = parse_json(head)
     if not isinstance(doc, dict):
-        raise InternalError("failed to parse the request JSON buffer: Invalid value. at 0")
+        doc = {}  # rapidjson parses any root; only the member lookups fail
     request = InferRequest(model_name=model.name, inputs={}, model_version=version)
-    rid = doc.get("id")
-    if rid is not None:
+    if "id" in doc:
+        rid = doc["id"]
         if not isinstance(rid, str):
             raise InternalError("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = rid
     enc = OutputEncoding()
-    _apply_reserved(request, _params(doc), enc)
+    if "parameters" in doc:
+        params = doc["parameters"]
+        if not isinstance(params, dict):
+            raise InternalError("failed to get request params.: attempt to get members for non-object")
+        _apply_reserved(request, params, enc)
     inputs = _member(doc, "inputs")
     if not isinstance(inputs, list):
         raise InternalError("Unable to parse 'inputs': attempt to access JSON non-array as array")
@@ -213,29 +410,41 @@ def decode_infer_request(
     tail_len = len(tail)
     for item in inputs:
         if not isinstance(item, dict):
-            raise InternalError("Unable to parse 'inputs': attempt to access JSON non-object as object")
-        name = _string(item, "name")
-        shape = _shape(item)
-        dtname = _string(item, "datatype")
-        dt = BY_WIRE.get(dtname)
-        if dt is None:
-            raise InvalidArgumentError(f"invalid datatype for input {name}")
-        iparams = _params(item)
-        size = iparams.get("binary_data_size")
+            item = {}
+        iparams = item.get("parameters")
+        if not isinstance(iparams, dict):
+            iparams = {}  # parameters that are no object hold no binary_data_size
         has_data = "data" in item
+        has_size = "binary_data_size" in iparams
+        has_shm = "shared_memory_region" in iparams
+        if has_data + has_size + has_shm != 1:
+            if has_data or has_size or has_shm:
+                found = "".join(
+                    f" '{f}'"
+                    for f, on in (
+                        ("data", has_data),
+                        ("binary_data_size", has_size),
+                        ("shared_memory_region", has_shm),
+                    )
+                    if on
+                )
+                raise InvalidArgumentError(f"{_INPUT_FIELDS} set{found}")
+            raise InvalidArgumentError(f"{_INPUT_FIELDS} no field is set")
+        name = _string(item, "name")
+        dtname = _string(item, "datatype")
+        shape = _shape(item)
         if name in request.inputs:
             raise InvalidArgumentError(f"{request_prefix(request)}input '{name}' already exists in request")
-        if size is not None:
-            if has_data:
-                raise InvalidArgumentError(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in "
-                    "'parameters', 'shared_memory_region' in 'parameters'. But found data and binary_data_size"
-                )
+        dt = BY_WIRE.get(dtname)
+        if has_size:
+            size = iparams["binary_data_size"]
             if type(size) is not int or size < 0:
                 raise InternalError(
                     "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
                     "unsigned-integer"
                 )
+            if dt is None:
+                raise InvalidArgumentError(f"invalid datatype for input {name}")
             if offset + size > tail_len:
                 raise InvalidArgumentError(
                     f"unexpected size for input '{name}', expecting {offset + size - tail_len} additional "
@@ -243,48 +452,62 @@ def decode_infer_request(
                 )
             request.inputs[name] = Tensor(name, dt, shape, raw=tail[offset : offset + size])
             offset += size
-        elif has_data:
+        elif has_shm:
+            raise _shm_region(iparams)
+        else:
+            count = 0
+            for i, d in enumerate(shape):
+                count = d if i == 0 else count * d
+            if count == 0:  # Triton reads no data at all for no elements (an empty shape included)
+                if dt is None:
+                    raise InvalidArgumentError(f"invalid datatype for input {name}")
+                request.inputs[name] = Tensor(name, dt, shape, raw=memoryview(b""))
+                continue
+            data = item["data"]
+            if not isinstance(data, list):
+                raise InternalError("Unable to parse 'data': attempt to access JSON non-array as array")
+            if dt is None:
+                raise InvalidArgumentError(f"invalid datatype for input {name}")
             if not dt.json_ok:
                 raise InvalidArgumentError(
                     f"receiving {dt.wire} data via JSON is not supported. Please use the binary data "
                     f"format for input {name}"
                 )
-            request.inputs[name] = _json_tensor(name, dt, shape, item["data"])
-        else:
-            raise InvalidArgumentError(
-                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
-                "'shared_memory_region' in 'parameters'. But no field is set"
-            )
+            request.inputs[name] = _json_tensor(name, dt, shape, data)
     if offset != tail_len:
-        raise InvalidArgumentError(
-            f"unexpected additional input data for model '{model.name}': {tail_len - offset} bytes left over"
-        )
-    outputs = doc.get("outputs")
-    if outputs is not None:
+        raise InvalidArgumentError(f"unexpected additional input data for model '{model.name}'")
+    if "outputs" in doc:
+        outputs = doc["outputs"]
         if not isinstance(outputs, list):
             raise InternalError("Unable to parse 'outputs': attempt to access JSON non-array as array")
-        request.outputs = []
+        requested = []
         for item in outputs:
             if not isinstance(item, dict):
-                raise InternalError("Unable to parse 'outputs': attempt to access JSON non-object as object")
+                item = {}
             oname = _string(item, "name")
-            oparams = _params(item)
+            oparams = item.get("parameters")
+            if not isinstance(oparams, dict):
+                oparams = {}
             cls = oparams.get("classification", 0)
             if type(cls) is not int or cls < 0:
                 raise InternalError(
-                    "Unable to parse 'classification': attempt to access JSON non-unsigned-integer as "
+                    "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
                     "unsigned-integer"
                 )
-            if "binary_data" in oparams:
-                enc.binary[oname] = bool(oparams["binary_data"])
+            if "shared_memory_region" in oparams:
+                raise _shm_region(oparams)
+            # a listed output is JSON unless it asks for binary (binary_data_output covers the others)
+            enc.binary[oname] = _bool_param("binary_data", oparams.get("binary_data", False))
             custom = {k: v for k, v in oparams.items() if k not in ("binary_data", "classification")}
-            request.outputs.append(RequestedOutput(oname, cls, custom))
-        request.output_names = frozenset(o.name for o in request.outputs)
+            requested.append(RequestedOutput(oname, cls, custom))
+        if requested:  # an empty list asks for every output, as no list does
+            request.outputs = requested
+            request.output_names = frozenset(o.name for o in requested)
     return request, enc
 
 
 def _decode_raw(model: Model, version: str, body: bytes) -> tuple[InferRequest, OutputEncoding]:
-    """A body that is one tensor, no JSON (Inference-Header-Content-Length: 0)."""
+    """A body that is one tensor, no JSON (Inference-Header-Content-Length: 0), as Triton deduces it."""
     request = InferRequest(model_name=model.name, inputs={}, model_version=version)
     specs = list(model.inputs.values())
     if len(specs) != 1:
@@ -294,30 +517,38 @@ def _decode_raw(model: Model, version: str, body: bytes) -> tuple[InferRequest, 
         )
     spec = specs[0]
     dims = list(spec.dims)
+    variable = [i for i, d in enumerate(dims) if d == -1]
+    if len(variable) > 1:
+        raise InvalidArgumentError(
+            f"{request_prefix(request)}The shape of the raw input '{spec.name}' can not be deduced because "
+            "there are more than one variable-sized dimension"
+        )
+    count = 1
+    for d in dims:
+        if d != -1:
+            count *= d
+    data: bytes | memoryview = memoryview(body)
     if spec.datatype is BYTES:
-        shape = [1]
-    else:
-        variable = [i for i, d in enumerate(dims) if d == -1]
-        if len(variable) > 1:
+        if variable or count != 1:
             raise InvalidArgumentError(
-                f"{request_prefix(request)}Raw request must only have 1 variable-size dimension to be deduced "
-                f"but got {len(variable)} in input '{spec.name}' of '{model.name}' model configuration"
+                f"{request_prefix(request)}For BYTE datatype raw input '{spec.name}', the model must have "
+                "input shape [1]"
             )
-        known = spec.datatype.itemsize
-        for d in dims:
-            if d != -1:
-                known *= d
+        data = struct.pack("<I", len(body)) + body  # the body is the one string, unprefixed
+    else:
         if variable:
-            if known == 0 or len(body) % known:
-                raise InvalidArgumentError(
-                    f"{request_prefix(request)}input byte size {len(body)} is not a multiple of the element "
-                    f"byte size of input '{spec.name}' for model '{model.name}'"
-                )
-            dims[variable[0]] = len(body) // known
-        shape = dims
-    if model.max_batch_size > 0:
-        shape = [1, *shape]
-    request.inputs[spec.name] = Tensor(spec.name, spec.datatype, tuple(shape), raw=memoryview(body))
+            known = count * spec.datatype.itemsize
+            dims[variable[0]] = len(body) // known if known else 0
+            count *= dims[variable[0]]
+        expected = count * spec.datatype.itemsize
+        if len(body) != expected:
+            # Triton names the input as its HTTP frontend added it, before deducing the model's name
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}input byte size mismatch for input 'raw_input' for model "
+                f"'{model.name}'. Expected {expected}, got {len(body)}"
+            )
+    shape = [1, *dims] if model.max_batch_size > 0 else dims
+    request.inputs[spec.name] = Tensor(spec.name, spec.datatype, tuple(shape), raw=data)
     return request, OutputEncoding(default_binary=True)
 
 
@@ -340,12 +571,20 @@ def encode_infer_response(
     """(JSON header, binary parts, header length or -1 when the body is pure JSON)."""
     outputs = []
     parts: list[bytes | memoryview] = []
+    binary_bytes = 0
     for t in resp.outputs:
         o: dict[str, Any] = {"name": t.name, "datatype": t.datatype.wire, "shape": list(t.shape)}
-        if enc.is_binary(t.name) or not t.datatype.json_ok:
+        if enc.is_binary(t.name):
             data = t.to_bytes()
-            o["parameters"] = {"binary_data_size": len(data) if isinstance(data, bytes) else data.nbytes}
+            size = len(data) if isinstance(data, bytes) else data.nbytes
+            o["parameters"] = {"binary_data_size": size}
             parts.append(data)
+            binary_bytes += size
+        elif not t.datatype.json_ok:
+            raise InvalidArgumentError(
+                f"sending {t.datatype.wire} data via JSON is not supported. Please use the binary data format "
+                "for output"
+            )
         else:
             o["data"] = _json_data(t)
         outputs.append(o)
@@ -358,7 +597,8 @@ def encode_infer_response(
         doc["parameters"] = resp.parameters
     doc["outputs"] = outputs
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    return head, parts, (len(head) if parts else -1)
+    # no binary bytes at all (empty binary outputs included): a plain JSON answer, as the reference gives
+    return head, parts, (len(head) if binary_bytes else -1)
 
 
 @dataclass(slots=True)
