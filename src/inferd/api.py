@@ -20,6 +20,7 @@ from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE
 from inferd.errors import InternalError
 from inferd.options import ServerOptions
+from inferd.shm.system import SharedMemoryManager
 
 T = TypeVar("T")
 
@@ -48,6 +49,8 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._http: Any = None
+        #: client shared-memory regions, shared by the frontends
+        self.shm = SharedMemoryManager()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Server:
@@ -67,7 +70,9 @@ class Server:
             from inferd.frontends.http.app import HttpApp
             from inferd.frontends.http.protocol import HttpServer
 
-            self._http = HttpServer(HttpApp(self._core), self.options.http_address, self.options.http_port)
+            self._http = HttpServer(
+                HttpApp(self._core, self.shm), self.options.http_address, self.options.http_port
+            )
             await self._http.start()
 
     @property
@@ -91,6 +96,7 @@ class Server:
         if self._http is not None:
             await self._http.stop()
         await self._core.stop()
+        self.shm.close()
 
     def __enter__(self) -> Server:
         return self.start()

@@ -120,6 +120,7 @@ async def serve(options: ServerOptions) -> int:
     from inferd.core.server import Server
     from inferd.frontends.http.app import HttpApp
     from inferd.frontends.http.protocol import HttpServer
+    from inferd.shm.system import SharedMemoryManager
 
     t0 = time.monotonic()
     server = Server(options)
@@ -141,9 +142,11 @@ async def serve(options: ServerOptions) -> int:
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
         await server.stop(0)
         return 1
+    # one registry of client shared-memory regions for every frontend
+    shm = SharedMemoryManager()
     http: HttpServer | None = None
     if options.allow_http:
-        http = HttpServer(HttpApp(server), options.http_address, options.http_port)
+        http = HttpServer(HttpApp(server, shm), options.http_address, options.http_port)
         try:
             await http.start()
         except OSError as e:
@@ -170,6 +173,7 @@ async def serve(options: ServerOptions) -> int:
     await server.stop(max(0.0, deadline - time.monotonic()))
     if http is not None:
         await http.stop()
+    shm.close()
     return 0
 
 

@@ -23,6 +23,8 @@ class RequestedOutput:
     name: str
     classification: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: where the frontend must write this output (a shared-memory window), None: in the response
+    target: memoryview | None = None
 
 
 @dataclass(slots=True)

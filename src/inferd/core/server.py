@@ -36,6 +36,8 @@ EXTENSIONS = (
     "classification",
     "model_repository",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",

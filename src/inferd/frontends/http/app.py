@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import gzip
 import logging
 import re
@@ -17,12 +19,14 @@ from inferd.core.server import Server
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response, parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
 log = logging.getLogger("inferd.http")
 
 _MODEL_RE = re.compile(
     r"^/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?$"
 )
+_SHM_RE = re.compile(r"^/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)$")
 _REPO_RE = re.compile(r"^/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))$")
 _JSON = "application/json"
 _TEXT = "text/plain"
@@ -90,9 +94,16 @@ def _compress(
 class HttpApp:
     """The routes of the KServe v2 HTTP protocol over one core Server."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(
+        self,
+        server: Server,
+        shm: SharedMemoryManager | None = None,
+        cuda_shm: CudaSharedMemoryManager | None = None,
+    ) -> None:
         self.server = server
-        self._headers = HeaderCache()
+        self.shm = shm if shm is not None else SharedMemoryManager()
+        self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
+        self._headers = HeaderCache(shm=self.shm)
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
@@ -124,6 +135,8 @@ class HttpApp:
                 self._json(resp, self.server.metadata())
         elif path.startswith("/v2/repository"):
             self._repository(req, resp)
+        elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
+            self._shared_memory(req, resp)
         else:
             resp.send(404, _NOT_FOUND, _TEXT)
 
@@ -199,6 +212,70 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
 
+    # -- shared memory ---------------------------------------------------------------------------
+    def _shared_memory(self, req: HttpRequest, resp: Responder) -> None:
+        m = _SHM_RE.match(req.path)
+        if m is None:
+            resp.send(404, _NOT_FOUND, _TEXT)
+            return
+        kind, region, action = m.group(1), m.group(2) or "", m.group(3)
+        if (action == "status") != (req.method == "GET") or req.method not in ("GET", "POST"):
+            resp.send(405, _NOT_ALLOWED, _TEXT)
+            return
+        if action == "register" and not region:
+            resp.send(404, _NOT_FOUND, _TEXT)
+            return
+        try:
+            if action == "status":
+                mgr: SharedMemoryManager | CudaSharedMemoryManager = (
+                    self.shm if kind == "system" else self.cuda_shm
+                )
+                self._json(resp, mgr.status(region))
+                return
+            if action == "unregister":
+                (self.shm if kind == "system" else self.cuda_shm).unregister(region)
+            else:
+                doc = parse_json(_decompress(req))
+                if kind == "system":
+                    self._register_system(region, doc)
+                else:
+                    self._register_cuda(region, doc)
+            resp.send(200, _EMPTY, _JSON)
+        except InferdError as e:
+            _error(resp, e)
+
+    def _register_system(self, region: str, doc: Any) -> None:
+        if not isinstance(doc, dict):
+            raise InternalError("attempt to access JSON non-object as object")
+        if "byte_size" not in doc:  # the reference asks for byte_size first
+            raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
+        if "key" not in doc:
+            raise InvalidArgumentError("Shared memory register request has no 'key' field")
+        key, offset, size = doc["key"], doc.get("offset", 0), doc["byte_size"]
+        if not isinstance(key, str):
+            raise InternalError("attempt to access JSON non-string as string")
+        for v in (offset, size):
+            if type(v) is not int or v < 0:
+                raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        self.shm.register(region, key, offset, size)
+
+    def _register_cuda(self, region: str, doc: Any) -> None:
+        if not isinstance(doc, dict):
+            raise InternalError("attempt to access JSON non-object as object")
+        handle = doc.get("raw_handle")
+        b64 = handle.get("b64") if isinstance(handle, dict) else None
+        if not isinstance(b64, str):
+            raise InvalidArgumentError("Shared memory register request has no 'raw_handle' field")
+        try:
+            raw = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        device, size = doc.get("device_id", 0), doc.get("byte_size", 0)
+        for v in (device, size):
+            if type(v) is not int or v < 0:
+                raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        self.cuda_shm.register(region, raw, device, size)
+
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
         server = self.server
@@ -251,7 +328,7 @@ class HttpApp:
             return
         try:
             self.server.postprocess(request, r, model)
-            head, parts, hlen = encode_infer_response(r, enc)
+            head, parts, hlen = encode_infer_response(r, enc, request)
         except InferdError as e:
             _error(resp, e, _TEXT)  # after the model ran, as the reference answers its errors
             return

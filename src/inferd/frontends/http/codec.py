@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -21,6 +21,9 @@ from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
 from inferd.core.validate import request_prefix
 from inferd.errors import InternalError, InvalidArgumentError, NotFoundError
+
+if TYPE_CHECKING:
+    from inferd.shm.system import SharedMemoryManager
 
 #: Request parameters the server consumes; never passed on to the model.
 RESERVED_PARAMETERS = frozenset(
@@ -247,6 +250,8 @@ class OutputEncoding:
 
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
+    #: tensors travel through shared memory (such requests are never cached by header)
+    shm: bool = False
 
     def is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
@@ -352,15 +357,31 @@ def _apply_reserved(request: InferRequest, params: dict[str, Any], enc: OutputEn
     request.parameters = custom
 
 
-def _shm_region(params: dict[str, Any]) -> NotFoundError:
-    """No client shared memory can be registered (yet): every region named is unknown."""
+def _shm_window(params: dict[str, Any], shm: SharedMemoryManager | None) -> memoryview:
+    """The shared-memory window an input or output names, bounds checked before any byte moves."""
     region = params["shared_memory_region"]
     if not isinstance(region, str):
         raise InternalError(
             "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string"
         )
-    return NotFoundError(f"Unable to find shared memory region: '{region}'")
+    size = params.get("shared_memory_byte_size")
+    if size is not None:
+        size = _uint_param("shared_memory_byte_size", size)
+    offset = _uint_param("shared_memory_offset", params.get("shared_memory_offset", 0))
+    if shm is None:
+        raise NotFoundError(f"Unable to find shared memory region: '{region}'")
+    return shm.resolve(region, offset, size)
 
+
+_OUTPUT_CODEC_PARAMS = frozenset(
+    {
+        "binary_data",
+        "classification",
+        "shared_memory_region",
+        "shared_memory_byte_size",
+        "shared_memory_offset",
+    }
+)
 
 _INPUT_FIELDS = (
     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
@@ -369,7 +390,11 @@ _INPUT_FIELDS = (
 
 
 def decode_infer_request(
-    model: Model, version: str, body: bytes, header_length: int | None
+    model: Model,
+    version: str,
+    body: bytes,
+    header_length: int | None,
+    shm: SharedMemoryManager | None = None,
 ) -> tuple[InferRequest, OutputEncoding]:
     """Parse an /infer body (JSON, JSON + binary tail, or a raw single-tensor body).
 
@@ -453,7 +478,11 @@ def decode_infer_request(
             request.inputs[name] = Tensor(name, dt, shape, raw=tail[offset : offset + size])
             offset += size
         elif has_shm:
-            raise _shm_region(iparams)
+            window = _shm_window(iparams, shm)
+            if dt is None:
+                raise InvalidArgumentError(f"invalid datatype for input {name}")
+            request.inputs[name] = Tensor(name, dt, shape, raw=window)
+            enc.shm = True
         else:
             count = 0
             for i, d in enumerate(shape):
@@ -494,12 +523,14 @@ def decode_infer_request(
                     "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
                     "unsigned-integer"
                 )
+            target = None
             if "shared_memory_region" in oparams:
-                raise _shm_region(oparams)
+                target = _shm_window(oparams, shm)
+                enc.shm = True
             # a listed output is JSON unless it asks for binary (binary_data_output covers the others)
             enc.binary[oname] = _bool_param("binary_data", oparams.get("binary_data", False))
-            custom = {k: v for k, v in oparams.items() if k not in ("binary_data", "classification")}
-            requested.append(RequestedOutput(oname, cls, custom))
+            custom = {k: v for k, v in oparams.items() if k not in _OUTPUT_CODEC_PARAMS}
+            requested.append(RequestedOutput(oname, cls, custom, target))
         if requested:  # an empty list asks for every output, as no list does
             request.outputs = requested
             request.output_names = frozenset(o.name for o in requested)
@@ -565,16 +596,37 @@ def _json_data(t: Tensor) -> Any:
     return flat
 
 
+def write_to_target(t: Tensor, target: memoryview) -> None:
+    """Copy an output into the shared-memory window the client named (500 when it is too small)."""
+    data = t.to_bytes()
+    size = len(data) if isinstance(data, bytes) else data.nbytes
+    if size > target.nbytes:
+        raise InternalError(
+            f"shared memory size specified with the request for output '{t.name}' ({target.nbytes} bytes) "
+            f"should be at least {size} bytes to hold the results"
+        )
+    target[:size] = data
+
+
 def encode_infer_response(
-    resp: InferResponse, enc: OutputEncoding
+    resp: InferResponse, enc: OutputEncoding, request: InferRequest | None = None
 ) -> tuple[bytes, list[bytes | memoryview], int]:
-    """(JSON header, binary parts, header length or -1 when the body is pure JSON)."""
+    """(JSON header, binary parts, header length or -1 when the body is pure JSON).
+
+    Outputs the request asked for in shared memory are written there and listed without data.
+    """
     outputs = []
     parts: list[bytes | memoryview] = []
     binary_bytes = 0
+    targets: dict[str, memoryview] = {}
+    if enc.shm and request is not None and request.outputs is not None:
+        targets = {o.name: o.target for o in request.outputs if o.target is not None}
     for t in resp.outputs:
         o: dict[str, Any] = {"name": t.name, "datatype": t.datatype.wire, "shape": list(t.shape)}
-        if enc.is_binary(t.name):
+        target = targets.get(t.name)
+        if target is not None:
+            write_to_target(t, target)
+        elif enc.is_binary(t.name):
             data = t.to_bytes()
             size = len(data) if isinstance(data, bytes) else data.nbytes
             o["parameters"] = {"binary_data_size": size}
@@ -630,7 +682,10 @@ class HeaderCache:
     contents matter) are never cached.
     """
 
-    def __init__(self, capacity: int = 256, max_header: int = 4096) -> None:
+    def __init__(
+        self, capacity: int = 256, max_header: int = 4096, shm: SharedMemoryManager | None = None
+    ) -> None:
+        self._shm = shm
         self._capacity = capacity
         self._max_header = max_header
         self._cache: dict[bytes, _Template] = {}
@@ -640,7 +695,7 @@ class HeaderCache:
     ) -> tuple[InferRequest, OutputEncoding, _Template | None]:
         """Like ``decode_infer_request``; also the template to mark validated after validation."""
         if header_length is None or header_length <= 0 or header_length > self._max_header:
-            request, enc = decode_infer_request(model, version, body, header_length)
+            request, enc = decode_infer_request(model, version, body, header_length, self._shm)
             return request, enc, None
         head = body[:header_length]
         tpl = self._cache.get(head)
@@ -667,7 +722,7 @@ class HeaderCache:
                     tpl.batch_size,
                 )
                 return request, tpl.enc, tpl
-        request, enc = decode_infer_request(model, version, body, header_length)
+        request, enc = decode_infer_request(model, version, body, header_length, self._shm)
         tpl = self._template(model, version, request, enc, len(body) - header_length)
         if tpl is not None:
             if len(self._cache) >= self._capacity:
@@ -679,6 +734,8 @@ class HeaderCache:
     def _template(
         model: Model, version: str, request: InferRequest, enc: OutputEncoding, tail_len: int
     ) -> _Template | None:
+        if enc.shm:
+            return None  # windows are resolved per request
         specs = []
         for t in request.inputs.values():
             if t.raw is None or t.datatype is BYTES:

@@ -1,0 +1,1 @@
+"""Client shared memory: system (POSIX) regions, and CUDA IPC regions where a GPU is."""
