@@ -58,8 +58,14 @@ class Backend(Protocol):
 
     name: str
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
-        """Fill what the config leaves out (inputs, outputs, max_batch_size, ...) in place."""
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """Fill what the config leaves out (inputs, outputs, max_batch_size, ...) in place.
+
+        ``default_max_batch_size`` is ``--backend-config=default-max-batch-size``: the
+        max_batch_size a backend gives a model whose graph batches and whose config says 0.
+        """
         ...
 
     def load(self, ctx: LoadContext) -> BackendModel: ...

@@ -14,7 +14,7 @@ from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.errors import InferdError, UnavailableError
+from inferd.errors import ErrorCode, InferdError, UnavailableError
 from inferd.repository import (
     DuplicateModel,
     ModelDir,
@@ -31,6 +31,17 @@ from inferd.scheduling.instances import BatchPolicy, InstancePool
 
 log = logging.getLogger("inferd.repository")
 
+#: Triton's Status::CodeString, which prefixes a load failure's reason
+_STATUS_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
 _KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
 
 
@@ -44,6 +55,14 @@ class LoadedModels:
 
     def add(self, model: Model) -> None:
         self.models.setdefault(model.name, {})[model.version] = model
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        """Whether ``name`` has a READY version (``version`` "": any)."""
+        versions = self.models.get(name, {})
+        if not version:
+            return any(m.ready for m in versions.values())
+        m = versions.get(int(version))
+        return m is not None and m.ready
 
     def refresh_defaults(self) -> None:
         self.ready_default = {}
@@ -59,7 +78,9 @@ def _prepare_config(md: ModelDir, config_name: str | None, strict: bool, default
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
         backend = get_backend(cfg.backend)
-        backend.auto_complete(cfg, md.path, versions[0] if versions else None)
+        backend.auto_complete(
+            cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
+        )
     normalize_config(cfg, md.name, default_max_batch_size=default_mbs)
     validate_config(cfg)
     if cfg.platform != "ensemble":
@@ -105,8 +126,8 @@ def load_version(
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
         model.scheduler = InstancePool(name, str(version), instances, _policy(cfg), model.stats, loop)
         model.state = ModelState.READY
-    except InferdError as e:
-        model.state, model.reason = ModelState.UNAVAILABLE, e.message
+    except InferdError as e:  # the reason reads as Triton prints a Status: "Internal: <message>"
+        model.state, model.reason = ModelState.UNAVAILABLE, f"{_STATUS_TEXT[e.code]}: {e.message}"
     except Exception as e:  # a model's own import or initialize error: keep the others serving
         model.state, model.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
     return model
@@ -158,7 +179,7 @@ async def load_repositories(
         for v in versions:
             model = Model(entry.name, v, cfg, entry.path)
             try:
-                model.scheduler = EnsembleScheduler(model, registry, infer)
+                model.scheduler = EnsembleScheduler(model, registry.is_ready, infer)
                 model.state = ModelState.READY
             except InferdError as e:
                 model.state, model.reason = ModelState.UNAVAILABLE, e.message

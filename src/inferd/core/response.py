@@ -75,6 +75,11 @@ class ResponseStream:
     def done(self) -> bool:
         return self._done
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop responses are consumed on (a producer on it may ``deliver`` directly, in order)."""
+        return self._loop
+
     # -- consumer side (loop thread) -------------------------------------------------------
     async def _next(self) -> tuple[InferResponse | None, bool]:
         while not self._items:

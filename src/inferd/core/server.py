@@ -167,7 +167,10 @@ class Server:
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         m = self.get_model(name, version)
         inputs, outputs = m.io_metadata()
-        versions = [str(v) for v, mm in sorted(self.registry.models[name].items()) if mm.ready]
+        if version:  # asked for one version: the reference lists that one alone
+            versions = [m.version_str]
+        else:
+            versions = [str(v) for v, mm in sorted(self.registry.models[name].items()) if mm.ready]
         return {
             "name": m.name,
             "versions": versions,

@@ -16,7 +16,6 @@ from inferd.errors import InferdError, InternalError, InvalidArgumentError, Unav
 
 if TYPE_CHECKING:
     from inferd.core.model import Model
-    from inferd.core.repository_manager import LoadedModels
 
 log = logging.getLogger("inferd.ensemble")
 
@@ -67,20 +66,15 @@ def plan_steps(config: Any) -> list[list[Step]]:
 class EnsembleScheduler:
     """Runs each request through the ensemble's steps on the event loop."""
 
-    def __init__(self, model: Model, registry: LoadedModels, infer: InferFn) -> None:
+    def __init__(self, model: Model, is_ready: Callable[[str, str], bool], infer: InferFn) -> None:
+        """``is_ready(name, version)`` tells whether a step's model ("" version: any) can serve."""
         self._model = model
         self._infer = infer
         self._waves = plan_steps(model.config)
         self._tasks: set[asyncio.Task[None]] = set()
         for wave in self._waves:
             for step in wave:
-                versions = registry.models.get(step.model_name, {})
-                ok = (
-                    any(m.ready for m in versions.values())
-                    if not step.model_version
-                    else (int(step.model_version) in versions and versions[int(step.model_version)].ready)
-                )
-                if not ok:
+                if not is_ready(step.model_name, step.model_version):
                     raise UnavailableError(
                         f"ensemble '{model.name}' depends on '{step.model_name}' which has no loaded version"
                     )

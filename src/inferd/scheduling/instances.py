@@ -34,7 +34,7 @@ from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
-from inferd.errors import InferdError, InternalError, UnavailableError
+from inferd.errors import CancelledError, InferdError, InternalError, UnavailableError
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -257,6 +257,13 @@ class InstancePool:
     def _execute(
         self, instance: BackendInstance, batch: list[InferRequest], total: int, inline: bool
     ) -> None:
+        for r in batch:
+            s = r.stream
+            if s is not None and s.cancelled:  # the client went away while it waited: skip it
+                batch, total = self._drop_cancelled(batch, inline)
+                if not batch:
+                    return
+                break
         clock = self._clock
         t0 = clock()
         if inline:
@@ -286,10 +293,10 @@ class InstancePool:
         else:
             in_ns, infer_ns, out_ns = 0, t3 - t0, 0
         self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns)
-        if responses is None:
-            return  # the backend answered through the request streams
         for r in batch:
             self._stats.record_request(True, t3 - r.t_start_ns)
+        if responses is None:
+            return  # the backend answers through the request streams (decoupled models)
         if inline:
             _deliver(batch, responses)
         else:
@@ -304,6 +311,23 @@ class InstancePool:
             _deliver(batch, responses)
         else:
             self._loop.call_soon_threadsafe(_deliver, batch, responses)
+
+    def _drop_cancelled(self, batch: list[InferRequest], inline: bool) -> tuple[list[InferRequest], int]:
+        """Answer the cancelled requests of ``batch`` CANCELLED; the others and their batch size."""
+        keep: list[InferRequest] = []
+        gone: list[InferRequest] = []
+        for r in batch:
+            s = r.stream
+            (gone if s is not None and s.cancelled else keep).append(r)
+        now = self._clock()
+        for r in gone:
+            self._stats.record_request(False, now - r.t_start_ns, "CANCELED")
+        responses = [self._error_response(r, CancelledError("Request was cancelled")) for r in gone]
+        if inline:
+            _deliver(gone, responses)
+        else:
+            self._loop.call_soon_threadsafe(_deliver, gone, responses)
+        return keep, sum(r.batch_size for r in keep)
 
     def _fail(self, request: InferRequest, error: InferdError) -> None:
         if request.stream is not None:

@@ -91,8 +91,8 @@ def test_unsupported_dtype(dtype: np.dtype[np.generic]) -> None:
         from_numpy(dtype)
 
 
-def test_big_endian_dtype_maps_like_native() -> None:
-    # a big-endian float32 is still FP32 (Tensor.to_bytes swaps it to little-endian)
-    assert types.from_numpy(np.dtype(">f4")) is BY_WIRE["FP32"] or pytest.fail(
-        "big-endian float32 should map to FP32"
-    )
+@pytest.mark.parametrize("wire", ["UINT16", "INT32", "UINT64", "FP16", "FP32", "FP64"])
+def test_non_native_byte_order_maps_like_native(wire: str) -> None:
+    # a model may return a big-endian array: Tensor.to_bytes swaps it to little-endian on the wire
+    row = BY_WIRE[wire]
+    assert types.from_numpy(row.numpy.newbyteorder(">")) is row

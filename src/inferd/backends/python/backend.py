@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -14,10 +16,17 @@ from typing import Any
 from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse
+from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
 from inferd.core.types import from_numpy
-from inferd.errors import ErrorCode, InferdError, InternalError, InvalidArgumentError, error_for_code
+from inferd.errors import (
+    ErrorCode,
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    UnavailableError,
+    error_for_code,
+)
 
 pb_utils.install()
 
@@ -32,6 +41,16 @@ _CODE_BY_PB = {
     pb_utils.TritonError.CANCELLED: ErrorCode.CANCELLED,
 }
 _PB_BY_CODE = {v: k for k, v in _CODE_BY_PB.items()}
+_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def _send(stream: ResponseStream, response: InferResponse | None, final: bool) -> None:
+    """Hand a response to ``stream``: directly on its loop's thread (inline mode, a finalizer
+    there), so that it keeps its place before what the pool delivers next; else thread-safely."""
+    if asyncio._get_running_loop() is stream.loop:
+        stream.deliver(response, final)
+    else:
+        stream.send(response, final)
 
 
 def format_exception(e: BaseException) -> str:
@@ -70,7 +89,9 @@ class PythonBackend:
 
     name = "python"
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
             return
@@ -112,7 +133,7 @@ class PythonModel:
 
         self.ctx = ctx
         self.module = module
-        self.config_json = json.dumps(config_to_json(ctx.config))
+        self.config_json = json.dumps(config_to_json(ctx.config), separators=(",", ":"))  # compact, as Triton
         self.output_names = frozenset(o.name for o in ctx.config.output)
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
         self.version_str = str(ctx.version)
@@ -141,7 +162,7 @@ class PythonModel:
 
 
 class _InstanceHooks(pb_utils._Hooks):
-    """Response senders and BLS for the requests of one instance thread."""
+    """Response senders and BLS for the requests of one instance (senders work from any thread)."""
 
     def __init__(self, instance: PythonInstance) -> None:
         self.instance = instance
@@ -149,15 +170,59 @@ class _InstanceHooks(pb_utils._Hooks):
     def send(
         self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse | None, flags: int
     ) -> None:
+        """``response_sender.send`` with the checks and texts of Triton's Python backend."""
+        if flags != 0 and flags != _FINAL:
+            raise pb_utils.TritonModelException("Unable to send response. Unsupported flag provided.")
+        final = flags == _FINAL
+        if response is None and not final:
+            raise pb_utils.TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        inst = self.instance
         core = request._core
+        with inst.lock:
+            if not inst.model.decoupled:
+                if response is not None and request._n_sent > 0:
+                    raise pb_utils.TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than one response."
+                    )
+                if response is None and request._n_sent == 0:
+                    raise pb_utils.TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete final before "
+                        "sending a response."
+                    )
+            if request._closed:
+                raise pb_utils.TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            request._n_sent += 1
+            if final:
+                request._closed = True
+                inst.open.pop(id(core), None)
         stream = core.stream
-        final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if stream is None:
             return
-        resp = None if response is None else self.instance.convert(core, response, request._output_names)
-        if final:
-            self.instance.answered.add(id(core))
-        stream.send(resp, final)
+        if stream.cancelled and not final:
+            return  # the client is gone: nothing to convert or deliver
+        resp = None if response is None else inst.convert(core, response, request._output_names)
+        _send(stream, resp, final)
+
+    def released(self, request: pb_utils.InferenceRequest) -> None:
+        """A decoupled request the model let go of without the final flag: close its stream."""
+        inst = self.instance
+        with inst.lock:
+            if request._closed:
+                return
+            request._closed = True
+            core = inst.open.pop(id(request._core), None)
+        if core is not None and core.stream is not None:
+            err = InternalError(
+                f"Python model '{inst.name}' released the request without sending the final response "
+                "(TRITONSERVER_RESPONSE_COMPLETE_FINAL)"
+            )
+            _send(
+                core.stream, InferResponse(core.model_name, inst.model.version_str, core.id, error=err), True
+            )
 
     def bls(self, request: InferRequest) -> list[pb_utils.InferenceResponse]:
         self.instance.uses_bls = True
@@ -175,7 +240,14 @@ class _InstanceHooks(pb_utils._Hooks):
 
 
 class PythonInstance:
-    """One TritonPythonModel object; ``execute`` runs in the instance's worker thread."""
+    """One TritonPythonModel object; ``execute`` runs in the instance's worker thread.
+
+    Decoupled models answer through response senders, from any thread and also after
+    ``execute`` returned. A request stays open until its sender sends the final flag; one the
+    model lets go of without it is closed with an error at once (Triton would leave the client
+    waiting), and those still open when the instance unloads are closed with UNAVAILABLE after
+    ``finalize``.
+    """
 
     def __init__(self, model: PythonModel, obj: Any, name: str) -> None:
         self.model = model
@@ -183,7 +255,10 @@ class PythonInstance:
         self.name = name
         self._execute = obj.execute
         self.last_timings: tuple[int, int, int] = (0, 0, 0)
-        self.answered: set[int] = set()
+        #: sender state (sent counts, final flags, ``open``) changes under this lock, from any thread
+        self.lock = threading.RLock()
+        #: decoupled requests handed to execute whose final flag has not been sent: id -> request
+        self.open: dict[int, InferRequest] = {}
         #: Python code holds the GIL: the pool may run small executes on the event loop
         self.inline_ok = True
         self.uses_bls = False
@@ -191,31 +266,49 @@ class PythonInstance:
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         # per thread: the pool runs an instance in its worker thread or, inline, on the loop's
-        if getattr(pb_utils._local, "hooks", None) is not self._hooks:
-            pb_utils._set_thread_hooks(self._hooks)
+        hooks = self._hooks
+        if getattr(pb_utils._local, "hooks", None) is not hooks:
+            pb_utils._set_thread_hooks(hooks)
         clock = time.monotonic_ns
         t0 = clock()
         all_outputs = self.model.output_names
-        wrap = pb_utils.InferenceRequest._wrap
+        decoupled = self.model.decoupled
+        wrap = (pb_utils._DecoupledInferenceRequest if decoupled else pb_utils.InferenceRequest)._wrap
         pb_requests = [
             wrap(
                 r,
                 all_outputs
                 if r.outputs is None
                 else (r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)),
+                hooks,
             )
             for r in requests
         ]
+        if decoupled:
+            with self.lock:
+                for r in requests:
+                    self.open[id(r)] = r
         t1 = clock()
         try:
             results = self._execute(pb_requests)
         except Exception as e:
+            if decoupled:
+                self._close_all(pb_requests)  # the pool answers them with this error
             raise InternalError(
                 f"Failed to process the request(s) for model '{self.name}', message: {format_exception(e)}"
             ) from e
         t2 = clock()
-        if self.model.decoupled or results is None:
-            self._answer_unanswered(requests)
+        if decoupled:
+            self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
+            if results is not None:
+                self._close_all(pb_requests)
+                raise InternalError(
+                    f"Failed to process the request(s) for model '{self.name}', message: Python model "
+                    f"'{self.name}' is using the decoupled mode and the execute function must return None."
+                )
+            return None
+        if results is None:
+            self._answer_unanswered(pb_requests)
             self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
             return None
         if len(results) != len(requests):
@@ -230,17 +323,41 @@ class PythonInstance:
         self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
         return responses
 
-    def _answer_unanswered(self, requests: list[InferRequest]) -> None:
-        """A model that returned None must have sent every request's final flag."""
-        answered = self.answered
-        for r in requests:
-            if id(r) in answered:
-                answered.discard(id(r))
-            elif not self.model.decoupled and r.stream is not None:
-                err = InternalError(
-                    f"Python model '{self.name}' returned None from execute without sending a response"
-                )
-                r.stream.send(InferResponse(r.model_name, self.model.version_str, r.id, error=err), True)
+    def _close_all(self, pb_requests: list[pb_utils.InferenceRequest]) -> None:
+        """Close the senders of ``pb_requests``: whatever the pool delivers next ends their streams."""
+        with self.lock:
+            for pr in pb_requests:
+                pr._closed = True
+                self.open.pop(id(pr._core), None)
+
+    def _answer_unanswered(self, pb_requests: list[pb_utils.InferenceRequest]) -> None:
+        """A non-decoupled model that returned None must have answered every request by its sender."""
+        for pr in pb_requests:
+            with self.lock:
+                if pr._closed:
+                    continue
+                pr._closed = True
+                sent = pr._n_sent
+            r = pr._core
+            if r.stream is None:
+                continue
+            if sent:
+                _send(r.stream, None, True)  # one response without the final flag: that was the one
+                continue
+            err = InternalError(
+                f"Python model '{self.name}' returned None from execute without sending a response"
+            )
+            _send(r.stream, InferResponse(r.model_name, self.model.version_str, r.id, error=err), True)
+
+    def close_open(self, error: InferdError) -> int:
+        """End every open decoupled request with ``error`` (unload); how many there were."""
+        with self.lock:
+            left = list(self.open.values())
+            self.open.clear()
+        for r in left:
+            if r.stream is not None:
+                _send(r.stream, InferResponse(r.model_name, self.model.version_str, r.id, error=error), True)
+        return len(left)
 
     def convert(self, request: InferRequest, result: Any, wanted: frozenset[str] | None) -> InferResponse:
         """A pb_utils.InferenceResponse as a core InferResponse (unrequested outputs dropped)."""
@@ -273,5 +390,14 @@ class PythonInstance:
 
     def unload(self) -> None:
         fin = getattr(self.obj, "finalize", None)
-        if fin is not None:
-            fin()
+        try:
+            if fin is not None:
+                fin()
+        finally:
+            # after finalize, which may let the model's own threads send what they still had
+            self.close_open(
+                UnavailableError(
+                    f"model '{self.model.ctx.model_name}' version {self.model.version_str} was unloaded before "
+                    "the request received its final response"
+                )
+            )

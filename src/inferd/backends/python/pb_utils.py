@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -173,16 +174,28 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """Sends the responses of one request (decoupled models, or one response otherwise)."""
+    """Sends the responses of one request (decoupled models, or one response otherwise).
 
-    __slots__ = ("_request",)
+    Usable from any thread, also after ``execute`` returned; ``flags`` is 0 or
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``, and the final flag closes the sender.
+    """
+
+    __slots__ = ("__weakref__", "_request")
 
     def __init__(self, request: InferenceRequest) -> None:
         self._request = request
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        hooks = _hooks()
-        hooks.send(self._request, response, flags)
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(
+                "send(): incompatible function arguments. The following argument types are supported:\n"
+                "    1. (self: c_python_backend_utils.InferenceResponseSender, response: "
+                "c_python_backend_utils.InferenceResponse = None, flags: int = 0) -> None\n\n"
+                f"Invoked with: {self!r}, {response!r}"
+            )
+        request = self._request
+        hooks = request._hooks
+        (hooks if hooks is not None else _hooks()).send(request, response, flags)
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()
@@ -191,7 +204,18 @@ class InferenceResponseSender:
 class InferenceRequest:
     """A request as a model sees it; also the BLS request a model builds and ``exec()``s."""
 
-    __slots__ = ("_core", "_model_name", "_model_version", "_output_names", "_params_json", "_tensors")
+    __slots__ = (
+        "_closed",
+        "_core",
+        "_hooks",
+        "_model_name",
+        "_model_version",
+        "_n_sent",
+        "_output_names",
+        "_params_json",
+        "_sender",
+        "_tensors",
+    )
 
     def __init__(
         self,
@@ -210,6 +234,10 @@ class InferenceRequest:
         _output_names: frozenset[str] | None = None,
     ) -> None:
         self._tensors: dict[str, Tensor] | None = None
+        self._hooks: _Hooks | None = None
+        self._sender: weakref.ref[InferenceResponseSender] | None = None
+        self._n_sent = 0
+        self._closed = False
         if _core is not None:
             self._core = _core
             self._model_name = _core.model_name
@@ -235,8 +263,16 @@ class InferenceRequest:
         self._params_json = None
 
     @classmethod
-    def _wrap(cls, core: _core_request.InferRequest, output_names: frozenset[str] | None) -> InferenceRequest:
-        """A received request (the hot path: no keyword-argument constructor)."""
+    def _wrap(
+        cls,
+        core: _core_request.InferRequest,
+        output_names: frozenset[str] | None,
+        hooks: _Hooks | None = None,
+    ) -> InferenceRequest:
+        """A received request (the hot path: no keyword-argument constructor).
+
+        ``hooks``: where its response sender sends, from whichever thread (None: the thread's).
+        """
         self = cls.__new__(cls)
         self._core = core
         self._tensors = None
@@ -244,6 +280,10 @@ class InferenceRequest:
         self._model_version = -1
         self._output_names = output_names
         self._params_json = None
+        self._hooks = hooks
+        self._sender = None
+        self._n_sent = 0
+        self._closed = False
         return self
 
     # received-request accessors
@@ -291,7 +331,15 @@ class InferenceRequest:
         return None
 
     def get_response_sender(self) -> InferenceResponseSender:
-        return InferenceResponseSender(self)
+        """The request's response sender (the same object while the model holds it, as Triton's)."""
+        # a weak reference: request <-> sender must not be a cycle, or a released request would
+        # wait for the cyclic GC before its stream is closed
+        ref = self._sender
+        s = ref() if ref is not None else None
+        if s is None:
+            s = InferenceResponseSender(self)
+            self._sender = weakref.ref(s)
+        return s
 
     def is_cancelled(self) -> bool:
         s = self._core.stream
@@ -315,6 +363,23 @@ class InferenceRequest:
         import asyncio
 
         return await asyncio.to_thread(self.exec, decoupled)
+
+
+class _DecoupledInferenceRequest(InferenceRequest):
+    """A received request of a decoupled model.
+
+    When the model lets go of it (and of its sender) without sending the final flag, no response
+    can ever follow: the backend closes its stream instead of leaving the client waiting.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        if not self._closed and self._hooks is not None:
+            try:
+                self._hooks.released(self)
+            except Exception:  # a finalizer must not raise (interpreter shutdown, closed loop)
+                logging.getLogger("inferd.model").debug("closing a released request failed", exc_info=True)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
@@ -440,6 +505,9 @@ class _Hooks:
 
     def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None:
         raise TritonModelException("response senders are not available outside a model instance")
+
+    def released(self, request: InferenceRequest) -> None:
+        """``request`` (of a decoupled model) is gone and its sender never sent the final flag."""
 
     def bls(self, request: _core_request.InferRequest) -> list[InferenceResponse]:
         raise TritonModelException("BLS is not available outside a model instance")

@@ -45,14 +45,25 @@ class HttpRequest:
 
 
 class Responder:
-    """Writes the response of one request, in order, on its connection (loop thread only)."""
+    """Writes the response of one request, in order, on its connection (loop thread only).
 
-    __slots__ = ("_conn", "_done", "keep_alive")
+    Either one whole response (``send``) or a chunked one (``start_chunked``, ``write_chunk``,
+    ``end_chunked``). A chunked response that starts while earlier requests of the connection are
+    still unanswered is held back until their answers went out. ``on_close`` is called when the
+    client goes away before this response ended.
+    """
 
-    def __init__(self, conn: HttpConnection, keep_alive: bool) -> None:
+    __slots__ = ("_chunks", "_conn", "_done", "_ended", "_framed", "keep_alive", "on_close")
+
+    def __init__(self, conn: HttpConnection, keep_alive: bool, framed: bool = True) -> None:
         self._conn = conn
         self._done = False
         self.keep_alive = keep_alive
+        self._framed = framed  # chunked framing; an HTTP/1.0 client gets the bytes until close
+        #: bytes of a started chunked response not written yet (None: not a chunked response)
+        self._chunks: list[bytes] | None = None
+        self._ended = False
+        self.on_close: Callable[[], None] | None = None
 
     def send(
         self,
@@ -65,6 +76,59 @@ class Responder:
             return
         self._done = True
         self._conn.respond(self, status, body, content_type, extra_headers)
+
+    # -- chunked responses -----------------------------------------------------------------
+    def start_chunked(
+        self, status: int, content_type: str, extra_headers: list[tuple[str, str]] | None = None
+    ) -> None:
+        """Send the status line and headers of a response whose body follows in chunks."""
+        if self._done:
+            return
+        self._done = True
+        self._chunks = []
+        if not self._framed:
+            self.keep_alive = False
+        lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()]
+        lines.append(f"Content-Type: {content_type}\r\n".encode())
+        if self._framed:
+            lines.append(b"Transfer-Encoding: chunked\r\n")
+        for k, v in extra_headers or ():
+            lines.append(f"{k}: {v}\r\n".encode())
+        if not self.keep_alive:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"\r\n")
+        self._conn.chunk(self, b"".join(lines), False)
+
+    def write_chunk(self, data: bytes) -> None:
+        """One chunk of the body (empty data writes nothing: an empty chunk ends the body)."""
+        if self._chunks is None or self._ended or not data:
+            return
+        if self._framed:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        self._conn.chunk(self, data, False)
+
+    def end_chunked(self) -> None:
+        """End the chunked body (the connection then answers the requests behind this one)."""
+        if self._chunks is None or self._ended:
+            return
+        self._ended = True
+        self._conn.chunk(self, b"0\r\n\r\n" if self._framed else b"", True)
+
+    @property
+    def closed(self) -> bool:
+        """The client went away: nothing written reaches it any more."""
+        return self._conn.lost
+
+    @property
+    def must_wait(self) -> bool:
+        """Producing more now would only queue bytes in memory (the client reads slower, or the
+        responses ahead of this one are not out yet): ``await drain()`` first."""
+        return self._conn.must_wait(self)
+
+    async def drain(self) -> None:
+        """Wait until this response may write again, or the client went away."""
+        while self._conn.must_wait(self) and not self._conn.lost:
+            await self._conn.wait_for_change()
 
 
 App = Callable[[HttpRequest, Responder], Any]
@@ -89,6 +153,10 @@ class HttpConnection(asyncio.Protocol):
         self._paused = False
         self._closing = False
         self.active = 0
+        #: flow control: the transport's buffer is over its high-water mark
+        self._write_paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self.lost = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -98,6 +166,42 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._connections.discard(self)
         self._transport = None
+        self.lost = True
+        self._pending.clear()
+        queue, self._queue = self._queue, collections.deque()
+        for r in queue:  # answers still owed to a client that is gone: cancel what produces them
+            cb = r.on_close
+            if cb is not None and not r._ended:
+                r.on_close = None
+                try:
+                    cb()
+                except Exception:
+                    log.exception("cancelling a request of a closed connection failed")
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def wait_for_change(self) -> None:
+        """Wait until writing resumes, the responses ahead advance, or the connection is lost."""
+        w = asyncio.get_running_loop().create_future()
+        self._waiters.append(w)
+        await w
+
+    def must_wait(self, responder: Responder) -> bool:
+        return self._write_paused or not self._queue or self._queue[0] is not responder
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -135,7 +239,7 @@ class HttpConnection(asyncio.Protocol):
         path, _, query = url.partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = parser.get_method().decode("latin-1")
-        responder = Responder(self, parser.should_keep_alive())
+        responder = Responder(self, parser.should_keep_alive(), parser.get_http_version() != "1.0")
         self._queue.append(responder)
         if len(self._queue) > _MAX_PIPELINE and self._transport is not None and not self._paused:
             self._paused = True
@@ -159,17 +263,56 @@ class HttpConnection(asyncio.Protocol):
         if queue and queue[0] is responder:
             queue.popleft()
             self._write(status, body, content_type, extra_headers, responder.keep_alive)
-            # answers that were ready behind this one go out now, in order
-            pending = self._pending
-            while queue and queue[0] in pending:
-                r = queue.popleft()
-                st, b, ct, hdrs = pending.pop(r)
-                self._write(st, b, ct, hdrs, r.keep_alive)
-            if self._paused and len(queue) <= _MAX_PIPELINE // 2 and self._transport is not None:
+            if queue:
+                self._advance()
+            elif self._paused and self._transport is not None:
                 self._paused = False
                 self._transport.resume_reading()
         else:
             self._pending[responder] = (status, body, content_type, extra_headers)
+
+    def chunk(self, responder: Responder, data: bytes, end: bool) -> None:
+        """Part of a chunked response: written now if its turn has come, else held back."""
+        queue = self._queue
+        if queue and queue[0] is responder:
+            transport = self._transport
+            if transport is not None and not transport.is_closing() and data:
+                transport.write(data)
+            if end:
+                queue.popleft()
+                if not responder.keep_alive and transport is not None:
+                    transport.close()
+                self._advance()
+        elif responder._chunks is not None and not self.lost:
+            responder._chunks.append(data)
+
+    def _advance(self) -> None:
+        """The head of the queue answered: write what is ready behind it, in order."""
+        queue = self._queue
+        pending = self._pending
+        transport = self._transport
+        while queue:
+            r = queue[0]
+            if r in pending:
+                queue.popleft()
+                st, b, ct, hdrs = pending.pop(r)
+                self._write(st, b, ct, hdrs, r.keep_alive)
+                continue
+            held = r._chunks
+            if held is None:
+                break  # not answered yet
+            if held and transport is not None and not transport.is_closing():
+                transport.writelines(held)
+            held.clear()
+            if not r._ended:
+                break  # a chunked response under way: the ones behind it wait for its end
+            queue.popleft()
+            if not r.keep_alive and transport is not None:
+                transport.close()
+        if self._paused and len(queue) <= _MAX_PIPELINE // 2 and transport is not None:
+            self._paused = False
+            transport.resume_reading()
+        self._wake()
 
     def _write(
         self,

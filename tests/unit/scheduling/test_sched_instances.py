@@ -1,0 +1,533 @@
+"""Instance pool and batch forming, with fake backend instances and an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.stats import ModelStats
+from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
+from inferd.scheduling import instances
+from inferd.scheduling.instances import BatchPolicy, InstancePool, form_batch
+
+T = TypeVar("T")
+WAIT_S = 10  # generous: only a broken pool ever waits this long
+
+
+class FakeInstance:
+    """A BackendInstance that records its batches (request ids and thread) and answers each request."""
+
+    def __init__(
+        self, fn: Callable[[list[InferRequest]], None] | None = None, inline_ok: bool = False
+    ) -> None:
+        self.fn = fn
+        self.calls: list[tuple[list[str], int]] = []
+        self.unloaded = False
+        if inline_ok:
+            self.inline_ok = True
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
+        self.calls.append(([r.id for r in requests], threading.get_ident()))
+        if self.fn is not None:
+            self.fn(requests)
+        return [InferResponse(r.model_name, "1", r.id) for r in requests]
+
+    def unload(self) -> None:
+        self.unloaded = True
+
+    @property
+    def batches(self) -> list[list[str]]:
+        return [ids for ids, _ in self.calls]
+
+
+def _request(i: int | str, batch_size: int = 1) -> InferRequest:
+    return InferRequest(model_name="m", inputs={}, id=str(i), batch_size=batch_size)
+
+
+def run(fn: Callable[[asyncio.AbstractEventLoop], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await fn(asyncio.get_running_loop())
+
+    return asyncio.run(main())
+
+
+def submit(pool: InstancePool, loop: asyncio.AbstractEventLoop, *reqs: InferRequest) -> list[ResponseStream]:
+    streams = []
+    for r in reqs:
+        r.stream = ResponseStream(loop)
+        pool.enqueue(r)
+        streams.append(r.stream)
+    return streams
+
+
+async def answers(streams: list[ResponseStream]) -> list[InferResponse]:
+    return await asyncio.wait_for(asyncio.gather(*(s.first() for s in streams)), WAIT_S)
+
+
+async def wait_event(event: threading.Event) -> None:
+    assert await asyncio.to_thread(event.wait, WAIT_S), "the worker never got there"
+
+
+class Gate:
+    """Blocks the first execute until released, so that requests pile up behind it."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests: list[InferRequest]) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            assert self.release.wait(WAIT_S)
+
+
+# -- form_batch ----------------------------------------------------------------------------------
+
+
+def _queue(*sizes: int) -> collections.deque[InferRequest]:
+    return collections.deque(_request(i, s) for i, s in enumerate(sizes))
+
+
+def test_default_policy_takes_one() -> None:
+    q = _queue(1, 1, 1)
+    batch, total = form_batch(q, BatchPolicy())
+    assert [r.id for r in batch] == ["0"] and total == 1
+    assert len(q) == 2
+
+
+def test_batching_takes_what_fits() -> None:
+    q = _queue(1, 2, 2, 1)
+    batch, total = form_batch(q, BatchPolicy(max_batch_size=4))
+    assert [r.id for r in batch] == ["0", "1"] and total == 3  # the next (2) would make 5
+    batch, total = form_batch(q, BatchPolicy(max_batch_size=4))
+    assert [r.id for r in batch] == ["2", "3"] and total == 3
+    assert not q
+
+
+def test_batching_keeps_order() -> None:
+    # a smaller request further back does not jump the queue
+    q = _queue(3, 2, 1)
+    batch, _ = form_batch(q, BatchPolicy(max_batch_size=4))
+    assert [r.id for r in batch] == ["0"]
+
+
+def test_an_oversized_first_request_goes_alone() -> None:
+    q = _queue(8, 1)
+    batch, total = form_batch(q, BatchPolicy(max_batch_size=4))
+    assert [r.id for r in batch] == ["0"] and total == 8
+
+
+def test_batch_policy() -> None:
+    assert not BatchPolicy().batching
+    assert BatchPolicy(max_batch_size=1).batching
+
+
+# -- the pool ------------------------------------------------------------------------------------
+
+
+def test_requests_are_answered_and_counted() -> None:
+    inst = FakeInstance()
+    stats = ModelStats()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), stats, loop)
+        resps = await answers(submit(pool, loop, _request("a"), _request("b", 3)))
+        assert [r.id for r in resps] == ["a", "b"]
+        assert all(r.error is None for r in resps)
+        assert pool.inflight() == 0
+        assert pool.stats() == {"queued": 0, "executing": 0}
+        await pool.stop(WAIT_S)
+
+    run(main)
+    doc = stats.to_json("m", "1")
+    assert doc["execution_count"] == 2
+    assert doc["inference_count"] == 4
+    assert doc["inference_stats"]["success"]["count"] == 2
+    assert inst.unloaded
+
+
+def test_two_instances_run_in_parallel() -> None:
+    barrier = threading.Barrier(2, timeout=WAIT_S)  # breaks unless both executes overlap
+    a, b = FakeInstance(lambda _: barrier.wait()), FakeInstance(lambda _: barrier.wait())
+
+    async def main(loop: asyncio.AbstractEventLoop) -> list[InferResponse]:
+        pool = InstancePool("m", "1", [("m_0", a), ("m_1", b)], BatchPolicy(), ModelStats(), loop)
+        resps = await answers(submit(pool, loop, _request(1), _request(2)))
+        await pool.stop(WAIT_S)
+        return resps
+
+    resps = run(main)
+    assert all(r.error is None for r in resps)
+    assert len(a.calls) == len(b.calls) == 1
+    assert a.calls[0][1] != b.calls[0][1]
+
+
+def test_default_scheduler_executes_one_request_at_a_time() -> None:
+    gate = Gate()
+    inst = FakeInstance(gate)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        streams = submit(pool, loop, _request(0))
+        await wait_event(gate.started)
+        streams += submit(pool, loop, _request(1), _request(2))
+        gate.release.set()
+        await answers(streams)
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0"], ["1"], ["2"]]
+
+
+def test_dynamic_batching_gathers_queued_requests() -> None:
+    gate = Gate()
+    inst = FakeInstance(gate)
+    stats = ModelStats()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=8), stats, loop)
+        streams = submit(pool, loop, _request(0))
+        await wait_event(gate.started)
+        streams += submit(pool, loop, _request(1), _request(2, 2), _request(3))
+        assert pool.inflight() == 4
+        assert pool.stats() == {"queued": 3, "executing": 1}
+        gate.release.set()
+        resps = await answers(streams)
+        assert [r.id for r in resps] == ["0", "1", "2", "3"]
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0"], ["1", "2", "3"]]
+    doc = stats.to_json("m", "1")
+    assert doc["execution_count"] == 2
+    assert doc["inference_count"] == 5
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in doc["batch_stats"]] == [(1, 1), (4, 1)]
+
+
+def test_dynamic_batching_respects_max_batch_size() -> None:
+    gate = Gate()
+    inst = FakeInstance(gate)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=4), ModelStats(), loop)
+        streams = submit(pool, loop, _request(0))
+        await wait_event(gate.started)
+        streams += submit(pool, loop, *(_request(i, 2) for i in range(1, 6)))
+        gate.release.set()
+        await answers(streams)
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0"], ["1", "2"], ["3", "4"], ["5"]]
+
+
+def test_stop_drains_in_flight_requests() -> None:
+    inst = FakeInstance(lambda _: time.sleep(0.001))
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=2), ModelStats(), loop)
+        streams = submit(pool, loop, *(_request(i) for i in range(6)))
+        await pool.stop(WAIT_S)
+        assert inst.unloaded
+        resps = await answers(streams)
+        assert all(r.error is None for r in resps)
+        with pytest.raises(UnavailableError, match="Server is stopping"):
+            pool.enqueue(_request("late"))
+
+    run(main)
+    assert sorted(i for ids in inst.batches for i in ids) == [str(i) for i in range(6)]
+
+
+def test_stop_fails_what_is_left_after_the_timeout() -> None:
+    gate = Gate()
+    inst = FakeInstance(gate)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        running = submit(pool, loop, _request(0))
+        await wait_event(gate.started)
+        left = submit(pool, loop, _request(1), _request(2))
+        stopping = asyncio.ensure_future(pool.stop(0.05))
+        failed = await answers(left)
+        for r in failed:
+            assert isinstance(r.error, UnavailableError)
+            assert r.error.message == "Server is stopping"
+            assert r.model_name == "m" and r.model_version == "1"
+        assert not stopping.done()  # waits for the executing batch before unloading
+        assert not inst.unloaded
+        gate.release.set()
+        await asyncio.wait_for(stopping, WAIT_S)
+        assert inst.unloaded
+        (done,) = await answers(running)
+        assert done.error is None
+
+    run(main)
+    assert inst.batches == [["0"]]
+
+
+def test_an_exception_in_execute_answers_the_whole_batch() -> None:
+    gate = Gate()
+
+    def fn(requests: list[InferRequest]) -> None:
+        gate(requests)
+        if any(r.id.startswith("bad") for r in requests):
+            raise RuntimeError("kaput")
+
+    inst = FakeInstance(fn)
+    stats = ModelStats()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=4), stats, loop)
+        first = submit(pool, loop, _request("ok0"))
+        await wait_event(gate.started)
+        bad = submit(pool, loop, _request("bad1"), _request("bad2"))
+        gate.release.set()
+        await answers(first)
+        for r in await answers(bad):
+            assert isinstance(r.error, InternalError)
+            assert r.error.message == "RuntimeError: kaput"
+        # the pool keeps working
+        (again,) = await answers(submit(pool, loop, _request("ok3")))
+        assert again.error is None
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["ok0"], ["bad1", "bad2"], ["ok3"]]
+    doc = stats.to_json("m", "1")["inference_stats"]
+    assert doc["fail"]["count"] == 2
+    assert doc["success"]["count"] == 2
+
+
+def test_an_inferd_error_in_execute_is_passed_on() -> None:
+    def fn(requests: list[InferRequest]) -> None:
+        raise NotFoundError("no such thing")
+
+    async def main(loop: asyncio.AbstractEventLoop) -> InferdError | None:
+        pool = InstancePool("m", "1", [("m_0", FakeInstance(fn))], BatchPolicy(), ModelStats(), loop)
+        (resp,) = await answers(submit(pool, loop, _request(1)))
+        await pool.stop(WAIT_S)
+        return resp.error
+
+    error = run(main)
+    assert type(error) is NotFoundError
+    assert error.message == "no such thing"
+
+
+def test_an_instance_answering_through_streams() -> None:
+    class Streaming(FakeInstance):
+        def execute(self, requests: list[InferRequest]) -> None:  # type: ignore[override]
+            for r in requests:
+                assert r.stream is not None
+                r.stream.send(InferResponse("m", "1", r.id + "!"), True)
+
+    stats = ModelStats()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> list[InferResponse]:
+        pool = InstancePool("m", "1", [("m_0", Streaming())], BatchPolicy(), stats, loop)
+        resps = await answers(submit(pool, loop, _request("a")))
+        await pool.stop(WAIT_S)
+        return resps
+
+    assert [r.id for r in run(main)] == ["a!"]
+    assert stats.to_json("m", "1")["execution_count"] == 1
+
+
+# -- max_queue_delay, on an injected clock --------------------------------------------------------
+
+
+class Clock:
+    """A clock that only moves when told."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+HOUR_NS = 3600 * 10**9
+
+
+def _delay_pool(
+    loop: asyncio.AbstractEventLoop, inst: FakeInstance, clock: Clock, preferred: tuple[int, ...] = ()
+) -> InstancePool:
+    policy = BatchPolicy(max_batch_size=4, max_queue_delay_ns=HOUR_NS, preferred_batch_size=preferred)
+    return InstancePool("m", "1", [("m_0", inst)], policy, ModelStats(), loop, clock=clock)
+
+
+def test_queue_delay_waits_for_a_full_batch() -> None:
+    inst = FakeInstance()
+    clock = Clock()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _delay_pool(loop, inst, clock)
+        streams = []
+        for i in range(4):  # the clock never moves: only a full batch may start an execute
+            streams += submit(pool, loop, _request(i))
+            await asyncio.sleep(0.001)
+        await answers(streams)
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0", "1", "2", "3"]]
+
+
+def test_queue_delay_stops_at_the_preferred_batch_size() -> None:
+    inst = FakeInstance()
+    clock = Clock()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _delay_pool(loop, inst, clock, preferred=(2,))
+        await answers(submit(pool, loop, _request(0), _request(1)))
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0", "1"]]
+
+
+def test_queue_delay_expires_on_the_clock() -> None:
+    inst = FakeInstance()
+    clock = Clock()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _delay_pool(loop, inst, clock)
+        streams = submit(pool, loop, _request(0))
+        await asyncio.sleep(0.01)
+        assert not streams[0].done  # held for more
+        clock.now = HOUR_NS + 1  # the oldest request's delay is over: go with what is there
+        streams += submit(pool, loop, _request(1))
+        resps = await answers(streams)
+        assert [r.id for r in resps] == ["0", "1"]
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0", "1"]]
+
+
+def test_queue_delay_records_queue_time_from_the_clock() -> None:
+    inst = FakeInstance()
+    clock = Clock()
+    stats = ModelStats()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        policy = BatchPolicy(max_batch_size=2, max_queue_delay_ns=HOUR_NS)
+        pool = InstancePool("m", "1", [("m_0", inst)], policy, stats, loop, clock=clock)
+        streams = submit(pool, loop, _request(0))
+        clock.now = 500
+        streams += submit(pool, loop, _request(1))
+        await answers(streams)
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert inst.batches == [["0", "1"]]
+    assert stats.to_json("m", "1")["inference_stats"]["queue"] == {"count": 2, "ns": 500}
+
+
+def test_stop_while_a_worker_waits_for_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    crashes: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashes.append(args.exc_value))
+    inst = FakeInstance()
+    clock = Clock()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _delay_pool(loop, inst, clock)
+        (stream,) = submit(pool, loop, _request(0))
+        await asyncio.sleep(0.01)  # the worker holds the request, waiting for three more
+        await pool.stop(0)
+        (resp,) = await answers([stream])
+        assert isinstance(resp.error, UnavailableError)
+        assert inst.unloaded
+
+    run(main)
+    assert inst.batches == []
+    assert crashes == []  # the worker thread ended cleanly
+
+
+def test_two_workers_waiting_for_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    crashes: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashes.append(args.exc_value))
+    a, b = FakeInstance(), FakeInstance()
+    clock = Clock()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        policy = BatchPolicy(max_batch_size=4, max_queue_delay_ns=HOUR_NS)
+        pool = InstancePool("m", "1", [("m_0", a), ("m_1", b)], policy, ModelStats(), loop, clock=clock)
+        streams = []
+        for i in range(8):
+            streams += submit(pool, loop, _request(i))
+            await asyncio.sleep(0.001)
+        resps = await answers(streams)
+        assert all(r.error is None for r in resps)
+        await pool.stop(WAIT_S)
+
+    run(main)
+    assert sorted(len(ids) for ids in a.batches + b.batches) == [4, 4]
+    assert crashes == []
+
+
+# -- inline mode ---------------------------------------------------------------------------------
+
+
+def test_small_executes_move_onto_the_loop() -> None:
+    inst = FakeInstance(inline_ok=True)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(instances.INLINE_AFTER + 3):
+            (resp,) = await answers(submit(pool, loop, _request(i)))
+            assert resp.error is None
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    threads = [t for _, t in inst.calls]
+    assert loop_thread not in threads[: instances.INLINE_AFTER]  # warm-up in the worker thread
+    assert threads[-1] == loop_thread
+    assert inst.unloaded
+
+
+def test_an_execute_that_blocks_goes_back_to_threads() -> None:
+    block = threading.Event()
+    inst = FakeInstance(lambda _: time.sleep(0.01) if block.is_set() else None, inline_ok=True)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(instances.INLINE_AFTER + 1):
+            await answers(submit(pool, loop, _request(i)))
+        block.set()
+        for i in range(3):
+            await answers(submit(pool, loop, _request(f"slow{i}")))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    threads = [t for _, t in inst.calls]
+    assert loop_thread in threads
+    assert threads[-1] != loop_thread
+
+
+@pytest.mark.parametrize("why", ["no inline_ok", "queue delay", "bls"])
+def test_no_inline_mode(why: str) -> None:
+    inst = FakeInstance(inline_ok=why != "no inline_ok")
+    if why == "bls":
+        inst.uses_bls = True  # type: ignore[attr-defined]
+    delay = 1 if why == "queue delay" else 0
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        policy = BatchPolicy(max_batch_size=1 if delay else 0, max_queue_delay_ns=delay)
+        pool = InstancePool("m", "1", [("m_0", inst)], policy, ModelStats(), loop)
+        for i in range(instances.INLINE_AFTER + 3):
+            await answers(submit(pool, loop, _request(i)))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    assert loop_thread not in [t for _, t in inst.calls]

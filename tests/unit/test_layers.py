@@ -1,0 +1,235 @@
+"""Import layering of src/inferd, read with ``ast`` (lazy imports inside functions count too)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import inferd
+
+PACKAGE = Path(inferd.__file__).resolve().parent
+ROOT = "inferd"
+CORE_DATA = frozenset(
+    {"inferd.core.types", "inferd.core.tensor", "inferd.core.request", "inferd.core.response"}
+)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``module`` imports ``target`` at ``line`` (``type_only``: under ``if TYPE_CHECKING:``)."""
+
+    module: str
+    target: str
+    line: int
+    type_only: bool
+
+    def __str__(self) -> str:
+        kind = " (TYPE_CHECKING)" if self.type_only else ""
+        return f"{self.module}:{self.line} imports {self.target}{kind}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _root_exports() -> dict[str, str]:
+    """Names ``inferd/__init__.py`` re-exports -> the module they come from."""
+    out: dict[str, str] = {}
+    for node in ast.parse(MODULES[ROOT].read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = node.module
+    return out
+
+
+ROOT_EXPORTS = _root_exports()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = _resolve(module, node)
+    out = []
+    for a in node.names:
+        sub = f"{base}.{a.name}"
+        if sub in MODULES:  # ``from inferd.core import request``: the submodule
+            out.append(sub)
+        elif base == ROOT and a.name in ROOT_EXPORTS:  # ``from inferd import Server``: where it comes from
+            out.append(ROOT_EXPORTS[a.name])
+        else:
+            out.append(base)
+    return out
+
+
+def _edges(module: str) -> list[Edge]:
+    edges: list[Edge] = []
+
+    def visit(node: ast.AST, type_only: bool) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for target in _targets(module, node):
+                if target == ROOT or target.startswith(ROOT + "."):
+                    edges.append(Edge(module, target, node.lineno, type_only))
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, type_only)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, type_only)
+
+    visit(ast.parse(MODULES[module].read_text(), str(MODULES[module])), False)
+    return edges
+
+
+EDGES: list[Edge] = [e for m in MODULES for e in _edges(m)]
+
+
+def _in(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _violations(applies: Callable[[str], bool], allowed: Callable[[Edge], bool]) -> list[str]:
+    return [str(e) for e in EDGES if applies(e.module) and not allowed(e)]
+
+
+# -- the checker sees the imports ------------------------------------------------------------------
+
+
+def test_every_layer_is_found() -> None:
+    for name in (
+        "inferd.errors",
+        "inferd.core.server",
+        "inferd.scheduling.instances",
+        "inferd.repository",
+        "inferd.backends.python.backend",
+        "inferd.frontends.http.codec",
+        "inferd.cli",
+        "inferd.api",
+    ):
+        assert name in MODULES, name
+
+
+def test_edges_are_read() -> None:
+    edges = {(e.module, e.target) for e in EDGES}
+    assert ("inferd.core.server", "inferd.core.validate") in edges
+    assert ("inferd.api", "inferd.core.server") in edges
+    # ``from inferd.core import request as _core_request``
+    assert ("inferd.backends.python.pb_utils", "inferd.core.request") in edges
+    # ``from inferd import Server`` names the module that defines it
+    assert ROOT_EXPORTS["Server"] == "inferd.api"
+    type_only = {(e.module, e.target) for e in EDGES if e.type_only}
+    assert ("inferd.core.model", "inferd.scheduling.base") in type_only
+
+
+def test_relative_imports_resolve() -> None:
+    tree = ast.parse("from . import a\nfrom ..errors import X\nfrom .tensor import Tensor\n")
+    nodes = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
+    assert _resolve("inferd.core.validate", nodes[0]) == "inferd.core"
+    assert _resolve("inferd.core.validate", nodes[1]) == "inferd.errors"
+    assert _resolve("inferd.core", nodes[2]) == "inferd.core.tensor"
+
+
+# -- the rules -------------------------------------------------------------------------------------
+
+
+def test_errors_imports_nothing_from_inferd() -> None:
+    assert _violations(lambda m: m == "inferd.errors", lambda e: False) == []
+
+
+def test_repository_imports_only_errors() -> None:
+    assert (
+        _violations(
+            lambda m: _in(m, "inferd.repository"),
+            lambda e: _in(e.target, "inferd.errors", "inferd.repository"),
+        )
+        == []
+    )
+
+
+def test_core_data_modules_import_only_errors_and_each_other() -> None:
+    assert (
+        _violations(
+            lambda m: m in CORE_DATA,
+            lambda e: e.target in CORE_DATA or e.target == "inferd.errors",
+        )
+        == []
+    )
+
+
+def test_backends_import_only_errors_repository_core_data_batch_and_themselves() -> None:
+    assert (
+        _violations(
+            lambda m: _in(m, "inferd.backends"),
+            lambda e: (
+                e.target in CORE_DATA
+                or e.target == "inferd.core"  # the (empty) package of the data modules
+                or e.target == "inferd.scheduling.batch"  # pure batch arithmetic for native backends
+                or _in(e.target, "inferd.errors", "inferd.repository", "inferd.backends")
+            ),
+        )
+        == []
+    )
+
+
+def test_batch_arithmetic_imports_only_errors_and_core_data() -> None:
+    """Backends may import ``scheduling.batch`` only because it imports nothing above them."""
+    assert (
+        _violations(
+            lambda m: m == "inferd.scheduling.batch",
+            lambda e: e.target in CORE_DATA or e.target == "inferd.errors",
+        )
+        == []
+    )
+
+
+def _scheduling_allows(e: Edge) -> bool:
+    if e.target in CORE_DATA or e.target in (
+        "inferd.core.stats",
+        "inferd.backends.base",
+        "inferd.backends.registry",
+    ):
+        return True
+    if _in(e.target, "inferd.errors", "inferd.scheduling"):
+        return True
+    return e.type_only and e.target == "inferd.core.model"
+
+
+def test_scheduling_imports_only_errors_core_data_backend_seams_and_itself() -> None:
+    assert _violations(lambda m: _in(m, "inferd.scheduling"), _scheduling_allows) == []
+
+
+TOP = ("inferd.frontends", "inferd.cli", "inferd.api", "inferd.metrics", "inferd.shm", "inferd.__main__")
+
+
+@pytest.mark.parametrize("forbidden", ["inferd.frontends", "inferd.cli", "inferd.api"])
+def test_nothing_below_the_frontends_imports_them(forbidden: str) -> None:
+    below = [m for m in MODULES if m != ROOT and not _in(m, *TOP)]
+    assert "inferd.core.server" in below and "inferd.options" in below
+    assert _violations(lambda m: m in below, lambda e: not _in(e.target, forbidden)) == []
