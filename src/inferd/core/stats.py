@@ -94,6 +94,17 @@ class ModelStats:
             b.compute_output.add(output_ns)
             self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_failed_execution(self, batch_size: int, infer_ns: int) -> None:
+        """An execution that raised: it counts, as its batch does, but infers nothing (as Triton)."""
+        with self._lock:
+            self.execution_count += 1
+            b = self.batch.get(batch_size)
+            if b is None:
+                b = self.batch[batch_size] = BatchStats()
+            b.compute_input.add(0)
+            b.compute_infer.add(infer_ns)
+            b.compute_output.add(0)
+
     def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
         """A request ended: success or failure with its whole duration."""
         with self._lock:

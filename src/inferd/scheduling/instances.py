@@ -273,10 +273,12 @@ class InstancePool:
         try:
             responses = instance.execute(batch)
         except InferdError as e:
+            self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, e, inline)
             return
         except Exception as e:  # a backend bug: answer, log, keep serving
             log.exception("execute failed for model '%s'", self._model_name)
+            self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline)
             return
         t3 = clock()

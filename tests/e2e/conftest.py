@@ -1,0 +1,242 @@
+"""End-to-end fixtures: a real ``inferd serve`` subprocess on free ports, one per xdist worker.
+
+The model repository is a copy of ../shared/reference/models (the models both servers must load
+unmodified) plus the test-only models of tests/fixtures/models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REFERENCE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
+REFERENCE_MODELS = REFERENCE_DIR / "models"
+FIXTURE_MODELS = REPO_ROOT / "tests" / "fixtures" / "models"
+#: the six models of the reference repository
+REFERENCE_MODEL_NAMES = (
+    "add_sub",
+    "batched_sleep",
+    "ensemble_add_sub",
+    "identity_bytes",
+    "identity_fp32",
+    "mul_fp32",
+)
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def build_repository(dest: Path) -> Path:
+    """A model repository with the reference models and the test-only models (no __pycache__)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for src in (REFERENCE_MODELS, FIXTURE_MODELS):
+        for model in sorted(src.iterdir()):
+            if model.is_dir():
+                shutil.copytree(model, dest / model.name, ignore=ignore)
+    return dest
+
+
+@dataclass
+class Response:
+    """An HTTP answer: status, lower-cased headers, body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get("content-type")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def error(self) -> str:
+        doc = self.json()
+        assert isinstance(doc, dict) and set(doc) == {"error"}, self.body
+        return str(doc["error"])
+
+
+class InferdProcess:
+    """``python -m inferd serve`` in a subprocess; ``stop()`` sends SIGTERM and returns the exit code."""
+
+    def __init__(self, repository: Path, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
+        self.repository = repository
+        self.log_path = log_path
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = self.grpc_port = self.metrics_port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> InferdProcess:
+        last = ""
+        for _attempt in range(3):  # another process may take a port between picking and binding it
+            self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+            cmd = [
+                sys.executable,
+                "-m",
+                "inferd",
+                "serve",
+                "--model-repository",
+                str(self.repository),
+                "--http-port",
+                str(self.port),
+                "--grpc-port",
+                str(self.grpc_port),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--exit-on-error=false",
+                *self.extra_args,
+            ]
+            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
+                )
+            if self._wait_live():
+                return self
+            last = self.log()
+            if self.proc.poll() is None:
+                self.kill()
+            if "failed to start HTTP service" not in last:
+                break
+        raise RuntimeError(f"inferd did not become live; log:\n{last}")
+
+    def _wait_live(self) -> bool:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if self.request("GET", "/v2/health/live", timeout=1).status == 200:
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, then wait up to ``timeout``; the exit code, or None when it had to be killed."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                return None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # -- addresses ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """host:port as tritonclient takes it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- requests ----------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | dict[str, Any] | list[Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30,
+    ) -> Response:
+        """One request on a fresh connection (http.client)."""
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            data = r.read()
+            return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def infer(
+        self, model: str, doc: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+    ) -> Response:
+        return self.request("POST", f"/v2/models/{model}/infer", doc, headers)
+
+    def assert_serving(self) -> None:
+        """A good request still succeeds (after a malformed one)."""
+        r = self.infer(
+            "identity_fp32",
+            {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1, 2]}]},
+        )
+        assert r.status == 200, r.body
+        assert r.json()["outputs"][0]["data"] == [1.0, 2.0]
+
+
+@pytest.fixture(scope="session")
+def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("e2e") / "models")
+
+
+@pytest.fixture(scope="session")
+def server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+    """The shared server of this worker (each xdist worker starts its own, on its own ports)."""
+    proc = InferdProcess(model_repository, tmp_path_factory.mktemp("log") / "inferd.log").start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"inferd exited with {code} after SIGTERM; log:\n{proc.log()[-4000:]}"
+
+
+@pytest.fixture
+def start_server(model_repository: Path, tmp_path: Path) -> Iterator[Any]:
+    """Start an extra server of its own (stopped at teardown if the test did not stop it)."""
+    started: list[InferdProcess] = []
+
+    def start(*extra_args: str) -> InferdProcess:
+        p = InferdProcess(
+            model_repository, tmp_path / f"inferd-{len(started)}.log", tuple(extra_args)
+        ).start()
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()

@@ -1,0 +1,167 @@
+"""The example repository (examples/build_models.py) built into a tmp dir, served by `inferd serve`.
+
+tiny_mlp (no config.pbtxt: auto-completed from the graph) and densenet_onnx (the Triton quickstart
+model, with reshape and a labels file) driven by tritonclient.http with binary tensors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.http as httpclient
+from conftest import REPO_ROOT, InferdProcess
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _build_models() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "inferd_example_build", REPO_ROOT / "examples" / "build_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+build_models = _build_models()
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("examples") / "models"
+    names = build_models.build(repo)
+    assert {"tiny_mlp", "densenet_onnx", "add_sub"} <= set(names)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def onnx_server(examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+    proc = InferdProcess(examples, tmp_path_factory.mktemp("log") / "inferd-onnx.log").start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def client(onnx_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
+    c = httpclient.InferenceServerClient(onnx_server.url, concurrency=4, network_timeout=60)
+    yield c
+    c.close()
+
+
+def _input(name: str, arr: np.ndarray[Any, Any]) -> Any:
+    t = httpclient.InferInput(name, list(arr.shape), "FP32")
+    t.set_data_from_numpy(arr, binary_data=True)
+    return t
+
+
+def test_every_example_model_is_ready(client: httpclient.InferenceServerClient) -> None:
+    assert client.is_server_ready()
+    for name in ("tiny_mlp", "densenet_onnx", "add_sub", "identity_bytes", "softmax_classifier"):
+        assert client.is_model_ready(name), name
+
+
+def test_tiny_mlp_config_is_completed_from_the_graph(client: httpclient.InferenceServerClient) -> None:
+    cfg = client.get_model_config("tiny_mlp")
+    assert cfg["platform"] == "onnxruntime_onnx" and cfg["backend"] == "onnxruntime"
+    assert cfg["max_batch_size"] == 4
+    assert cfg["dynamic_batching"]["preferred_batch_size"] == [4]
+    assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [("INPUT0", "TYPE_FP32", [4])]
+    assert [(o["name"], o["dims"]) for o in cfg["output"]] == [("OUTPUT0", [3])]
+    assert cfg["instance_group"][0]["count"] == 2
+    meta = client.get_model_metadata("tiny_mlp")
+    assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}]
+
+
+def test_tiny_mlp_answers_what_the_graph_computes(client: httpclient.InferenceServerClient) -> None:
+    x = np.random.default_rng(7).random((3, 4), dtype=np.float32)
+    result = client.infer("tiny_mlp", [_input("INPUT0", x)])
+    y = result.as_numpy("OUTPUT0")
+    assert y.shape == (3, 3)
+    np.testing.assert_allclose(y, build_models.tiny_mlp_reference(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_tiny_mlp_concurrent_requests(client: httpclient.InferenceServerClient) -> None:
+    xs = [np.random.default_rng(i).random((1, 4), dtype=np.float32) for i in range(16)]
+    pending = [client.async_infer("tiny_mlp", [_input("INPUT0", x)]) for x in xs]
+    for x, p in zip(xs, pending, strict=True):
+        np.testing.assert_allclose(
+            p.get_result().as_numpy("OUTPUT0"), build_models.tiny_mlp_reference(x), rtol=1e-5, atol=1e-6
+        )
+
+
+def test_tiny_mlp_wrong_shape_is_refused(client: httpclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("tiny_mlp", [_input("INPUT0", np.zeros((1, 5), np.float32))])
+    assert "unexpected shape for input 'INPUT0' for model 'tiny_mlp'. Expected [-1,4], got [1,5]" in str(
+        e.value
+    )
+    with pytest.raises(InferenceServerException, match="batch-size must be <= 4"):
+        client.infer("tiny_mlp", [_input("INPUT0", np.zeros((5, 4), np.float32))])
+
+
+def _image() -> np.ndarray[Any, Any]:
+    return np.random.default_rng(3).random((3, 224, 224), dtype=np.float32)
+
+
+def _densenet_bare(examples: Path, image: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    session = ort.InferenceSession(str(examples / "densenet_onnx" / "1" / "model.onnx"))
+    out: np.ndarray[Any, Any] = session.run(["fc6_1"], {"data_0": image.reshape(1, 3, 224, 224)})[0]
+    return out.reshape(1000)
+
+
+def test_densenet_metadata_follows_the_quickstart(client: httpclient.InferenceServerClient) -> None:
+    meta = client.get_model_metadata("densenet_onnx")
+    assert meta["inputs"] == [{"name": "data_0", "datatype": "FP32", "shape": [3, 224, 224]}]
+    assert meta["outputs"] == [{"name": "fc6_1", "datatype": "FP32", "shape": [1000]}]
+    cfg = client.get_model_config("densenet_onnx")
+    assert cfg["max_batch_size"] == 0
+    assert cfg["input"][0]["reshape"] == {"shape": [1, 3, 224, 224]}
+    assert cfg["output"][0]["label_filename"] == "densenet_labels.txt"
+
+
+def test_densenet_scores_match_bare_onnxruntime(
+    client: httpclient.InferenceServerClient, examples: Path
+) -> None:
+    image = _image()
+    scores = client.infer("densenet_onnx", [_input("data_0", image)]).as_numpy("fc6_1")
+    assert scores.shape == (1000,)
+    np.testing.assert_allclose(scores, _densenet_bare(examples, image), rtol=1e-3, atol=1e-4)
+
+
+def test_densenet_classification(client: httpclient.InferenceServerClient, examples: Path) -> None:
+    image = _image()
+    out = httpclient.InferRequestedOutput("fc6_1", binary_data=False, class_count=3)
+    result = client.infer("densenet_onnx", [_input("data_0", image)], outputs=[out])
+    top = [str(v) for v in result.as_numpy("fc6_1")]
+    assert len(top) == 3
+    expected = _densenet_bare(examples, image)
+    best = int(np.argmax(expected))
+    score, index, label = top[0].split(":")
+    assert (int(index), label) == (best, f"class_{best:03d}")
+    assert float(score) == pytest.approx(float(expected[best]), rel=1e-3, abs=1e-4)
+    values = [float(t.split(":")[0]) for t in top]
+    assert values == sorted(values, reverse=True)
+
+
+def test_densenet_wrong_datatype_is_refused(client: httpclient.InferenceServerClient) -> None:
+    t = httpclient.InferInput("data_0", [3, 224, 224], "FP64")
+    t.set_data_from_numpy(np.zeros((3, 224, 224), np.float64), binary_data=True)
+    with pytest.raises(
+        InferenceServerException, match="data-type is 'FP64', but model 'densenet_onnx' expects 'FP32'"
+    ):
+        client.infer("densenet_onnx", [t])
