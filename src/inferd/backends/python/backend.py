@@ -235,7 +235,11 @@ class _InstanceHooks(pb_utils._Hooks):
                 err = pb_utils.TritonError(r.error.message, _PB_BY_CODE.get(r.error.code, 1))
                 out.append(pb_utils.InferenceResponse(error=err))
             else:
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor(t.name, t.array) for t in r.outputs]))
+                out.append(
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor._typed(t.name, t.array, t.datatype) for t in r.outputs]
+                    )
+                )
         return out
 
 
@@ -381,7 +385,7 @@ class PythonInstance:
                 continue
             arr = t.as_numpy()
             try:
-                dt = from_numpy(arr.dtype)
+                dt = t._datatype() or from_numpy(arr.dtype)  # BF16: uint16 words marked BF16
             except TypeError:
                 err = InternalError(f"output '{name}' has unsupported numpy dtype {arr.dtype}")
                 return InferResponse(request.model_name, version, request.id, error=err)

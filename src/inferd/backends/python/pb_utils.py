@@ -6,6 +6,7 @@ numpy arrays shared with the server (no shared-memory copy), so ``as_numpy()`` c
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import sys
@@ -98,57 +99,325 @@ class TritonModelException(Exception):
 
 # -- tensors -----------------------------------------------------------------------------------
 class Tensor:
-    """A named numpy tensor."""
+    """A named numpy tensor, optionally with the Triton datatype its array stands for.
 
-    __slots__ = ("_array", "_name")
+    The datatype matters only where numpy has no dtype of its own: a BF16 tensor holds its
+    elements as raw ``uint16`` words (the upper half of the float32 bit pattern), so
+    ``as_numpy()`` of a BF16 tensor returns those words; ``to_dlpack()`` hands them on as
+    ``bfloat16`` (e.g. to ``torch.from_dlpack``), and ``Tensor.from_dlpack`` of a bfloat16
+    tensor gives a BF16 Tensor.
+    """
+
+    __slots__ = ("_array", "_dt", "_name")
 
     def __init__(self, name: str, data: Any, dtype: Any = None) -> None:
         if not isinstance(data, np.ndarray):
             data = np.asarray(data, dtype=dtype)
         self._name = name
         self._array = data
+        self._dt: _types.DataType | None = None
+
+    @staticmethod
+    def _typed(name: str, array: np.ndarray[Any, Any], datatype: _types.DataType | None) -> Tensor:
+        """A tensor over ``array`` whose Triton datatype is ``datatype`` (None: the array's own)."""
+        self = Tensor.__new__(Tensor)
+        self._name = name
+        self._array = array
+        self._dt = datatype
+        return self
+
+    def _datatype(self) -> _types.DataType | None:
+        """The Triton datatype this tensor was given (BF16 over uint16 words), else None."""
+        return self._dt
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
+        """The data as numpy, shared, not copied (BF16: the raw ``uint16`` words)."""
         return self._array  # type: ignore[no-any-return]
 
     def shape(self) -> list[int]:
         return list(self._array.shape)
 
     def triton_dtype(self) -> int:
-        return _types.from_numpy(self._array.dtype).triton_code
+        dt = self._dt
+        return (dt if dt is not None else _types.from_numpy(self._array.dtype)).triton_code
 
     def is_cpu(self) -> bool:
         return True
 
     def to_dlpack(self) -> Any:
-        return self._array.__dlpack__()
+        """A DLPack capsule (``"dltensor"``) over this tensor's memory, read-only inputs included."""
+        return _dlpack_export(self._array, self._dt, None, None, None, None)
 
-    def __dlpack__(self, stream: Any = None) -> Any:
-        return self._array.__dlpack__()
+    def __dlpack__(
+        self, stream: Any = None, *, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
+        return _dlpack_export(self._array, self._dt, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return self._array.__dlpack_device__()  # type: ignore[no-any-return]
+        return (_DL_CPU, 0)
 
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
-        class _Holder:
-            def __init__(self, c: Any) -> None:
-                self.c = c
+        """A tensor over the memory of a DLPack capsule or of an object with ``__dlpack__`` (no copy).
 
-            def __dlpack__(self, stream: Any = None) -> Any:
-                return self.c
-
-            def __dlpack_device__(self) -> tuple[int, int]:
-                return (1, 0)
-
-        obj = capsule if hasattr(capsule, "__dlpack__") else _Holder(capsule)
-        return Tensor(name, np.from_dlpack(obj))
+        The capsule is consumed; the producer's memory stays alive until the tensor's array is
+        freed. bfloat16 becomes a BF16 tensor (over ``uint16`` words).
+        """
+        if hasattr(capsule, "__dlpack__"):
+            device = getattr(capsule, "__dlpack_device__", None)
+            if device is None:
+                raise TritonModelException(
+                    "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                    "`__dlpack__` and `__dlpack_device__` attributes"
+                )
+            kind = int(device()[0])
+            if kind not in (_DL_CPU, _DL_CUDA_HOST):
+                raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
+            try:
+                capsule = capsule.__dlpack__(stream=None, max_version=_DLPACK_VERSION)
+            except TypeError:  # a producer older than DLPack 1.0
+                capsule = capsule.__dlpack__(stream=None)
+        array, datatype = _dlpack_consume(capsule)
+        return Tensor._typed(name, array, datatype)
 
     def __repr__(self) -> str:
-        return f"Tensor({self._name!r}, shape={list(self._array.shape)}, dtype={self._array.dtype})"
+        dt = self._dt
+        shown = dt.wire if dt is _types.BF16 else self._array.dtype
+        return f"Tensor({self._name!r}, shape={list(self._array.shape)}, dtype={shown})"
+
+
+# -- DLPack ------------------------------------------------------------------------------------
+# The C structures of dlpack.h (v0.8 legacy ``DLManagedTensor``, v1.x ``DLManagedTensorVersioned``).
+_DL_CPU = 1
+_DL_CUDA_HOST = 3  # pinned host memory: CPU-addressable
+_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL = 0, 1, 2, 4, 6
+_DL_FLAG_READ_ONLY = 1
+_DLPACK_VERSION = (1, 0)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+# Private prototypes (ctypes.pythonapi's shared attributes stay untouched). PYFUNCTYPE: called
+# with the GIL held, a Python error they set is raised.
+_py_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+_py_capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_py_capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi)
+)
+_py_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+#: ``void deleter(DLManagedTensor*)``; called without the GIL (deleters take it when they need it)
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _static_name(name: bytes) -> int:
+    """A C string that lives as long as the process: a capsule keeps its name pointer, and a
+    producer's destructor reads it whenever the capsule dies, module teardown included."""
+    buf = ctypes.create_string_buffer(name)
+    _py_incref(buf)  # never freed
+    return ctypes.addressof(buf)
+
+
+_USED_DLTENSOR = _static_name(b"used_dltensor")
+_USED_DLTENSOR_VERSIONED = _static_name(b"used_dltensor_versioned")
+
+#: (DLDataType code, bits) -> numpy dtype, Triton datatype (None: the numpy dtype's own)
+_FROM_DL: dict[tuple[int, int], tuple[np.dtype[Any], _types.DataType | None]] = {
+    **{(_DL_INT, 8 * n): (np.dtype(f"int{8 * n}"), None) for n in (1, 2, 4, 8)},
+    **{(_DL_UINT, 8 * n): (np.dtype(f"uint{8 * n}"), None) for n in (1, 2, 4, 8)},
+    **{(_DL_FLOAT, 8 * n): (np.dtype(f"float{8 * n}"), None) for n in (2, 4, 8)},
+    (_DL_BFLOAT, 16): (np.dtype(np.uint16), _types.BF16),
+    (_DL_BOOL, 8): (np.dtype(np.bool_), None),
+}
+
+
+class _WritableAlias:
+    """A writable numpy view's base over the memory of a read-only ``array`` (kept alive)."""
+
+    __slots__ = ("__array_interface__", "array")
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        iface = array.__array_interface__
+        iface["data"] = (iface["data"][0], False)
+        self.__array_interface__ = iface
+        self.array = array
+
+
+class _DLPackOwner:
+    """The base of an array over a consumed DLPack tensor: calls the producer's deleter when freed."""
+
+    __slots__ = ("__array_interface__", "deleter", "managed")
+
+    def __init__(self, managed: int, deleter: int | None, iface: dict[str, Any] | None) -> None:
+        self.managed = managed
+        self.deleter = deleter
+        if iface is not None:
+            self.__array_interface__ = iface
+
+    def release(self) -> None:
+        d = self.deleter
+        if d:
+            self.deleter = None
+            _DELETER(d)(self.managed)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _set_dl_dtype(capsule: Any, code: int, bits: int) -> None:
+    """Set the DLDataType of the tensor in a capsule that was just made (and not handed out)."""
+    if _py_capsule_is_valid(capsule, b"dltensor"):
+        ptr = _py_capsule_get_pointer(capsule, b"dltensor")
+        dtype = _DLManagedTensor.from_address(ptr).dl_tensor.dtype
+    else:
+        ptr = _py_capsule_get_pointer(capsule, b"dltensor_versioned")
+        dtype = _DLManagedTensorVersioned.from_address(ptr).dl_tensor.dtype
+    dtype.code = code
+    dtype.bits = bits
+
+
+def _dlpack_export(
+    array: np.ndarray[Any, Any],
+    datatype: _types.DataType | None,
+    stream: Any,
+    max_version: Any,
+    dl_device: Any,
+    copy: Any,
+) -> Any:
+    """A DLPack capsule of ``array``, without a copy (unless ``copy`` asks for one).
+
+    numpy builds the DLManagedTensor (its C deleter holds the array until the consumer lets go,
+    and its capsule destructor frees a capsule nobody consumed; both are safe wherever they run,
+    which a ctypes callback is not: called while an exception is being raised, one swallows it).
+    A read-only array (request inputs are views over received bytes) goes out through a writable
+    alias when the consumer asks for a legacy capsule, which cannot say "read-only"; a DLPack 1.x
+    capsule carries the read-only flag instead. BF16 (uint16 words) and bool (exported as its
+    bytes, for numpy < 1.25) get their DLDataType set in the new capsule.
+    """
+    kind = array.dtype.kind
+    if kind in "OUSV":
+        raise BufferError("DLPack does not have support for string tensors.")
+    code = None
+    if datatype is _types.BF16:
+        code, bits = _DL_BFLOAT, 16
+    elif kind == "b":
+        array, code, bits = array.view(np.uint8), _DL_BOOL, 8
+    kwargs = {}
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    if dl_device is not None:
+        kwargs["dl_device"] = dl_device
+    if copy is not None:
+        kwargs["copy"] = copy
+    if not array.flags.writeable and (max_version is None or max_version[0] < 1):
+        array = np.asarray(_WritableAlias(array))
+    capsule = array.__dlpack__(stream=stream, **kwargs)
+    if code is not None:
+        _set_dl_dtype(capsule, code, bits)
+    return capsule
+
+
+def _dlpack_consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]:
+    """Consume a ``"dltensor"`` / ``"dltensor_versioned"`` capsule: an array over its memory."""
+    if _py_capsule_is_valid(capsule, b"dltensor"):
+        ptr = _py_capsule_get_pointer(capsule, b"dltensor")
+        managed: Any = _DLManagedTensor.from_address(ptr)
+        used, read_only = _USED_DLTENSOR, False
+    elif _py_capsule_is_valid(capsule, b"dltensor_versioned"):
+        ptr = _py_capsule_get_pointer(capsule, b"dltensor_versioned")
+        managed = _DLManagedTensorVersioned.from_address(ptr)
+        if managed.version.major != _DLPACK_VERSION[0]:
+            raise BufferError(f"unsupported DLPack version {managed.version.major}.{managed.version.minor}")
+        used, read_only = _USED_DLTENSOR_VERSIONED, bool(managed.flags & _DL_FLAG_READ_ONLY)
+    elif type(capsule).__name__ == "PyCapsule":
+        raise TritonModelException(
+            "the DLPack capsule is not an unconsumed 'dltensor' capsule (a capsule can be consumed once)"
+        )
+    else:
+        raise TritonModelException(
+            "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+            "`__dlpack__` and `__dlpack_device__` attributes"
+        )
+    t = managed.dl_tensor
+    kind = t.device.device_type
+    if kind not in (_DL_CPU, _DL_CUDA_HOST):
+        raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
+    dtype = t.dtype
+    found = _FROM_DL.get((dtype.code, dtype.bits)) if dtype.lanes == 1 else None
+    if found is None:
+        raise TritonModelException(
+            f"DLPack data type (code {dtype.code}, {dtype.bits} bits, {dtype.lanes} lanes) is not supported"
+        )
+    np_dtype, datatype = found
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    size = 1
+    for d in shape:
+        size *= d
+    if t.strides and size > 0:
+        expected = 1
+        for i in range(t.ndim - 1, -1, -1):
+            if shape[i] != 1 and t.strides[i] != expected:
+                raise TritonModelException(
+                    "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored "
+                    "in C-Order are supported."
+                )
+            expected *= shape[i]
+    deleter = managed.deleter
+    _py_capsule_set_name(capsule, used)  # consumed: the producer's destructor leaves it alone now
+    if size == 0:  # nothing to share (the pointer may even be NULL)
+        _DLPackOwner(ptr, deleter, None).release()
+        array = np.empty(shape, np_dtype)
+    else:
+        iface = {
+            "version": 3,
+            "shape": shape,
+            "typestr": np_dtype.str,
+            "data": ((t.data or 0) + t.byte_offset, read_only),
+        }
+        array = np.asarray(_DLPackOwner(ptr, deleter, iface))
+    return array, datatype
 
 
 # -- requests and responses --------------------------------------------------------------------
@@ -248,7 +517,10 @@ class InferenceRequest:
         params = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
         self._core = _core_request.InferRequest(
             model_name=model_name,
-            inputs={t.name(): _core_tensor.Tensor.from_array(t.name(), t.as_numpy()) for t in inputs},
+            inputs={
+                t.name(): _core_tensor.Tensor.from_array(t.name(), t.as_numpy(), t._datatype())
+                for t in inputs
+            },
             model_version="" if model_version < 0 else str(model_version),
             id=request_id,
             parameters=params,
@@ -293,7 +565,9 @@ class InferenceRequest:
     def _input_map(self) -> dict[str, Tensor]:
         t = self._tensors
         if t is None:
-            t = self._tensors = {name: Tensor(name, ct.array) for name, ct in self._core.inputs.items()}
+            t = self._tensors = {
+                name: Tensor._typed(name, ct.array, ct.datatype) for name, ct in self._core.inputs.items()
+            }
         return t
 
     def get_input(self, name: str) -> Tensor | None:
@@ -301,7 +575,7 @@ class InferenceRequest:
         if t is not None:
             return t.get(name)
         ct = self._core.inputs.get(name)
-        return None if ct is None else Tensor(name, ct.array)
+        return None if ct is None else Tensor._typed(name, ct.array, ct.datatype)
 
     def requested_output_names(self) -> set[str]:
         return set(self._output_names or ())
