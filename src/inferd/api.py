@@ -1,7 +1,8 @@
 """The in-process API: ``inferd.Server(model_repository=...)``, ``start()``, ``infer()``, ``stop()``.
 
 The server runs its own event loop in a background thread, so plain synchronous code can embed
-it; ``http_port`` also serves the KServe v2 HTTP protocol from the same process.
+it; ``http_port`` also serves the KServe v2 HTTP protocol and ``grpc_port`` the KServe v2 gRPC
+protocol from the same process.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Server:
         *,
         http_port: int | None = None,
         http_address: str = "127.0.0.1",
+        grpc_port: int | None = None,
+        grpc_address: str = "127.0.0.1",
         **options: Any,
     ) -> None:
         repos = model_repository if isinstance(model_repository, list) else [model_repository]
@@ -45,10 +48,14 @@ class Server:
         self.options.allow_http = http_port is not None
         self.options.http_port = http_port or 0
         self.options.http_address = http_address
+        self.options.allow_grpc = grpc_port is not None
+        self.options.grpc_port = grpc_port or 0
+        self.options.grpc_address = grpc_address
         self._core = CoreServer(self.options)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._http: Any = None
+        self._grpc: Any = None
         #: client shared-memory regions, shared by the frontends
         self.shm = SharedMemoryManager()
 
@@ -66,6 +73,13 @@ class Server:
 
     async def _start(self) -> None:
         await self._core.start()
+        if self.options.allow_grpc:
+            from inferd.frontends.grpc.service import GrpcServer
+
+            self._grpc = GrpcServer(
+                self._core, self.options.grpc_address, self.options.grpc_port, self.options, self.shm
+            )
+            await self._grpc.start()
         if self.options.allow_http:
             from inferd.frontends.http.app import HttpApp
             from inferd.frontends.http.protocol import HttpServer
@@ -80,6 +94,11 @@ class Server:
         """The port HTTP listens on (useful with ``http_port=0``)."""
         return None if self._http is None else int(self._http.port)
 
+    @property
+    def grpc_port(self) -> int | None:
+        """The port gRPC listens on (useful with ``grpc_port=0``)."""
+        return None if self._grpc is None else int(self._grpc.port)
+
     def stop(self) -> None:
         """Drain in-flight requests, unload the models, stop the loop thread."""
         loop = self._loop
@@ -93,6 +112,8 @@ class Server:
         self._loop = None
 
     async def _stop(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.stop(self.options.exit_timeout_secs)
         if self._http is not None:
             await self._http.stop()
         await self._core.stop()

@@ -13,8 +13,10 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from inferd import __version__
+from inferd.errors import InferdError
 from inferd.options import ServerOptions
 
 log = logging.getLogger("inferd")
@@ -74,6 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-grpc", default=True, **b)  # type: ignore[arg-type]
     s.add_argument("--grpc-address", default="0.0.0.0")
     s.add_argument("--grpc-port", default=8001, type=int)
+    s.add_argument("--reuse-grpc-port", default=False, **b)  # type: ignore[arg-type]
+    s.add_argument("--grpc-header-forward-pattern", default="")
+    s.add_argument(
+        "--grpc-infer-response-compression-level", default="none", choices=["none", "low", "medium", "high"]
+    )
+    s.add_argument("--grpc-keepalive-time", default=7_200_000, type=int)
+    s.add_argument("--grpc-keepalive-timeout", default=20_000, type=int)
+    s.add_argument("--grpc-keepalive-permit-without-calls", default=False, **b)  # type: ignore[arg-type]
+    s.add_argument("--grpc-http2-max-pings-without-data", default=2, type=int)
+    s.add_argument("--grpc-http2-min-recv-ping-interval-without-data", default=300_000, type=int)
+    s.add_argument("--grpc-http2-max-ping-strikes", default=2, type=int)
+    s.add_argument("--grpc-max-connection-age", default=None, type=int)
+    s.add_argument("--grpc-max-connection-age-grace", default=None, type=int)
+    s.add_argument("--grpc-use-ssl", default=False, **b)  # type: ignore[arg-type]
+    s.add_argument("--grpc-use-ssl-mutual", default=False, **b)  # type: ignore[arg-type]
+    s.add_argument("--grpc-server-cert", default=None)
+    s.add_argument("--grpc-server-key", default=None)
+    s.add_argument("--grpc-root-cert", default=None)
     s.add_argument("--allow-metrics", default=True, **b)  # type: ignore[arg-type]
     s.add_argument("--metrics-address", default="")
     s.add_argument("--metrics-port", default=8002, type=int)
@@ -98,6 +118,22 @@ def options_from_args(a: argparse.Namespace) -> ServerOptions:
         allow_grpc=a.allow_grpc,
         grpc_address=a.grpc_address,
         grpc_port=a.grpc_port,
+        reuse_grpc_port=a.reuse_grpc_port,
+        grpc_header_forward_pattern=a.grpc_header_forward_pattern,
+        grpc_infer_response_compression_level=a.grpc_infer_response_compression_level,
+        grpc_keepalive_time=a.grpc_keepalive_time,
+        grpc_keepalive_timeout=a.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=a.grpc_keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data=a.grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data=a.grpc_http2_min_recv_ping_interval_without_data,
+        grpc_http2_max_ping_strikes=a.grpc_http2_max_ping_strikes,
+        grpc_max_connection_age=a.grpc_max_connection_age,
+        grpc_max_connection_age_grace=a.grpc_max_connection_age_grace,
+        grpc_use_ssl=a.grpc_use_ssl or a.grpc_use_ssl_mutual,
+        grpc_use_ssl_mutual=a.grpc_use_ssl_mutual,
+        grpc_server_cert=a.grpc_server_cert,
+        grpc_server_key=a.grpc_server_key,
+        grpc_root_cert=a.grpc_root_cert,
         allow_metrics=a.allow_metrics,
         metrics_address=a.metrics_address,
         metrics_port=a.metrics_port,
@@ -144,6 +180,21 @@ async def serve(options: ServerOptions) -> int:
         return 1
     # one registry of client shared-memory regions for every frontend
     shm = SharedMemoryManager()
+    grpc_server: Any = None
+    if options.allow_grpc:  # grpcio is imported only when gRPC is served
+        from inferd.frontends.grpc.service import GrpcServer
+
+        grpc_server = GrpcServer(server, options.grpc_address, options.grpc_port, options, shm)
+        try:
+            await grpc_server.start()
+        except (OSError, InferdError) as e:
+            print(
+                f"error: failed to start GRPC service at {options.grpc_address}:{options.grpc_port}: {e}",
+                file=sys.stderr,
+            )
+            await server.stop(0)
+            return 1
+        log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_server.port)
     http: HttpServer | None = None
     if options.allow_http:
         http = HttpServer(HttpApp(server, shm), options.http_address, options.http_port)
@@ -154,6 +205,8 @@ async def serve(options: ServerOptions) -> int:
                 f"error: failed to start HTTP service at {options.http_address}:{options.http_port}: {e}",
                 file=sys.stderr,
             )
+            if grpc_server is not None:
+                await grpc_server.stop(0)
             await server.stop(0)
             return 1
         log.info("Started HTTPService at %s:%d", options.http_address, http.port)
@@ -168,9 +221,16 @@ async def serve(options: ServerOptions) -> int:
     if http is not None:
         http.stop_listening()
     deadline = time.monotonic() + options.exit_timeout_secs
+    # gRPC refuses new RPCs from now on; running ones finish while the core drains
+    grpc_stopping = None
+    if grpc_server is not None:
+        grpc_stopping = loop.create_task(grpc_server.stop(options.exit_timeout_secs))
     while server.inflight() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     await server.stop(max(0.0, deadline - time.monotonic()))
+    if grpc_server is not None and grpc_stopping is not None:
+        await grpc_server.stop(0.5)  # what is left are open streams with nothing in flight
+        await grpc_stopping
     if http is not None:
         await http.stop()
     shm.close()

@@ -113,6 +113,11 @@ def validate_request(request: InferRequest, model: Model) -> None:
                 f"{request_prefix(request)}unexpected shape for input '{t.name}' for model '{name}'. "
                 f"Expected {_shape_str(spec.full_shape(mbs))}, got {_shape_str(t.shape)}. {note}"
             )
+        if min(shape, default=0) < 0:  # a wildcard in the request itself (gRPC shapes are signed)
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}All input dimensions should be specified for input '{t.name}' for "
+                f"model '{name}', got {_shape_str(t.shape)}"
+            )
     if any(r not in inputs for r in model.required_inputs):
         raise _missing_inputs_error(request, model, order)
     request.batch_size = batch_size if mbs > 0 else 1

@@ -1,0 +1,1 @@
+"""The gRPC front end: GRPCInferenceService on grpc.aio (imported only when gRPC is enabled)."""
