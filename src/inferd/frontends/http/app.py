@@ -18,6 +18,7 @@ from inferd.core.response import InferResponse
 from inferd.core.server import Server
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response, parse_json
+from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -104,6 +105,7 @@ class HttpApp:
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self._headers = HeaderCache(shm=self.shm)
+        self._generate = GenerateRoutes(server)
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
@@ -181,8 +183,26 @@ class HttpApp:
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
         elif action == "stats":
             self._get_only(req, resp, lambda: self._json(resp, server.statistics(name, version)))
-        else:  # generate, generate_stream, trace/setting: not served yet
+        elif action in ("generate", "generate_stream"):
+            self._generate_route(req, resp, name, version, action == "generate_stream")
+        else:  # trace/setting: not served yet
             resp.send(404, _NOT_FOUND, _TEXT)
+
+    def _generate_route(
+        self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool
+    ) -> None:
+        if req.method != "POST":
+            resp.send(405, _NOT_ALLOWED, _JSON)
+            return
+        try:
+            bad_version = _version_error(version)
+            if bad_version is not None:
+                raise bad_version
+            model = self.server.get_model(name, version)
+        except InferdError as e:
+            _error(resp, e)
+            return
+        self._generate.handle(req, resp, model, version, streaming)
 
     def _repository(self, req: HttpRequest, resp: Responder) -> None:
         m = _REPO_RE.match(req.path)
