@@ -259,7 +259,7 @@ class OutputEncoding:
 
 _JSON_KIND_ERR = {
     "b": "attempt to access JSON non-boolean as boolean",
-    "i": "attempt to access JSON non-integer as int",
+    "i": "attempt to access JSON non-signed-integer as signed-integer",
     "u": "attempt to access JSON non-unsigned-integer as unsigned-integer",
     "f": "attempt to access JSON non-number as double",
 }
@@ -591,6 +591,9 @@ def _json_data(t: Tensor) -> Any:
             for v in arr.reshape(-1)
         ]
     flat = arr.reshape(-1)
+    if flat.dtype.kind == "f" and flat.dtype.itemsize < 8:
+        # the reference prints FP32 through a double: 0.1f is 0.10000000149011612 there
+        return flat.astype(np.float64)
     if not (flat.flags.c_contiguous and flat.dtype.isnative):  # orjson serialises only these
         flat = np.ascontiguousarray(flat, dtype=flat.dtype.newbyteorder("="))
     return flat

@@ -655,7 +655,7 @@ def test_json_syntax_errors_use_rapidjson_words(body: bytes, text: str) -> None:
             b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT32","data":[1.5]}]}',
             None,
             InternalError,
-            "Unable to parse 'data': attempt to access JSON non-integer as int",
+            "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
         ),
         (
             b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"UINT8","data":[-1]}]}',
