@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_REF = ROOT.parent / "shared" / "reference"
 MODELS = SHARED_REF / "models"
@@ -283,18 +285,31 @@ class ReferenceServer(Server):
 class CommandServer(Server):
     """A server started from a command template, in its own process group; stopped with SIGTERM."""
 
-    def __init__(self, name: str, label: str, template: str, ready_timeout: float = READY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        name: str,
+        label: str,
+        template: str,
+        ready_timeout: float = READY_TIMEOUT_S,
+        models: Path = MODELS,
+    ) -> None:
         self.name = name
         self.label = label
         self.template = template
         self.ready_timeout = ready_timeout
+        self.models = models
         self._proc: subprocess.Popen[bytes] | None = None
         self._logf: IO[bytes] | None = None
         self._ports: Ports | None = None
 
     def command(self, ports: Ports) -> str:
         return self.template.format(
-            root=ROOT, repo=MODELS, models=MODELS, http=ports.http, grpc=ports.grpc, metrics=ports.metrics
+            root=ROOT,
+            repo=self.models,
+            models=self.models,
+            http=ports.http,
+            grpc=ports.grpc,
+            metrics=ports.metrics,
         )
 
     def foreground_cmd(self, ports: Ports) -> str:
@@ -528,6 +543,8 @@ class RunData:
     servers: dict[str, str]  # name -> how it is started (markdown)
     results_dir: Path
     rounds: list[ServerRound] = field(default_factory=list)
+    #: ONNX rows (onnx_bench.py): dicts with round, side ("inferd" | "bare"), scenario, status, figures
+    onnx: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def wall_s(self) -> float:
@@ -896,6 +913,33 @@ def less_than_goal(
     return Goal(text, check)
 
 
+def onnx_throughput_goal(scenario: str, min_ratio: float) -> Goal:
+    def check(data: RunData) -> GoalResult:
+        x = onnx_bench.aggregate(data.onnx, "inferd", scenario)["infer_per_s"]
+        y = onnx_bench.aggregate(data.onnx, "bare", scenario)["infer_per_s"]
+        r = ratio(x, y)
+        detail = f"{fmt(x, 1)} vs bare {fmt(y, 1)} infer/s = {fmt_ratio(r)}"
+        if r is None:
+            return GoalResult("not measured", detail)
+        return GoalResult("met" if r >= min_ratio else "missed", detail)
+
+    return Goal(f"`{scenario}` served throughput >= {min_ratio:g}x bare ONNX Runtime", check)
+
+
+def onnx_added_p50_goal(scenario: str, max_us: float) -> Goal:
+    def check(data: RunData) -> GoalResult:
+        x = onnx_bench.aggregate(data.onnx, "inferd", scenario)["p50_us"]
+        y = onnx_bench.aggregate(data.onnx, "bare", scenario)["p50_us"]
+        if x is None or y is None:
+            return GoalResult("not measured", f"p50 {fmt(x)} vs bare {fmt(y)} us")
+        added = x - y
+        return GoalResult(
+            "met" if added <= max_us else "missed", f"p50 {fmt(x)} vs bare {fmt(y)} us: +{fmt(added)} us"
+        )
+
+    return Goal(f"`{scenario}` over binary HTTP adds <= {max_us:g} us to bare ONNX Runtime's p50", check)
+
+
 DEFAULT_GOALS = [
     throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
     throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
@@ -906,7 +950,15 @@ DEFAULT_GOALS = [
         0.5,
         "MiB",
     ),
+    onnx_throughput_goal("densenet_onnx_c1", 0.95),
+    onnx_throughput_goal("densenet_onnx_c4", 0.95),
+    onnx_added_p50_goal("tiny_mlp_c1", 150),
 ]
+
+
+class OnnxSection(Section):
+    def render(self, data: RunData) -> str:
+        return onnx_bench.render(data.onnx)
 
 
 class GoalsSection(Section):
@@ -919,7 +971,7 @@ class GoalsSection(Section):
     def render(self, data: RunData) -> str:
         mark = {"met": "met", "missed": "**missed**", "not measured": "not measured"}
         rows = [[g.text, mark[r.status], r.detail] for g, r in self.results(data)]
-        return "## Goals\n\n" + md_table(["goal", "status", "inferd vs reference"], rows, "lll")
+        return "## Goals\n\n" + md_table(["goal", "status", "inferd vs reference (or bare)"], rows, "lll")
 
 
 def default_sections() -> list[Section]:
@@ -929,6 +981,7 @@ def default_sections() -> list[Section]:
         ProblemsSection(),
         ScenarioSection("HTTP (perf_analyzer)", r"_http_"),
         ScenarioSection("gRPC (perf_analyzer)", r"_grpc_"),
+        OnnxSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -1066,6 +1119,44 @@ def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> Server
     return sr
 
 
+def onnx_round(
+    rnd: int, outdir: Path, template: str, ready_timeout: float, quick: bool
+) -> list[dict[str, Any]]:
+    """The ONNX rows of one round: bare ONNX Runtime in-process, and perf_analyzer against inferd."""
+    repo = outdir / "onnx-models"
+    if not repo.exists():
+        log(f"round {rnd}: onnx: building {', '.join(onnx_bench.MODELS)} into {rel(repo)}")
+        onnx_bench.build_repository(repo, outdir / "onnx-build.log", run_logged)
+    scale = 0.3 if quick else float(os.environ.get("BENCH_SCALE", "1.0"))
+    tag = f"r{rnd}"
+    server = CommandServer("inferd-onnx", "inferd", template, ready_timeout, models=repo)
+    ports = free_ports()
+    log(f"round {rnd}: onnx: inferd on {ports}; each scenario bare ONNX Runtime and perf_analyzer in turn")
+    try:
+        server.start(ports, outdir / f"{tag}-onnx-server.log")
+    except StartError as e:
+        log(f"round {rnd}: onnx: {e}")
+        return [
+            {"round": rnd, "side": "inferd", "scenario": s.id, "status": "no server"}
+            for s in onnx_bench.SCENARIOS
+        ]
+    rows: list[dict[str, Any]] = []
+    try:
+        for s in onnx_bench.SCENARIOS:
+            for side in ("bare", "inferd") if rnd % 2 == 1 else ("inferd", "bare"):
+                if side == "bare":
+                    row = onnx_bench.measure_bare(repo, s, outdir, tag, run_logged)
+                else:
+                    row = onnx_bench.measure_served(ports.http, s, outdir, tag, scale, run_logged)
+                rows.append(row)
+                log(f"round {rnd}: onnx: {s.id} {side}: {row['status']}")
+    finally:
+        server.stop()
+    for row in rows:
+        row["round"] = rnd
+    return rows
+
+
 def ensure_reference(outdir: Path) -> None:
     log(f"ensuring the reference is installed: bash {rel(SETUP_SH)} (log {rel(outdir)}/setup.log)")
     rc = run_logged(["bash", str(SETUP_SH)], outdir / "setup.log", echo=False)
@@ -1126,6 +1217,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run nothing: render the report again from RESULTS_DIR/summary.json "
         "(into RESULTS_DIR/BENCHMARKS.md, or --output)",
     )
+    ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX rows (tiny_mlp, densenet_onnx)")
+    ap.add_argument(
+        "--onnx-only",
+        action="store_true",
+        help="only the ONNX rows: inferd vs bare ONNX Runtime (no reference, no measure.sh)",
+    )
     ap.add_argument("--no-setup", action="store_true", help="do not run setup.sh first")
     ap.add_argument("--check-goals", action="store_true", help="exit 3 if a goal is missed or not measured")
     a = ap.parse_args(argv)
@@ -1150,6 +1247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_only = a.scenarios if a.scenarios else anchored(HTTP_SCENARIOS)
     if a.grpc:
         bench_only = f"{bench_only}|{anchored(GRPC_SCENARIOS)}"
+    if a.onnx_only:
+        bench_only = "^$"  # no bench.sh scenario: the report leaves those tables out
     opts = Options(
         servers=a.server_list,
         repeat=a.repeat,
@@ -1163,7 +1262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reference": ReferenceServer(),
         "inferd": CommandServer("inferd", "inferd", a.inferd_cmd, a.ready_timeout),
     }
-    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers]
+    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers and not a.onnx_only]
+    run_onnx = not a.no_onnx and "inferd" in opts.servers
 
     if not a.no_setup:
         ensure_reference(outdir)
@@ -1184,6 +1284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "inferd_cmd": a.inferd_cmd,
             "inferd_cmd_overridden": a.inferd_cmd != DEFAULT_INFERD_CMD,
             "bench_scale": "0.3" if a.quick else os.environ.get("BENCH_SCALE", "1.0"),
+            "onnx": run_onnx,
         },
     )
     log(f"results: {outdir}; servers {opts.servers}; {a.repeat} round(s); BENCH_ONLY={bench_only}")
@@ -1193,6 +1294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             order = servers if rnd % 2 == 1 else list(reversed(servers))
             for srv in order:
                 data.rounds.append(bench_round(srv, rnd, opts, outdir))
+                write_json(data, outdir / "summary.json")
+            if run_onnx:
+                data.onnx += onnx_round(rnd, outdir, a.inferd_cmd, a.ready_timeout, a.quick)
                 write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
@@ -1261,6 +1365,7 @@ def read_json(path: Path) -> RunData:
         servers=raw["servers"],
         results_dir=Path(raw["results_dir"]),
         rounds=rounds,
+        onnx=raw.get("onnx", []),
     )
 
 

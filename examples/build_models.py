@@ -1,39 +1,233 @@
 """Build the example model repository that `make run` serves (never committed).
 
-    python examples/build_models.py examples/models
+    python examples/build_models.py examples/models [--only tiny_mlp,densenet_onnx]
 
-Python-backend models are copied from examples/python_models/. Everything is made offline from
-what installed packages ship; nothing is downloaded.
+Python-backend models are copied from examples/python_models/. The ONNX models are made here,
+offline, from what installed packages ship (nothing is downloaded), with seeded weights so that
+every build answers the same:
+
+- ``tiny_mlp``: a 4 -> 16 -> 3 perceptron with a softmax, written with ``onnx.helper``; it has no
+  config.pbtxt: inferd completes it from the graph (``max_batch_size`` 4, dynamic batching).
+- ``densenet_onnx``: the Triton quickstart model. The ``onnx`` wheel ships DenseNet-121's graph
+  (``onnx/backend/test/data/light/light_densenet121.onnx``: ``data_0`` [1,3,224,224] to
+  ``fc6_1`` [1,1000,1,1]) with every weight replaced by a constant; here the weights are drawn
+  from a seeded generator instead. The classes are therefore arbitrary (``class_000`` ...), but
+  the model computes what DenseNet-121 computes, at its cost.
+
+Needs the ``onnx`` package (``pip install -e '.[examples]'``).
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
+SEED = 20240601
+
+TINY_MLP_IN, TINY_MLP_HIDDEN, TINY_MLP_OUT = 4, 16, 3
+DENSENET_CLASSES = 1000
+
+DENSENET_CONFIG = """\
+# The Triton quickstart model: DenseNet-121 (graph from the onnx wheel, seeded weights).
+# Ask for "classification": N on fc6_1 to get the top N as "score:index:label".
+name: "densenet_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 224, 224 ]
+    reshape { shape: [ 1, 3, 224, 224 ] }
+  }
+]
+output [
+  {
+    name: "fc6_1"
+    data_type: TYPE_FP32
+    dims: [ 1000 ]
+    reshape { shape: [ 1, 1000, 1, 1 ] }
+    label_filename: "densenet_labels.txt"
+  }
+]
+"""
 
 
-def build(dest: Path) -> list[str]:
-    """Write the repository into ``dest``; returns the model names."""
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise SystemExit(
+            "building the ONNX examples needs the 'onnx' package: pip install -e '.[examples]'"
+        ) from e
+    return onnx
+
+
+def tiny_mlp_model(seed: int = SEED) -> Any:
+    """The tiny_mlp graph: INPUT0 [N,4] -> Gemm -> Relu -> Gemm -> Softmax -> OUTPUT0 [N,3]."""
+    onnx = _onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 0.5, (TINY_MLP_IN, TINY_MLP_HIDDEN)).astype(np.float32)
+    b1 = rng.normal(0, 0.1, TINY_MLP_HIDDEN).astype(np.float32)
+    w2 = rng.normal(0, 0.5, (TINY_MLP_HIDDEN, TINY_MLP_OUT)).astype(np.float32)
+    b2 = rng.normal(0, 0.1, TINY_MLP_OUT).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["INPUT0", "W1", "B1"], ["H"]),
+        helper.make_node("Relu", ["H"], ["A"]),
+        helper.make_node("Gemm", ["A", "W2", "B2"], ["LOGITS"]),
+        helper.make_node("Softmax", ["LOGITS"], ["OUTPUT0"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_mlp",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", TINY_MLP_IN])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", TINY_MLP_OUT])],
+        [
+            numpy_helper.from_array(w1, "W1"),
+            numpy_helper.from_array(b1, "B1"),
+            numpy_helper.from_array(w2, "W2"),
+            numpy_helper.from_array(b2, "B2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="inferd")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def tiny_mlp_reference(x: np.ndarray[Any, Any], seed: int = SEED) -> np.ndarray[Any, Any]:
+    """What tiny_mlp computes, in numpy (for tests and the README)."""
+    from onnx import numpy_helper
+
+    init = {t.name: numpy_helper.to_array(t) for t in tiny_mlp_model(seed).graph.initializer}
+    h = np.maximum(x @ init["W1"] + init["B1"], 0)
+    logits = h @ init["W2"] + init["B2"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    out: np.ndarray[Any, Any] = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def densenet_graph_path() -> Path:
+    """DenseNet-121's graph as the onnx wheel ships it (weights replaced by constants)."""
+    onnx = _onnx()
+    path = Path(onnx.__file__).parent / "backend/test/data/light/light_densenet121.onnx"
+    if not path.is_file():
+        raise SystemExit(f"the installed onnx wheel has no {path.name} (looked in {path.parent})")
+    return path
+
+
+def densenet_model(seed: int = SEED) -> Any:
+    """DenseNet-121 with seeded weights in place of the wheel's constants."""
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    model = onnx.load(str(densenet_graph_path()))
+    graph = model.graph
+    rng = np.random.default_rng(seed)
+    shapes = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name.endswith("__SHAPE")}
+    keep = [t for t in graph.initializer if not t.name.endswith("__SHAPE")]
+    new_inits = []
+    nodes = []
+    for node in graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            nodes.append(node)
+            continue
+        name = node.output[0]
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        new_inits.append(numpy_helper.from_array(_seeded_weight(rng, name, shape), name))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(keep + new_inits)
+    # IR version 3 lists every initializer as a graph input too; from version 4 on they need not
+    # be, and the graph's only input is the image (as in the quickstart model)
+    inputs = [i for i in graph.input if i.name == "data_0"]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+def _seeded_weight(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    """A weight by its role in the caffe2-style graph (conv, then BN, then a scale ``_w`` and shift ``_b``)."""
+    base = name.rsplit("/", 1)[-1]
+    if len(shape) == 4:  # convolution (and the 1x1 classifier fc6): He initialisation
+        fan_in = int(np.prod(shape[1:]))
+        return rng.normal(0.0, np.sqrt(2.0 / fan_in), shape).astype(np.float32)
+    if base.endswith("bn_w_0") or base.endswith("scale_0"):
+        return rng.uniform(0.9, 1.1, shape).astype(np.float32)
+    if base.endswith("var_0"):
+        return rng.uniform(0.9, 1.1, shape).astype(np.float32)
+    if base.endswith("mean_0"):
+        return rng.normal(0.0, 0.05, shape).astype(np.float32)
+    return rng.normal(0.0, 0.05, shape).astype(np.float32)  # biases and shifts
+
+
+def densenet_labels() -> list[str]:
+    return [f"class_{i:03d}" for i in range(DENSENET_CLASSES)]
+
+
+def write_tiny_mlp(dest: Path) -> None:
+    onnx = _onnx()
+    (dest / "1").mkdir(parents=True)
+    onnx.save(tiny_mlp_model(), str(dest / "1" / "model.onnx"))
+
+
+def write_densenet(dest: Path) -> None:
+    onnx = _onnx()
+    (dest / "1").mkdir(parents=True)
+    onnx.save(densenet_model(), str(dest / "1" / "model.onnx"))
+    (dest / "config.pbtxt").write_text(DENSENET_CONFIG)
+    (dest / "densenet_labels.txt").write_text("\n".join(densenet_labels()) + "\n")
+
+
+ONNX_MODELS = {"tiny_mlp": write_tiny_mlp, "densenet_onnx": write_densenet}
+
+
+def build(dest: Path, only: set[str] | None = None) -> list[str]:
+    """Write the repository into ``dest`` (``only``: these models); returns the model names."""
     dest.mkdir(parents=True, exist_ok=True)
     names = []
     for src in sorted((HERE / "python_models").iterdir()):
-        if not (src / "1").is_dir():
+        if not (src / "1").is_dir() or (only is not None and src.name not in only):
             continue
         target = dest / src.name
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
         names.append(src.name)
+    for name, write in ONNX_MODELS.items():
+        if only is not None and name not in only:
+            continue
+        target = dest / name
+        if target.exists():
+            shutil.rmtree(target)
+        write(target)
+        names.append(name)
     return names
 
 
-def main() -> int:
-    dest = Path(sys.argv[1] if len(sys.argv) > 1 else HERE / "models")
-    names = build(dest)
-    print(f"example repository {dest}: {', '.join(names)}")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Build the example model repository (offline).")
+    ap.add_argument("dest", nargs="?", type=Path, default=HERE / "models")
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    a = ap.parse_args(argv)
+    only = {n.strip() for n in a.only.split(",") if n.strip()} or None
+    dest: Path = a.dest
+    t0 = time.monotonic()
+    names = build(dest, only)
+    print(f"example repository {dest}: {', '.join(names)} ({time.monotonic() - t0:.1f} s)")
     return 0
 
 

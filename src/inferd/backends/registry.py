@@ -10,7 +10,7 @@ from inferd.errors import InvalidArgumentError
 #: built-in backends: name -> "module:factory"
 _BUILTIN: dict[str, str] = {
     "python": "inferd.backends.python.backend:PythonBackend",
-    "onnxruntime": "inferd.backends.onnxruntime:OnnxRuntimeBackend",
+    "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
 }
 _ENTRY_POINT_GROUP = "inferd.backends"
 _cache: dict[str, Backend] = {}

@@ -16,13 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import inferd
 from inferd.backends.base import InstanceSpec, LoadContext
-from inferd.backends.onnxruntime import (
-    GraphTensor,
-    OnnxInstance,
-    OnnxModel,
-    OnnxRuntimeBackend,
-    check_config_against_graph,
-    complete_config,
+from inferd.backends.onnxruntime.backend import OnnxInstance, OnnxModel, OnnxRuntimeBackend
+from inferd.backends.onnxruntime.graph import GraphTensor, check_config_against_graph, complete_config
+from inferd.backends.onnxruntime.options import (
     default_intra_op_threads,
     execution_providers,
     session_settings,

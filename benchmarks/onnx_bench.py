@@ -1,0 +1,238 @@
+"""The ONNX rows of `make bench`: inferd serving tiny_mlp and densenet_onnx vs bare ONNX Runtime.
+
+Used by run.py (stdlib only, like it). The two example models are built once
+(examples/build_models.py --only ...). Per round, with inferd serving that folder, each scenario
+is measured twice back to back, so that both see the same machine: bare ONNX Runtime in-process
+with bare_onnxruntime.py (the same sessions and thread settings inferd gives the model), and
+perf_analyzer against inferd (binary HTTP, sync, batch 1, count windows, as bench.sh does). Which
+of the two goes first flips every other round.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shlex
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMON_SH = ROOT.parent / "shared" / "reference" / "common.sh"
+MODELS = ("tiny_mlp", "densenet_onnx")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: str
+    concurrency: int
+    window: int  # perf_analyzer requests per measurement window (times BENCH_SCALE)
+    timeout_s: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}_c{self.concurrency}"
+
+
+SCENARIOS = [
+    Scenario("tiny_mlp", 1, 3000, 120),
+    Scenario("tiny_mlp", 4, 4000, 120),
+    Scenario("densenet_onnx", 1, 40, 300),
+    Scenario("densenet_onnx", 4, 60, 300),
+]
+BARE_SECONDS = {"tiny_mlp": 8.0, "densenet_onnx": 15.0}
+
+RunLogged = Callable[..., int]
+
+
+def venv_python() -> str:
+    py = ROOT / ".venv" / "bin" / "python"
+    return str(py) if py.exists() else "python3"
+
+
+def build_repository(dest: Path, log_path: Path, run_logged: RunLogged) -> None:
+    """The example models this section measures, into ``dest``."""
+    cmd = [venv_python(), str(ROOT / "examples" / "build_models.py"), str(dest), "--only", ",".join(MODELS)]
+    if run_logged(cmd, log_path) != 0:
+        raise RuntimeError(f"building the ONNX examples failed; see {log_path}")
+
+
+def measure_bare(repo: Path, s: Scenario, outdir: Path, tag: str, run_logged: RunLogged) -> dict[str, Any]:
+    """bare_onnxruntime.py for one scenario: its model at its concurrency."""
+    out = outdir / f"{tag}-bare-{s.id}.jsonl"
+    out.unlink(missing_ok=True)
+    cmd = [
+        venv_python(),
+        str(ROOT / "benchmarks" / "bare_onnxruntime.py"),
+        str(repo / s.model),
+        "--concurrency",
+        str(s.concurrency),
+        "--seconds",
+        str(BARE_SECONDS[s.model]),
+        "--output",
+        str(out),
+    ]
+    rc = run_logged(cmd, outdir / f"{tag}-bare.log", echo=False)
+    r = json.loads(out.read_text().splitlines()[0]) if out.exists() and out.read_text().strip() else None
+    if r is None:
+        return {"side": "bare", "scenario": s.id, "status": f"failed (rc {rc})"}
+    return {
+        "side": "bare",
+        "scenario": s.id,
+        "status": "ok",
+        "infer_per_s": r["infer_per_s"],
+        "p50_us": r["p50_us"],
+        "p99_us": r["p99_us"],
+        "threads": r.get("threads"),
+        "sessions": r.get("sessions"),
+    }
+
+
+def measure_served(
+    http_port: int, s: Scenario, outdir: Path, tag: str, scale: float, run_logged: RunLogged
+) -> dict[str, Any]:
+    """perf_analyzer against inferd for one scenario, bench.sh's way (stable, else one 'loose' retry)."""
+    raw = outdir / f"{tag}-onnx-perf"
+    raw.mkdir(parents=True, exist_ok=True)
+    n = max(20, int(s.window * scale))
+    status = "stable"
+    for attempt, (stab, trials) in enumerate(((25, 6), (100, 4)), 1):
+        csv_path = raw / f"{s.id}.csv"
+        txt = raw / f"{s.id}.attempt{attempt}.txt"
+        csv_path.unlink(missing_ok=True)
+        args = [
+            "-v",
+            "-m",
+            s.model,
+            "-i",
+            "http",
+            "-u",
+            f"localhost:{http_port}",
+            "--concurrency-range",
+            str(s.concurrency),
+            "-b",
+            "1",
+            "--measurement-mode",
+            "count_windows",
+            "--measurement-request-count",
+            str(n),
+            "-s",
+            str(stab),
+            "-r",
+            str(trials),
+            "-f",
+            str(csv_path),
+        ]
+        script = (
+            f"source {shlex.quote(str(COMMON_SH))}; anchor_paths || exit 1; "
+            f'LD_LIBRARY_PATH=$(pa_ld_path) exec timeout {s.timeout_s} "$PERF_ANALYZER" "$@"'
+        )
+        rc = run_logged(["bash", "-c", script, "perf_analyzer", *args], txt, echo=False)
+        if rc == 0 and csv_path.exists():
+            return {"side": "inferd", "scenario": s.id, "status": status, **parse_perf(csv_path, txt)}
+        status = "loose"
+    return {"side": "inferd", "scenario": s.id, "status": f"failed (rc {rc})"}
+
+
+def parse_perf(csv_path: Path, txt: Path) -> dict[str, Any]:
+    with open(csv_path, newline="") as f:
+        recs = list(csv.DictReader(f))
+    out: dict[str, Any] = {"infer_per_s": None, "p50_us": None, "p99_us": None, "spread_pct": None}
+    if recs:
+        r = recs[0]
+        out["infer_per_s"] = float(r["Inferences/Second"])
+        out["p50_us"] = float(r["p50 latency"]) if r.get("p50 latency") else None
+        out["p99_us"] = float(r["p99 latency"]) if r.get("p99 latency") else None
+    text = txt.read_text(errors="replace") if txt.exists() else ""
+    passes = [float(x) for x in re.findall(r"Pass \[\d+\] throughput: ([\d.]+) infer/sec", text)]
+    if len(passes) >= 3 and min(passes[-3:]) > 0:
+        out["spread_pct"] = round((max(passes[-3:]) / min(passes[-3:]) - 1) * 100, 1)
+    m = re.search(r"Avg request latency: (\d+) usec \((.*?)\)", text)
+    if m:
+        out["server"] = f"{m.group(1)} us ({m.group(2)})"
+    return out
+
+
+# -- aggregation and report ----------------------------------------------------------------------
+
+
+def aggregate(rows: Sequence[dict[str, Any]], side: str, scenario: str) -> dict[str, float | None]:
+    """Medians over the rounds of one side's rows of one scenario."""
+    got = [r for r in rows if r["side"] == side and r["scenario"] == scenario]
+
+    def med(key: str) -> float | None:
+        vals = [r[key] for r in got if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    return {"infer_per_s": med("infer_per_s"), "p50_us": med("p50_us"), "p99_us": med("p99_us")}
+
+
+def _fmt(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def render(rows: Sequence[dict[str, Any]]) -> str:
+    """The markdown section (empty when the run measured no ONNX rows)."""
+    if not rows:
+        return ""
+    lines = [
+        "## ONNX Runtime backend: inferd vs bare ONNX Runtime",
+        "",
+        "inferd serving the example models (`examples/build_models.py`: tiny_mlp, densenet_onnx), "
+        "measured by perf_analyzer (binary HTTP, sync, batch 1), against `benchmarks/bare_onnxruntime.py`: "
+        "`session.run` called in-process by as many threads as the concurrency, with the same sessions "
+        "(one per instance) and session options (threads, graph level) as inferd makes. "
+        "`added p50` = inferd's p50 minus bare p50: what the server (HTTP, scheduling, and perf_analyzer's "
+        "own client) adds. The two share the cores with whatever else runs on the machine.",
+        "",
+        "| scenario | inferd infer/s | bare infer/s | ratio inferd/bare | inferd p50 / p99 (us) | "
+        "bare p50 / p99 (us) | added p50 (us) | notes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for s in SCENARIOS:
+        x, y = aggregate(rows, "inferd", s.id), aggregate(rows, "bare", s.id)
+        r = x["infer_per_s"] / y["infer_per_s"] if x["infer_per_s"] and y["infer_per_s"] else None
+        added = x["p50_us"] - y["p50_us"] if x["p50_us"] is not None and y["p50_us"] is not None else None
+        notes = sorted(
+            {
+                f"{row['side']}: {row['status']}"
+                for row in rows
+                if row["scenario"] == s.id and row["status"] not in ("ok", "stable")
+            }
+        )
+        lines.append(
+            f"| `{s.id}` | {_fmt(x['infer_per_s'], 1)} | {_fmt(y['infer_per_s'], 1)} | "
+            f"{'n/a' if r is None else f'{r:.2f}x'} | {_fmt(x['p50_us'])} / {_fmt(x['p99_us'])} | "
+            f"{_fmt(y['p50_us'])} / {_fmt(y['p99_us'])} | {_fmt(added)} | {'; '.join(notes)} |"
+        )
+    threads = {
+        r["scenario"].rsplit("_c", 1)[0]: (r.get("sessions"), r.get("threads"))
+        for r in rows
+        if r["side"] == "bare" and r.get("threads")
+    }
+    if threads:
+        lines.append("")
+        lines.append(
+            "Sessions and threads (both sides): "
+            + "; ".join(
+                f"{m}: {n} session(s), {t['intra_op']} intra-op thread(s) each"
+                for m, (n, t) in threads.items()
+            )
+            + "."
+        )
+    last = max((r.get("round", 0) for r in rows), default=0)
+    server = [
+        f"`{r['scenario']}`: {r['server']}"
+        for r in rows
+        if r["side"] == "inferd" and r.get("server") and r.get("round", 0) == last
+    ]
+    if server:
+        lines.append("")
+        lines.append(
+            "inferd's own accounting (perf_analyzer's server-side statistics, last round): "
+            + "; ".join(server)
+        )
+    return "\n".join(lines)

@@ -1,0 +1,356 @@
+"""The ONNX Runtime backend: ``model.onnx`` served with one InferenceSession per instance.
+
+Backend ``onnxruntime``, platform ``onnxruntime_onnx``. ``<version>/model.onnx`` (or
+``default_model_filename``) is a file, or a folder holding ``model.onnx`` and its external data.
+Each instance owns a session and runs it in its worker thread; ONNX Runtime releases the GIL
+while it runs, so instances execute in parallel (and ``inline_ok`` stays off). The requests of
+one execute are stacked along the batch dimension, run once, and the outputs split back.
+
+Config auto-complete follows Triton's ``onnxruntime_backend`` (``graph.py``); the
+graph is then checked against the config at load, so a contradiction makes the model
+UNAVAILABLE with a reason naming the tensor, rather than failing every request. Session options
+come from the config (``options.py``). ONNX Runtime exceptions become inferd
+errors where they enter (:func:`_translate`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.onnxruntime.graph import check_config_against_graph, complete_config, graph_signature
+from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+from inferd.scheduling import batch as batching
+
+log = logging.getLogger("inferd.backends.onnxruntime")
+
+DEFAULT_FILENAME = "model.onnx"
+
+
+def model_path(config: Any, version_dir: Path) -> Path:
+    """``<version>/<default_model_filename>``, or ``model.onnx`` inside it when that is a folder."""
+    path = version_dir / (config.default_model_filename or DEFAULT_FILENAME)
+    if path.is_dir():
+        path = path / DEFAULT_FILENAME
+    if not path.is_file():
+        raise UnavailableError(
+            f"unable to find '{path}' for model '{config.name}': the version folder must hold the ONNX "
+            f"model as '{config.default_model_filename or DEFAULT_FILENAME}' (a file, or a folder with "
+            "model.onnx and its external data)"
+        )
+    return path
+
+
+def _translate(e: Exception, what: str) -> InferdError:
+    """An ONNX Runtime exception as the inferd error a client or the model table shows."""
+    kind = type(e).__name__
+    text = str(e).strip()
+    if kind in ("InvalidArgument", "NotImplemented"):
+        return InvalidArgumentError(f"{what}: {text}")
+    if kind in ("InvalidProtobuf", "InvalidGraph", "NoModel", "ModelLoaded"):
+        return InvalidArgumentError(
+            f"{what}: {text}. The file is not a loadable ONNX model: export it again, or check that it "
+            "was copied completely (external data files included)"
+        )
+    if kind == "NoSuchFile":
+        return UnavailableError(f"{what}: {text}")
+    return InternalError(f"{what}: {text}")
+
+
+def _open_session(path: Path, options: Any, providers: list[Any], what: str) -> Any:
+    try:
+        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as e:
+        raise _translate(e, what) from e
+
+
+# --------------------------------------------------------------------------------------------------
+# The backend
+
+
+class OnnxRuntimeBackend:
+    """Backend ``onnxruntime``."""
+
+    name = "onnxruntime"
+
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """Triton's auto-complete from the graph; skipped when the config lists inputs and outputs."""
+        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
+            return
+        if version_dir is None:
+            return
+        path = model_path(config, version_dir)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        session = _open_session(path, options, ["CPUExecutionProvider"], f"failed to load '{path}'")
+        inputs, outputs, _ = graph_signature(session)
+        complete_config(config, inputs, outputs, default_max_batch_size)
+
+    def load(self, ctx: LoadContext) -> OnnxModel:
+        return OnnxModel(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class _IO:
+    """An input or output as the instances use it: its datatype and reshape, copied from the config."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+
+
+def _io(io: Any) -> _IO:
+    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+    return _IO(io.name, BY_CONFIG_VALUE[io.data_type], tuple(io.dims), reshape)
+
+
+class OnnxModel:
+    """A loaded model.onnx version: checks it against the config, then makes a session per instance."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.name = ctx.model_name
+        self.version_str = str(ctx.version)
+        self.path = model_path(config, ctx.version_dir)
+        self.max_batch_size = int(config.max_batch_size)
+        self.inputs = [_io(i) for i in config.input]
+        self.outputs = [_io(o) for o in config.output]
+        count = sum(max(1, g.count) for g in config.instance_group) or 1
+        self.settings = session_settings(config, count)
+        self.available = list(ort.get_available_providers())
+        self._checked = False
+        self._lock = threading.Lock()
+        self.sessions = 0
+
+    def create_instance(self, spec: InstanceSpec) -> OnnxInstance:
+        providers = execution_providers(self.settings, spec, self.available)
+        options = session_options(self.settings)
+        session = _open_session(self.path, options, providers, f"failed to load '{self.path}'")
+        with self._lock:
+            if not self._checked:
+                check_config_against_graph(self.ctx.config, *graph_signature(session))
+                self._checked = True
+            self.sessions += 1
+        log.info(
+            "model '%s' version %s: session for instance %s (%d intra-op thread(s), providers %s)",
+            self.name,
+            self.version_str,
+            spec.name,
+            self.settings.intra_op_threads,
+            ", ".join(p if isinstance(p, str) else p[0] for p in providers),
+        )
+        return OnnxInstance(self, session, spec.name)
+
+    def unload(self) -> None:
+        pass
+
+
+class OnnxInstance:
+    """One InferenceSession; ``execute`` runs in the instance's worker thread (the GIL is released)."""
+
+    #: ONNX Runtime releases the GIL while it runs: instances overlap in their threads
+    inline_ok = False
+
+    def __init__(self, model: OnnxModel, session: Any, name: str) -> None:
+        self.model = model
+        self.name = name
+        self.last_timings: tuple[int, int, int] = (0, 0, 0)
+        self._prep_ns = self._infer_ns = 0
+        self._batching = model.max_batch_size > 0
+        self._outputs = {o.name: o for o in model.outputs}
+        self._output_names = list(self._outputs)
+        self._all_outputs = frozenset(self._outputs)
+        self._run_options: Any = None
+        if model.settings.run_entries:
+            self._run_options = ort.RunOptions()
+            for k, v in model.settings.run_entries:
+                self._run_options.add_run_config_entry(k, v)
+        self.session = session
+
+    @property
+    def session(self) -> Any:
+        return self._session
+
+    @session.setter
+    def session(self, session: Any) -> None:
+        self._session = session
+        # the binding's run, without the Python wrapper's per-call checks (the core has validated
+        # the request, and the config was checked against the graph at load): about 5 us a call
+        inner = getattr(session, "_sess", None)
+        self._run: Any = getattr(inner, "run", None) or getattr(session, "run", None)
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
+        if len(requests) == 1:  # the common case: nothing to group or stack
+            return [self._run_one(requests[0])]
+        t0 = time.monotonic_ns()
+        self._prep_ns = self._infer_ns = 0
+        slots: list[InferResponse | None] = [None] * len(requests)
+        for group in batching.group_compatible(requests, self._batching):
+            for i, resp in zip(group, self._run_group([requests[i] for i in group]), strict=True):
+                slots[i] = resp
+        total = time.monotonic_ns() - t0
+        prep, infer = self._prep_ns, self._infer_ns
+        self.last_timings = (prep, infer, max(0, total - prep - infer))
+        return [r for r in slots if r is not None]
+
+    def _wanted(self, r: InferRequest) -> frozenset[str]:
+        if r.outputs is None:
+            return self._all_outputs
+        return r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+
+    def _session_run(self, names: list[str], feed: dict[str, Any]) -> list[Any]:
+        try:
+            results: list[Any] = self._run(names, feed, self._run_options)
+        except Exception as e:
+            raise _translate(e, f"onnx runtime error running model '{self.model.name}'") from e
+        return results
+
+    def _run_one(self, r: InferRequest) -> InferResponse:
+        """One request: its tensors go to the session as they are (views over the received bytes)."""
+        model = self.model
+        clock = time.monotonic_ns
+        t0 = clock()
+        try:
+            feed = self._feed([r])
+            if r.outputs is None:
+                names = self._output_names
+            else:
+                wanted = self._wanted(r)
+                names = [o for o in self._output_names if o in wanted]
+            t1 = clock()
+            results = self._session_run(names, feed)
+            t2 = clock()
+            outputs = []
+            for name, arr in zip(names, results, strict=True):
+                spec = self._outputs[name]
+                arr = self._output_array(spec, arr)
+                if self._batching and (arr.ndim == 0 or arr.shape[0] != r.batch_size):
+                    batching.split(arr, [r.batch_size], name)  # raises: the batch is not dimension 0
+                if spec.reshape is not None:
+                    arr = arr.reshape(
+                        batching.unreshape_shape(arr.shape, spec.dims, spec.reshape, self._batching)
+                    )
+                outputs.append(Tensor(name, spec.datatype, arr.shape, array=arr))
+        except InferdError as e:
+            self.last_timings = (0, clock() - t0, 0)
+            return InferResponse(r.model_name, model.version_str, r.id, error=e)
+        self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
+        return InferResponse(r.model_name, model.version_str, r.id, outputs=outputs)
+
+    def _run_group(self, requests: list[InferRequest]) -> list[InferResponse]:
+        """Run requests of one shape signature as one batch; errors answer every request of it."""
+        model = self.model
+        clock = time.monotonic_ns
+        t0 = clock()
+        try:
+            feed = self._feed(requests)
+            wanted = [self._wanted(r) for r in requests]
+            names = [o for o in self._output_names if any(o in w for w in wanted)]
+            t1 = clock()
+            self._prep_ns += t1 - t0
+            results = self._session_run(names, feed)
+            self._infer_ns += clock() - t1
+            per_request = self._outputs_per_request(requests, names, results, wanted)
+        except InferdError as e:
+            return [InferResponse(r.model_name, model.version_str, r.id, error=e) for r in requests]
+        return [
+            InferResponse(r.model_name, model.version_str, r.id, outputs=outs)
+            for r, outs in zip(requests, per_request, strict=True)
+        ]
+
+    def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
+        feed: dict[str, Any] = {}
+        batching_on = self._batching
+        first = requests[0]
+        for spec in self.model.inputs:
+            t = first.inputs.get(spec.name)
+            if t is None:
+                continue  # an optional input left out (all requests of a group agree)
+            if len(requests) == 1:
+                arr = t.array
+            else:
+                arr = batching.stack([r.inputs[spec.name].array for r in requests])
+            if spec.reshape is not None:
+                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, batching_on))
+            if spec.datatype is BYTES:
+                arr = _to_ort_strings(arr, spec.name)
+            feed[spec.name] = arr
+        return feed
+
+    def _output_array(self, spec: _IO, arr: Any) -> np.ndarray[Any, Any]:
+        if not isinstance(arr, np.ndarray):
+            raise InternalError(f"output '{spec.name}' of model '{self.model.name}' is not a tensor")
+        if spec.datatype is BYTES:
+            return _from_ort_strings(arr)
+        return arr
+
+    def _outputs_per_request(
+        self,
+        requests: list[InferRequest],
+        names: list[str],
+        results: list[Any],
+        wanted: list[frozenset[str]],
+    ) -> list[list[Tensor]]:
+        per_request: list[list[Tensor]] = [[] for _ in requests]
+        sizes = [r.batch_size for r in requests]
+        for name, result in zip(names, results, strict=True):
+            spec = self._outputs[name]
+            arr = self._output_array(spec, result)
+            parts = batching.split(arr, sizes, name) if self._batching else [arr]
+            for i, part in enumerate(parts):
+                if name not in wanted[i]:
+                    continue
+                if spec.reshape is not None:
+                    part = part.reshape(
+                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
+                    )
+                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
+        return per_request
+
+    def unload(self) -> None:
+        self.session = None
+
+
+def _to_ort_strings(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+    """BYTES elements as the str ONNX Runtime's string tensors take (UTF-8 text)."""
+    flat = arr.reshape(-1)
+    out = np.empty(flat.shape[0], dtype=np.object_)
+    for i, v in enumerate(flat):
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            try:
+                out[i] = bytes(v).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgumentError(
+                    f"input '{name}' element {i} is not UTF-8 text, which ONNX Runtime string tensors hold"
+                ) from None
+        else:
+            out[i] = str(v)
+    return out.reshape(arr.shape)
+
+
+def _from_ort_strings(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """ONNX Runtime's str elements as the bytes BYTES tensors hold."""
+    flat = arr.reshape(-1)
+    out = np.empty(flat.shape[0], dtype=np.object_)
+    for i, v in enumerate(flat):
+        out[i] = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+    return out.reshape(arr.shape)

@@ -1,0 +1,181 @@
+"""Session options of the ONNX Runtime backend, from the config's ``parameters`` and ``optimization``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnxruntime as ort
+
+from inferd.backends.base import InstanceSpec
+from inferd.errors import InvalidArgumentError, UnavailableError
+
+#: ``optimization { graph { level } }`` -> ONNX Runtime's level (Triton's mapping; 0 = all)
+_GRAPH_LEVELS = {
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Session options
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """What an instance's InferenceSession is made with (all from the config; see session_settings)."""
+
+    intra_op_threads: int
+    inter_op_threads: int
+    parallel: bool
+    graph_level: int
+    mem_arena: bool | None = None
+    mem_pattern: bool | None = None
+    config_entries: tuple[tuple[str, str], ...] = ()
+    run_entries: tuple[tuple[str, str], ...] = ()
+    cpu_accelerators: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    gpu_accelerators: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_intra_op_threads(cpus: int, instances: int) -> int:
+    """Threads per session when the config says none: the cores shared out among the instances.
+
+    ONNX Runtime's own default (every core per session) oversubscribes the machine as soon as two
+    instances run at once: their spinning thread pools then fight over the same cores.
+    """
+    return max(1, cpus // max(1, instances))
+
+
+def _parse_bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InvalidArgumentError(f"failed to convert '{value}' to a boolean for parameter '{key}'")
+
+
+def _parse_int(key: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            f"failed to convert '{value}' to an integer for parameter '{key}'"
+        ) from None
+
+
+def _accelerators(items: Any) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    return tuple((a.name, tuple(sorted(a.parameters.items()))) for a in items)
+
+
+def session_settings(config: Any, instances: int, cpus: int | None = None) -> SessionSettings:
+    """Session options from ``parameters`` and ``optimization`` (Triton's keys, plus ``session.*``).
+
+    ``intra_op_thread_count`` / ``inter_op_thread_count`` (0 or absent: the cores shared among the
+    ``instances``; inter-op threads only count with ``execution_mode`` 1), ``execution_mode`` (0
+    sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``,
+    ``memory.enable_memory_arena_shrinkage`` (a run option), any ``session.*`` key as a session
+    config entry (``session.intra_op.allow_spinning`` ...), ``optimization.graph.level`` (-1 basic,
+    1 extended, 2 none, else all) and ``optimization.execution_accelerators``.
+    """
+    cpus = available_cpus() if cpus is None else cpus
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    intra = _parse_int("intra_op_thread_count", params.get("intra_op_thread_count", "0"))
+    inter = _parse_int("inter_op_thread_count", params.get("inter_op_thread_count", "0"))
+    mode = _parse_int("execution_mode", params.get("execution_mode", "0"))
+    if mode not in (0, 1):
+        raise InvalidArgumentError(
+            "Invalid configuration value provided. Expected values for  execution_mode are 0 or 1 but got "
+            f"{mode} ."
+        )
+    if intra <= 0:
+        intra = default_intra_op_threads(cpus, instances)
+    if inter <= 0:
+        inter = 1 if mode == 0 else default_intra_op_threads(cpus, instances)
+    entries = {k: v for k, v in params.items() if k.startswith("session.")}
+    run_entries = {k: v for k, v in params.items() if k.startswith("memory.")}
+    opt = config.optimization
+    level = int(opt.graph.level) if opt.HasField("graph") else 0
+    return SessionSettings(
+        intra_op_threads=intra,
+        inter_op_threads=inter,
+        parallel=mode == 1,
+        graph_level=level if level in _GRAPH_LEVELS else 0,
+        mem_arena=_parse_bool("enable_mem_arena", params["enable_mem_arena"])
+        if "enable_mem_arena" in params
+        else None,
+        mem_pattern=_parse_bool("enable_mem_pattern", params["enable_mem_pattern"])
+        if "enable_mem_pattern" in params
+        else None,
+        config_entries=tuple(sorted(entries.items())),
+        run_entries=tuple(sorted(run_entries.items())),
+        cpu_accelerators=_accelerators(opt.execution_accelerators.cpu_execution_accelerator),
+        gpu_accelerators=_accelerators(opt.execution_accelerators.gpu_execution_accelerator),
+    )
+
+
+def session_options(s: SessionSettings) -> Any:
+    """An ``ort.SessionOptions`` for ``s``."""
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = s.intra_op_threads
+    o.inter_op_num_threads = s.inter_op_threads
+    o.execution_mode = ort.ExecutionMode.ORT_PARALLEL if s.parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    o.graph_optimization_level = _GRAPH_LEVELS[s.graph_level]
+    if s.mem_arena is not None:
+        o.enable_cpu_mem_arena = s.mem_arena
+    if s.mem_pattern is not None:
+        o.enable_mem_pattern = s.mem_pattern
+    o.log_severity_level = 3  # errors only: ORT's warnings go to stderr, unformatted
+    for k, v in s.config_entries:
+        o.add_session_config_entry(k, v)
+    return o
+
+
+def execution_providers(s: SessionSettings, spec: InstanceSpec, available: Sequence[str]) -> list[Any]:
+    """The providers of one instance's session, in priority order (CPU always last)."""
+    providers: list[Any] = []
+    if spec.kind == "GPU":
+        cuda: dict[str, str] = {"device_id": str(spec.device_id)}
+        for name, params in s.gpu_accelerators:
+            if name == "cuda":
+                cuda.update(params)
+            elif name == "tensorrt":
+                _require("TensorrtExecutionProvider", "tensorrt", "onnxruntime-gpu with TensorRT", available)
+                providers.append(
+                    ("TensorrtExecutionProvider", {"device_id": str(spec.device_id), **dict(params)})
+                )
+            else:
+                raise InvalidArgumentError(f"unknown Execution Accelerator '{name}' is requested")
+        _require("CUDAExecutionProvider", "KIND_GPU", "onnxruntime-gpu", available)
+        providers.append(("CUDAExecutionProvider", cuda))
+    for name, params in s.cpu_accelerators:
+        if name == "openvino":
+            _require("OpenVINOExecutionProvider", "openvino", "onnxruntime-openvino", available)
+            providers.append(("OpenVINOExecutionProvider", {"device_type": "CPU", **dict(params)}))
+        else:
+            raise InvalidArgumentError(f"unknown Execution Accelerator '{name}' is requested")
+    providers.append("CPUExecutionProvider")
+    return providers
+
+
+def _require(provider: str, what: str, package: str, available: Sequence[str]) -> None:
+    if provider not in available:
+        raise UnavailableError(
+            f"'{what}' needs ONNX Runtime's {provider}, which this installation lacks (it has "
+            f"{', '.join(available)}): install {package} in place of onnxruntime"
+        )
