@@ -106,6 +106,7 @@ class InstancePool:
         self._inline = False
         self._drain_scheduled = False
         self._ewma_ns = 0.0
+        self._thread_ewma_ns = 0.0
         self._slow_run = 0
         self._execs = 0  # threaded executions since the last switch
         self._inline_execs = 0
@@ -176,14 +177,18 @@ class InstancePool:
                         continue
                 batch, total = form_batch(queue, policy)
                 self._executing += len(batch)
+            out: list[tuple[list[InferRequest], list[InferResponse]]] = []
             try:
-                self._execute(instance, batch, total, inline=False)
+                self._execute(instance, batch, total, inline=False, out=out)
             finally:
                 with cond:
                     self._executing -= len(batch)
                     if self._inline and queue and not self._drain_scheduled:
                         self._drain_scheduled = True
                         self._loop.call_soon_threadsafe(self._drain)
+                # answers cross back after the count dropped: a caller that sees its answer sees it
+                for answered, responses in out:
+                    self._loop.call_soon_threadsafe(_deliver, answered, responses)
 
     def _drain(self) -> None:
         """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""
@@ -206,8 +211,8 @@ class InstancePool:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
 
-    def _observe(self, instance: BackendInstance, cpu_ns: int, blocked: bool, inline: bool) -> None:
-        """Track execute time; switch between inline and threaded mode (see the module docstring)."""
+    def _observe(self, instance: BackendInstance, ns: int, blocked: bool, inline: bool) -> None:
+        """Track execute time (inline: the loop thread's CPU; threaded: wall); switch modes (see above)."""
         if not self._inline_capable:
             return
         if getattr(instance, "uses_bls", False):
@@ -216,15 +221,23 @@ class InstancePool:
             return
         if inline:
             self._inline_execs += 1
-            self._ewma_ns = float(cpu_ns) if self._inline_execs == 1 else 0.8 * self._ewma_ns + 0.2 * cpu_ns
+            self._ewma_ns = float(ns) if self._inline_execs == 1 else 0.8 * self._ewma_ns + 0.2 * ns
             # one long execute may be a GC pause: only a run of them counts
-            self._slow_run = self._slow_run + 1 if cpu_ns > INLINE_MAX_NS else 0
+            self._slow_run = self._slow_run + 1 if ns > INLINE_MAX_NS else 0
             if blocked or self._slow_run >= SLOW_RUN:
                 self._next_probe_ns = self._clock() + PROBE_EVERY_NS
                 self._set_inline(False)
         else:
             self._execs += 1
-            if self._execs >= INLINE_AFTER and not self._inline and self._clock() >= self._next_probe_ns:
+            # wall time in a thread over-states a GIL-bound execute, never under-states one: a model
+            # whose threaded executes are long (a big graph, a sleep) is not worth a probe
+            self._thread_ewma_ns = float(ns) if self._execs == 1 else 0.8 * self._thread_ewma_ns + 0.2 * ns
+            if (
+                self._execs >= INLINE_AFTER
+                and not self._inline
+                and self._thread_ewma_ns < INLINE_MAX_NS
+                and self._clock() >= self._next_probe_ns
+            ):
                 self._set_inline(True)
 
     def _set_inline(self, inline: bool) -> None:
@@ -255,12 +268,18 @@ class InstancePool:
             self._cond.wait(left / 1e9)
 
     def _execute(
-        self, instance: BackendInstance, batch: list[InferRequest], total: int, inline: bool
+        self,
+        instance: BackendInstance,
+        batch: list[InferRequest],
+        total: int,
+        inline: bool,
+        out: list[tuple[list[InferRequest], list[InferResponse]]] | None = None,
     ) -> None:
+        """Run one batch. Answers go to ``_deliver`` now (inline) or to ``out`` for the worker."""
         for r in batch:
             s = r.stream
             if s is not None and s.cancelled:  # the client went away while it waited: skip it
-                batch, total = self._drop_cancelled(batch, inline)
+                batch, total = self._drop_cancelled(batch, inline, out)
                 if not batch:
                     return
                 break
@@ -274,12 +293,12 @@ class InstancePool:
             responses = instance.execute(batch)
         except InferdError as e:
             self._stats.record_failed_execution(total, clock() - t0)
-            self._fail_all(batch, e, inline)
+            self._fail_all(batch, e, inline, out)
             return
         except Exception as e:  # a backend bug: answer, log, keep serving
             log.exception("execute failed for model '%s'", self._model_name)
             self._stats.record_failed_execution(total, clock() - t0)
-            self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline)
+            self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline, out)
             return
         t3 = clock()
         if inline:
@@ -288,7 +307,7 @@ class InstancePool:
             blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != v0 and t3 - t0 - cpu > SMALL_NS
             self._observe(instance, cpu, blocked, True)
         else:
-            self._observe(instance, 0, False, False)
+            self._observe(instance, t3 - t0, False, False)  # threaded: wall time
         timings = getattr(instance, "last_timings", None)
         if timings is not None:
             in_ns, infer_ns, out_ns = timings
@@ -299,22 +318,40 @@ class InstancePool:
             self._stats.record_request(True, t3 - r.t_start_ns)
         if responses is None:
             return  # the backend answers through the request streams (decoupled models)
+        self._hand_back(batch, responses, inline, out)
+
+    def _hand_back(
+        self,
+        batch: list[InferRequest],
+        responses: list[InferResponse],
+        inline: bool,
+        out: list[tuple[list[InferRequest], list[InferResponse]]] | None,
+    ) -> None:
         if inline:
             _deliver(batch, responses)
+        elif out is not None:
+            out.append((batch, responses))
         else:
             self._loop.call_soon_threadsafe(_deliver, batch, responses)
 
-    def _fail_all(self, batch: list[InferRequest], error: InferdError, inline: bool) -> None:
+    def _fail_all(
+        self,
+        batch: list[InferRequest],
+        error: InferdError,
+        inline: bool,
+        out: list[tuple[list[InferRequest], list[InferResponse]]] | None = None,
+    ) -> None:
         now = self._clock()
         for r in batch:
             self._stats.record_request(False, now - r.t_start_ns)
-        responses = [self._error_response(r, error) for r in batch]
-        if inline:
-            _deliver(batch, responses)
-        else:
-            self._loop.call_soon_threadsafe(_deliver, batch, responses)
+        self._hand_back(batch, [self._error_response(r, error) for r in batch], inline, out)
 
-    def _drop_cancelled(self, batch: list[InferRequest], inline: bool) -> tuple[list[InferRequest], int]:
+    def _drop_cancelled(
+        self,
+        batch: list[InferRequest],
+        inline: bool,
+        out: list[tuple[list[InferRequest], list[InferResponse]]] | None = None,
+    ) -> tuple[list[InferRequest], int]:
         """Answer the cancelled requests of ``batch`` CANCELLED; the others and their batch size."""
         keep: list[InferRequest] = []
         gone: list[InferRequest] = []
@@ -325,10 +362,7 @@ class InstancePool:
         for r in gone:
             self._stats.record_request(False, now - r.t_start_ns, "CANCELED")
         responses = [self._error_response(r, CancelledError("Request was cancelled")) for r in gone]
-        if inline:
-            _deliver(gone, responses)
-        else:
-            self._loop.call_soon_threadsafe(_deliver, gone, responses)
+        self._hand_back(gone, responses, inline, out)
         return keep, sum(r.batch_size for r in keep)
 
     def _fail(self, request: InferRequest, error: InferdError) -> None:

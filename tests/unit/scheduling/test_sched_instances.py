@@ -531,3 +531,40 @@ def test_no_inline_mode(why: str) -> None:
 
     loop_thread = run(main)
     assert loop_thread not in [t for _, t in inst.calls]
+
+
+def test_long_threaded_executes_never_probe_inline() -> None:
+    """A backend that may run inline still stays in threads when its executes are long."""
+    import asyncio
+    import time as _time
+
+    from inferd.core.request import InferRequest
+    from inferd.core.response import ResponseStream
+    from inferd.core.stats import ModelStats
+    from inferd.scheduling.instances import INLINE_AFTER, BatchPolicy, InstancePool
+
+    class Slow:
+        inline_ok = True
+
+        def execute(self, requests: list[InferRequest]) -> list[object]:
+            _time.sleep(0.003)  # longer than INLINE_MAX_NS
+            from inferd.core.response import InferResponse
+
+            return [InferResponse("m", "1", r.id) for r in requests]
+
+        def unload(self) -> None:
+            pass
+
+    async def run() -> bool:
+        loop = asyncio.get_running_loop()
+        pool = InstancePool("m", "1", [("m_0", Slow())], BatchPolicy(), ModelStats(), loop)  # type: ignore[list-item]
+        for _ in range(INLINE_AFTER + 2):
+            r = InferRequest("m", {})
+            r.stream = ResponseStream(loop)
+            pool.enqueue(r)
+            await r.stream.first()
+        inline = pool._inline
+        await pool.stop(1)
+        return inline
+
+    assert asyncio.run(run()) is False
