@@ -9,7 +9,8 @@ class TritonPythonModel:
             pb_utils.InferenceResponse(
                 output_tensors=[
                     pb_utils.Tensor(
-                        "OUTPUT0", np.array(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy(), dtype=np.object_)
+                        "OUTPUT0",
+                        np.array(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy(), dtype=np.object_),
                     )
                 ]
             )
