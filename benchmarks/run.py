@@ -6,7 +6,8 @@
 
 For each round (``--repeat N``) and each server in turn (the order flips every other round), the
 server is started on free ports serving ../shared/reference/models, ../shared/reference/bench.sh
-(perf_analyzer) runs the selected scenarios against it, the server is stopped, and then
+(perf_analyzer) runs the selected scenarios against it, then the shared-memory rows
+(shm_bench.py, perf_analyzer --shared-memory system), the server is stopped, and then
 ../shared/reference/measure.sh measures cold start, memory and client latency with the server as
 its START_CMD. Medians over the rounds go into BENCHMARKS.md; raw outputs stay under
 benchmarks/results/<timestamp>/. Python 3.11 standard library only.
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
+import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_REF = ROOT.parent / "shared" / "reference"
@@ -53,8 +55,8 @@ DEFAULT_REPORT = ROOT / "BENCHMARKS.md"
 
 REFERENCE_VERSION = "Triton 2.51.0 (nvidia-pytriton 0.7.0, CPU)"
 
-# bench.sh's scenario ids, in its own order (used to order the tables)
-ALL_SCENARIOS = [
+# bench.sh's scenario ids, in its own order
+BENCH_SH_SCENARIOS = [
     "add_sub_http_c1",
     "add_sub_http_c8",
     "add_sub_http_c32",
@@ -76,6 +78,10 @@ HTTP_SCENARIOS = [
     "ensemble_add_sub_http_c8",
 ]
 GRPC_SCENARIOS = ["add_sub_grpc_c1", "add_sub_grpc_c8", "add_sub_grpc_c32"]
+# run by the harness itself (shm_bench.py), after bench.sh, against the same server
+SHM_SCENARIOS = list(shm_bench.IDS)
+# every scenario id (orders the tables)
+ALL_SCENARIOS = BENCH_SH_SCENARIOS + SHM_SCENARIOS
 
 # {models}/{repo}: model repository; {root}: this checkout; {http} {grpc} {metrics}: ports
 DEFAULT_INFERD_CMD = (
@@ -660,17 +666,22 @@ class ReproduceSection(Section):
             opts.append("`--quick` (BENCH_SCALE=0.3, one measure.sh run)")
         if s["scenarios_option"]:
             opts.append(f"`--scenarios '{s['scenarios_option']}'`")
-        if s["grpc"]:
+        if s.get("grpc_option") is False:
+            opts.append("`--no-grpc`")
+        elif s.get("grpc_option") or (s.get("grpc") and "grpc_option" not in s):
             opts.append("`--grpc`")
+        if s.get("shm_option") is False:
+            opts.append("`--no-shm`")
         if s["inferd_cmd_overridden"]:
             opts.append("`--inferd-cmd` (inferd start command overridden)")
         used = f"\n\nThis run's options: {', '.join(opts)}." if opts else ""
         return (
             "## How to reproduce\n\n"
             "```\nmake bench            # = .venv/bin/python benchmarks/run.py\n```\n\n"
-            "`benchmarks/run.py --help` lists the options (`--repeat N`, `--grpc`, `--scenarios REGEX`, "
-            "`--servers`, `--quick`). Each round starts one server at a time on free ports, serving "
-            f"`{rel(MODELS)}`, runs `{rel(BENCH_SH)}` (perf_analyzer) against it, stops it, then runs "
+            "`benchmarks/run.py --help` lists the options (`--repeat N`, `--no-grpc`, `--no-shm`, "
+            "`--no-onnx`, `--scenarios REGEX`, `--servers`, `--quick`). Each round starts one server at "
+            f"a time on free ports, serving `{rel(MODELS)}`, runs `{rel(BENCH_SH)}` (perf_analyzer) and "
+            "the shared-memory rows (`benchmarks/shm_bench.py`) against it, stops it, then runs "
             f"`{rel(MEASURE_SH)}` (cold start, memory, client latency) with it. Rounds alternate the "
             "server order. Servers:\n\n"
             f"{servers}{used}\n\n"
@@ -869,8 +880,9 @@ def throughput_goal(
     p99_not_worse: bool = False,
     subject: str = "inferd",
     baseline: str = "reference",
+    text: str | None = None,
 ) -> Goal:
-    text = f"`{sid}` throughput >= {min_ratio:g}x {baseline}" + (
+    text = text or f"`{sid}` throughput >= {min_ratio:g}x {baseline}" + (
         f" with p99 <= {baseline}" if p99_not_worse else ""
     )
 
@@ -913,6 +925,32 @@ def less_than_goal(
     return Goal(text, check)
 
 
+def shm_goal(sid: str, min_ratio: float, server: str = "inferd") -> Goal:
+    """server's shared-memory row vs its own binary-HTTP twin, same run."""
+    scen = next(s for s in shm_bench.SCENARIOS if s.id == sid)
+
+    def check(data: RunData) -> GoalResult:
+        x, y = data.bench(server, sid), data.bench(server, scen.twin)
+        r = ratio(x.infer_per_s, y.infer_per_s)
+        detail = (
+            f"shm {fmt(x.infer_per_s, 1)} vs binary HTTP {fmt(y.infer_per_s, 1)} infer/s = {fmt_ratio(r)}"
+        )
+        others = [s for s in ("reference", "inferd") if s != server]
+        for o in others:
+            ro = ratio(data.bench(o, sid).infer_per_s, data.bench(o, scen.twin).infer_per_s)
+            if ro is not None:
+                detail += f" ({o}: {fmt_ratio(ro)})"
+        if r is None:
+            return GoalResult("not measured", detail)
+        return GoalResult("met" if r >= min_ratio else "missed", detail)
+
+    return Goal(
+        f"`{scen.model}` 1 MiB through system shm >= {min_ratio:g}x {server}'s binary HTTP throughput "
+        f"(`{sid}` / `{scen.twin}`)",
+        check,
+    )
+
+
 def onnx_throughput_goal(scenario: str, min_ratio: float) -> Goal:
     def check(data: RunData) -> GoalResult:
         x = onnx_bench.aggregate(data.onnx, "inferd", scenario)["infer_per_s"]
@@ -943,6 +981,13 @@ def onnx_added_p50_goal(scenario: str, max_us: float) -> Goal:
 DEFAULT_GOALS = [
     throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
     throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
+    throughput_goal(
+        "add_sub_grpc_c8",
+        1.0,
+        p99_not_worse=True,
+        text="gRPC add_sub c8 (`add_sub_grpc_c8`) >= 1.0x the reference's throughput with p99 no higher",
+    ),
+    shm_goal("identity_fp32_1MiB_shm_c4", 3.0),
     less_than_goal("cold start < 0.25x reference", lambda d, s: d.cold_start_ms(s), 0.25, "ms"),
     less_than_goal(
         "memory (RSS sum after load, idle) < 0.5x reference",
@@ -954,6 +999,69 @@ DEFAULT_GOALS = [
     onnx_throughput_goal("densenet_onnx_c4", 0.95),
     onnx_added_p50_goal("tiny_mlp_c1", 150),
 ]
+
+
+class ShmSection(Section):
+    """Each shared-memory row beside its binary-HTTP twin, per server: shm/binary ratios."""
+
+    def __init__(self, servers: Sequence[str] = ("inferd", "reference")) -> None:
+        self.servers = list(servers)
+
+    def render(self, data: RunData) -> str:
+        asked = set(data.scenario_ids())
+        scens = [s for s in shm_bench.SCENARIOS if s.id in asked]
+        if not scens:
+            return ""
+        rows = []
+        for s in scens:
+            for srv in self.servers:
+                x, y = data.bench(srv, s.id), data.bench(srv, s.twin)
+                notes = sorted(
+                    {
+                        f"{sid.rsplit('_', 2)[-2]} r{r.round}: {row.status.replace('|', '/')[:60]}"
+                        for r in data.of(srv)
+                        for sid in (s.id, s.twin)
+                        if (row := r.bench.get(sid)) is not None and row.status != "stable"
+                    }
+                )
+                rows.append(
+                    [
+                        f"`{s.model}` c{s.concurrency}",
+                        srv,
+                        fmt(x.infer_per_s, 1),
+                        f"{fmt(x.p50_us)} / {fmt(x.p99_us)}",
+                        fmt(y.infer_per_s, 1),
+                        f"{fmt(y.p50_us)} / {fmt(y.p99_us)}",
+                        fmt_ratio(ratio(x.infer_per_s, y.infer_per_s)),
+                        fmt_ratio(ratio(x.p50_us, y.p50_us)),
+                        "; ".join(notes),
+                    ]
+                )
+        ids = ", ".join(f"`{s.id}` vs `{s.twin}`" for s in scens)
+        return (
+            "## System shared memory vs binary HTTP (perf_analyzer)\n\n"
+            f"{ids}: the same model, 1 MiB FP32 input (`--shape INPUT0:262144`) and concurrency, once with "
+            "the tensors in system shared memory (`--shared-memory system --output-shared-memory-size "
+            f"{shm_bench.MIB}`: perf_analyzer registers the regions over HTTP; requests carry only "
+            "region names) and once as binary tensors in the HTTP body (bench.sh's row). The shm row is "
+            "run by the harness right after bench.sh against the same server, with bench.sh's settings "
+            "(count windows, stability band, sync, batch 1). ratio > 1: shm has more throughput.\n\n"
+            + md_table(
+                [
+                    "scenario",
+                    "server",
+                    "shm infer/s",
+                    "shm p50 / p99 (us)",
+                    "binary HTTP infer/s",
+                    "binary HTTP p50 / p99 (us)",
+                    "shm/binary throughput",
+                    "shm/binary p50",
+                    "notes",
+                ],
+                rows,
+                "ll" + "r" * 6 + "l",
+            )
+        )
 
 
 class OnnxSection(Section):
@@ -971,7 +1079,9 @@ class GoalsSection(Section):
     def render(self, data: RunData) -> str:
         mark = {"met": "met", "missed": "**missed**", "not measured": "not measured"}
         rows = [[g.text, mark[r.status], r.detail] for g, r in self.results(data)]
-        return "## Goals\n\n" + md_table(["goal", "status", "inferd vs reference (or bare)"], rows, "lll")
+        return "## Goals\n\n" + md_table(
+            ["goal", "status", "inferd vs reference (or bare, or itself)"], rows, "lll"
+        )
 
 
 def default_sections() -> list[Section]:
@@ -981,6 +1091,7 @@ def default_sections() -> list[Section]:
         ProblemsSection(),
         ScenarioSection("HTTP (perf_analyzer)", r"_http_"),
         ScenarioSection("gRPC (perf_analyzer)", r"_grpc_"),
+        ShmSection(),
         OnnxSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
@@ -1054,6 +1165,7 @@ class Options:
     measure_runs: int
     skip_bench: bool
     skip_measure: bool
+    shm: bool = True
 
 
 def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> ServerRound:
@@ -1071,27 +1183,12 @@ def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> Server
             log(f"round {rnd}: {server.name}: {e}")
         else:
             try:
-                env = dict(os.environ, BENCH_ONLY=opts.bench_only)
-                if opts.quick:
-                    env["BENCH_SCALE"] = "0.3"
-                csv_path = outdir / f"{tag}-bench.csv"
-                rc = run_logged(
-                    [
-                        "bash",
-                        str(BENCH_SH),
-                        f"localhost:{ports.http}",
-                        f"localhost:{ports.grpc}",
-                        str(csv_path),
-                    ],
-                    outdir / f"{tag}-bench.log",
-                    env=env,
-                )
-                if not server.alive():
-                    sr.bench_error = f"{server.name} was not running any more after bench.sh"
-                if csv_path.exists():
-                    sr.bench = parse_bench_csv(csv_path)
-                if rc != 0 or not sr.bench:
-                    sr.bench_error = (sr.bench_error or "") + f" bench.sh exited {rc}, {len(sr.bench)} rows"
+                only = matching(opts.bench_only, BENCH_SH_SCENARIOS)
+                if only:
+                    run_bench_sh(server, ports, opts, outdir, tag, sr)
+                shm = matching(opts.bench_only, SHM_SCENARIOS) if opts.shm else []
+                if shm and server.alive():
+                    run_shm(server, ports, opts, outdir, tag, sr, shm)
             finally:
                 log(f"round {rnd}: {server.name}: stopping")
                 server.stop()
@@ -1117,6 +1214,60 @@ def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> Server
             log(f"round {rnd}: {server.name}: measure.sh: {sr.measure.error}")
         sr.measure_wall_s = time.monotonic() - t0
     return sr
+
+
+def matching(bench_only: str, ids: Sequence[str]) -> list[str]:
+    """The ids that BENCH_ONLY (a bash ERE, unanchored; read here as a Python regex) selects."""
+    try:
+        only = re.compile(bench_only)
+    except re.error:
+        return list(ids)  # let bench.sh judge it
+    return [i for i in ids if only.search(i)]
+
+
+def run_bench_sh(
+    server: Server, ports: Ports, opts: Options, outdir: Path, tag: str, sr: ServerRound
+) -> None:
+    env = dict(os.environ, BENCH_ONLY=opts.bench_only)
+    if opts.quick:
+        env["BENCH_SCALE"] = "0.3"
+    csv_path = outdir / f"{tag}-bench.csv"
+    rc = run_logged(
+        ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
+        outdir / f"{tag}-bench.log",
+        env=env,
+    )
+    if not server.alive():
+        sr.bench_error = f"{server.name} was not running any more after bench.sh"
+    if csv_path.exists():
+        sr.bench.update(parse_bench_csv(csv_path))
+    if rc != 0 or not sr.bench:
+        sr.bench_error = (sr.bench_error or "") + f" bench.sh exited {rc}, {len(sr.bench)} rows"
+
+
+def run_shm(
+    server: Server, ports: Ports, opts: Options, outdir: Path, tag: str, sr: ServerRound, ids: Sequence[str]
+) -> None:
+    """shm_bench.py's scenarios (perf_analyzer --shared-memory system), bench.sh's settings."""
+    scale = 0.3 if opts.quick else float(os.environ.get("BENCH_SCALE", "1.0"))
+    raw = outdir / f"{tag}-shm.raw"
+    for s in shm_bench.SCENARIOS:
+        if s.id not in ids:
+            continue
+        row = shm_bench.measure(s, f"localhost:{ports.http}", raw, scale, run_logged)
+        sr.bench[s.id] = BenchRow(**row)
+        log(
+            f"{server.name}: {s.id}: {row['status']}, {fmt(row['infer_per_s'], 1)} infer/s, "
+            f"p50 {fmt(row['p50_us'])} us, p99 {fmt(row['p99_us'])} us"
+        )
+        if not row["status"].startswith(("stable", "loose")):
+            sr.bench_error = (
+                sr.bench_error or ""
+            ) + f" {s.id}: perf_analyzer {row['status']} (see {rel(raw)}/)"
+    if not server.alive():
+        sr.bench_error = (
+            sr.bench_error or ""
+        ) + f" {server.name} was not running any more after the shm rows"
 
 
 def onnx_round(
@@ -1181,9 +1332,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--scenarios",
         default=None,
-        help="BENCH_ONLY regex on bench.sh scenario ids (bash ERE, unanchored); default: the 7 HTTP rows",
+        help="BENCH_ONLY regex on scenario ids (bash ERE, unanchored; bench.sh's ids and "
+        f"{', '.join(SHM_SCENARIOS)}); default: all of them (7 HTTP, 3 gRPC, {len(SHM_SCENARIOS)} shm)",
     )
-    ap.add_argument("--grpc", action="store_true", help="add the add_sub gRPC rows")
+    ap.add_argument(
+        "--grpc",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the add_sub gRPC rows (default: on; --no-grpc leaves them out; with --scenarios they "
+        "are added only by an explicit --grpc)",
+    )
+    ap.add_argument(
+        "--shm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"the system shared-memory rows ({', '.join(SHM_SCENARIOS)}; default: on, where "
+        "the scenario selection matches them)",
+    )
     ap.add_argument("--quick", action="store_true", help="BENCH_SCALE=0.3 and one measure.sh run")
     ap.add_argument(
         "--measure-runs", type=int, default=None, help="measure.sh RUNS (default 3; 1 with --quick)"
@@ -1235,6 +1400,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def bench_selection(a: argparse.Namespace) -> str:
+    """BENCH_ONLY: --scenarios as given (plus the gRPC rows on an explicit --grpc), else every row
+    (HTTP, gRPC unless --no-grpc, shm unless --no-shm); nothing with --onnx-only."""
+    if a.onnx_only:
+        return "^$"  # no bench.sh scenario: the report leaves those tables out
+    if a.scenarios:
+        return f"{a.scenarios}|{anchored(GRPC_SCENARIOS)}" if a.grpc else a.scenarios
+    default = HTTP_SCENARIOS + ([] if a.grpc is False else GRPC_SCENARIOS)
+    return anchored(default + (SHM_SCENARIOS if a.shm else []))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     if a.render_only:
@@ -1244,11 +1420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outdir = RESULTS_ROOT / started.strftime("%Y%m%d-%H%M%S")
     outdir.mkdir(parents=True, exist_ok=True)
 
-    bench_only = a.scenarios if a.scenarios else anchored(HTTP_SCENARIOS)
-    if a.grpc:
-        bench_only = f"{bench_only}|{anchored(GRPC_SCENARIOS)}"
-    if a.onnx_only:
-        bench_only = "^$"  # no bench.sh scenario: the report leaves those tables out
+    bench_only = bench_selection(a)
     opts = Options(
         servers=a.server_list,
         repeat=a.repeat,
@@ -1257,6 +1429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         measure_runs=a.measure_runs or (1 if a.quick else 3),
         skip_bench=a.no_bench,
         skip_measure=a.no_measure,
+        shm=a.shm,
     )
     all_servers: dict[str, Server] = {
         "reference": ReferenceServer(),
@@ -1278,7 +1451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "quick": a.quick,
             "bench_only": bench_only,
             "scenarios_option": a.scenarios,
-            "grpc": a.grpc,
+            "grpc": a.grpc is not False and bool(matching(bench_only, GRPC_SCENARIOS)),
+            "grpc_option": a.grpc,
+            "shm": a.shm and bool(matching(bench_only, SHM_SCENARIOS)),
+            "shm_option": a.shm,
             "servers": opts.servers,
             "measure_runs": opts.measure_runs,
             "inferd_cmd": a.inferd_cmd,
