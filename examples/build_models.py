@@ -14,6 +14,10 @@ every build answers the same:
   from a seeded generator instead. The classes are therefore arbitrary (``class_000`` ...), but
   the model computes what DenseNet-121 computes, at its cost.
 
+- ``digits_torch``: a small CNN for 8x8 digit images (the shape of scikit-learn's digits) traced
+  to TorchScript, with seeded weights and a labels file (``0`` ... ``9``) for the classification
+  extension; served by the pytorch backend. Built only when torch is installed (``.[torch]``).
+
 Needs the ``onnx`` package (``pip install -e '.[examples]'``).
 """
 
@@ -192,7 +196,58 @@ def write_densenet(dest: Path) -> None:
     (dest / "densenet_labels.txt").write_text("\n".join(densenet_labels()) + "\n")
 
 
+DIGITS_CLASSES = 10
+
+DIGITS_TORCH_CONFIG = """\
+# A TorchScript CNN for 8x8 digit images (seeded weights): INPUT__0 [1, 8, 8] -> class scores.
+# Ask for "classification": N on OUTPUT__0 to get the top N as "score:index:label".
+name: "digits_torch"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 1, 8, 8 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] label_filename: "digits_labels.txt" } ]
+dynamic_batching { }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def digits_torch_module(seed: int = SEED) -> Any:
+    """conv 3x3 (8) -> relu -> max-pool 2 -> linear (128 -> 10) -> softmax, weights from ``seed``, traced."""
+    import torch  # the examples' only torch use: imported when this model is built
+
+    rng = np.random.default_rng(seed)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(1),
+        torch.nn.Linear(8 * 4 * 4, DIGITS_CLASSES),
+        torch.nn.Softmax(dim=1),
+    ).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.from_numpy(rng.normal(0.0, 0.3, p.shape).astype(np.float32)))
+    return torch.jit.trace(net, torch.zeros(1, 1, 8, 8))
+
+
+def write_digits_torch(dest: Path) -> None:
+    import torch
+
+    (dest / "1").mkdir(parents=True)
+    torch.jit.save(digits_torch_module(), str(dest / "1" / "model.pt"))
+    (dest / "config.pbtxt").write_text(DIGITS_TORCH_CONFIG)
+    (dest / "digits_labels.txt").write_text("\n".join(str(i) for i in range(DIGITS_CLASSES)) + "\n")
+
+
+def _torch_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 ONNX_MODELS = {"tiny_mlp": write_tiny_mlp, "densenet_onnx": write_densenet}
+#: models of the optional backends: built only when their framework is installed
+OPTIONAL_MODELS = {"digits_torch": (_torch_installed, write_digits_torch)}
 
 
 def build(dest: Path, only: set[str] | None = None) -> list[str]:
@@ -209,6 +264,14 @@ def build(dest: Path, only: set[str] | None = None) -> list[str]:
         names.append(src.name)
     for name, write in ONNX_MODELS.items():
         if only is not None and name not in only:
+            continue
+        target = dest / name
+        if target.exists():
+            shutil.rmtree(target)
+        write(target)
+        names.append(name)
+    for name, (available, write) in OPTIONAL_MODELS.items():
+        if (only is not None and name not in only) or not available():
             continue
         target = dest / name
         if target.exists():

@@ -74,11 +74,9 @@ class Server:
     async def _start(self) -> None:
         await self._core.start()
         if self.options.allow_grpc:
-            from inferd.frontends.grpc.service import GrpcServer
+            from inferd.frontends.grpc.h2server import make_grpc_server
 
-            self._grpc = GrpcServer(
-                self._core, self.options.grpc_address, self.options.grpc_port, self.options, self.shm
-            )
+            self._grpc = make_grpc_server(self._core, self.options, self.shm)
             await self._grpc.start()
         if self.options.allow_http:
             from inferd.frontends.http.app import HttpApp

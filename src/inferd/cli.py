@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grpc-server-cert", default=None)
     s.add_argument("--grpc-server-key", default=None)
     s.add_argument("--grpc-root-cert", default=None)
+    s.add_argument("--grpc-server", default=ServerOptions().grpc_server, choices=["lean", "aio"])
     s.add_argument("--allow-metrics", default=True, **b)  # type: ignore[arg-type]
     s.add_argument("--metrics-address", default="")
     s.add_argument("--metrics-port", default=8002, type=int)
@@ -134,6 +135,7 @@ def options_from_args(a: argparse.Namespace) -> ServerOptions:
         grpc_server_cert=a.grpc_server_cert,
         grpc_server_key=a.grpc_server_key,
         grpc_root_cert=a.grpc_root_cert,
+        grpc_server=a.grpc_server,
         allow_metrics=a.allow_metrics,
         metrics_address=a.metrics_address,
         metrics_port=a.metrics_port,
@@ -182,9 +184,9 @@ async def serve(options: ServerOptions) -> int:
     shm = SharedMemoryManager()
     grpc_server: Any = None
     if options.allow_grpc:  # grpcio is imported only when gRPC is served
-        from inferd.frontends.grpc.service import GrpcServer
+        from inferd.frontends.grpc.h2server import make_grpc_server
 
-        grpc_server = GrpcServer(server, options.grpc_address, options.grpc_port, options, shm)
+        grpc_server = make_grpc_server(server, options, shm)
         try:
             await grpc_server.start()
         except (OSError, InferdError) as e:

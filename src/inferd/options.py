@@ -44,6 +44,8 @@ class ServerOptions:
     grpc_server_cert: str | None = None
     grpc_server_key: str | None = None
     grpc_root_cert: str | None = None
+    #: lean: HTTP/2 on the server's loop (frontends/grpc/h2server.py); aio: grpc.aio (TLS always)
+    grpc_server: str = "lean"
     allow_metrics: bool = True
     metrics_address: str = ""
     metrics_port: int = 8002

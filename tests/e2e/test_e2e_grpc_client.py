@@ -309,7 +309,7 @@ def test_perf_analyzer_grpc(perf_analyzer: Path, server: InferdProcess) -> None:
     cmd = [
         str(perf_analyzer), "-m", "add_sub", "-i", "grpc", "-u", f"127.0.0.1:{server.grpc_port}",
         "--concurrency-range", "2", "--measurement-mode", "count_windows",
-        "--measurement-request-count", "200", "-s", "50", "-r", "3",
+        "--measurement-request-count", "200", "-s", "50", "-r", "10",
     ]  # fmt: skip
     for _attempt in range(4):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=80, check=False)

@@ -51,6 +51,8 @@ def test_repeated_model_repository_and_its_alias() -> None:
         (["--http-port", "9000"], "http_port", 9000),
         (["--http-port=0"], "http_port", 0),
         (["--grpc-port=9001"], "grpc_port", 9001),
+        (["--grpc-server=aio"], "grpc_server", "aio"),
+        (["--grpc-server", "lean"], "grpc_server", "lean"),
         (["--metrics-port", "9002"], "metrics_port", 9002),
         (["--http-address=127.0.0.1"], "http_address", "127.0.0.1"),
         (["--id=inferd"], "id", "inferd"),

@@ -11,6 +11,7 @@ from inferd.errors import InvalidArgumentError
 _BUILTIN: dict[str, str] = {
     "python": "inferd.backends.python.backend:PythonBackend",
     "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
+    "pytorch": "inferd.backends.pytorch.backend:PyTorchBackend",
 }
 _ENTRY_POINT_GROUP = "inferd.backends"
 _cache: dict[str, Backend] = {}

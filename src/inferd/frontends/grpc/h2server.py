@@ -1,0 +1,449 @@
+"""A lean gRPC server: GRPCInferenceService over HTTP/2 framed on the server's own (uv)loop.
+
+grpc.aio crosses grpc's event-engine and poller threads and the asyncio loop on every call (about 45
+system calls and 16 futex wake-ups per unary RPC). Here ``h2conn.H2Connection`` parses frames in
+``data_received`` and writes each loop iteration's frames in one system call; this module is the
+gRPC half: calls by ``:path``, length-prefixed messages (gzip/deflate accepted), answers with fixed
+header blocks and trailers (``grpc-status``, percent-encoded ``grpc-message``), serving the same
+``InferenceServicer`` as the grpc.aio server. ModelInfer runs on the ResponseStream callback, with
+no task per request; the other unary RPCs and ModelStreamInfer run the servicer's coroutines.
+TLS and compressed responses stay on grpc.aio (``make_grpc_server`` picks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.server import Server
+from inferd.errors import InferdError
+from inferd.frontends.grpc._pb import pb
+from inferd.frontends.grpc.codec import output_targets, well_formed
+from inferd.frontends.grpc.h2conn import H2Connection, H2Stream
+from inferd.frontends.grpc.h2wire import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    RESPONSE_HEADERS,
+    TRAILERS_OK,
+    frame,
+    length_prefixed,
+    status_block,
+)
+from inferd.frontends.grpc.service import (
+    _HEALTH,
+    _PARSE_ERROR,
+    _STATUS,
+    HEALTH_SERVICE,
+    MAX_MESSAGE_BYTES,
+    SERVICE,
+    UNARY_RPCS,
+    InferenceServicer,
+)
+from inferd.options import ServerOptions
+from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+
+log = logging.getLogger("inferd.grpc")
+
+#: a stream's writer waits (ModelStreamInfer) while this much is queued behind flow control
+_HIGH_WATER = 1 << 20
+_OK = 0
+_CODES = {code: code.value[0] for code in grpc.StatusCode}
+_INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
+_UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
+_RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
+_STATUS_NUM = {k: _CODES[v] for k, v in _STATUS.items()}
+
+
+class _Failure(Exception):
+    """Answer the call with this status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Context:
+    """The part of ``grpc.aio.ServicerContext`` the servicer uses."""
+
+    __slots__ = ("_metadata", "_stream")
+
+    def __init__(self, stream: _Call, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._stream = stream
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    async def write(self, message: bytes) -> None:
+        st = self._stream
+        st.conn.send_message(st, message)
+        while len(st.outq) > _HIGH_WATER and not st.closed:
+            await st.conn.wait_window()
+
+
+class _Call(H2Stream):
+    """One HTTP/2 stream: a gRPC call."""
+
+    __slots__ = ("answered", "body", "encoding", "inbox", "metadata", "path", "pending", "response", "task")
+
+    def __init__(self, conn: GrpcConnection, sid: int, path: str, send_window: int) -> None:
+        super().__init__(conn, sid, send_window)
+        self.path = path
+        self.body: list[bytes] = []
+        self.answered = False
+        self.encoding = ""
+        self.metadata: tuple[tuple[str, str], ...] = ()
+        self.task: asyncio.Task[None] | None = None
+        self.response: ResponseStream | None = None
+        #: ModelStreamInfer: messages as they arrive (None: the client half-closed)
+        self.inbox: asyncio.Queue[bytes | None] | None = None
+        self.pending = bytearray()  # bytes of a message not complete yet (streams)
+
+
+class _Handlers:
+    """The method table: ``:path`` -> what answers it, over one servicer."""
+
+    def __init__(self, servicer: InferenceServicer) -> None:
+        self.servicer = servicer
+        self.unary: dict[str, tuple[Callable[..., Any], Any]] = {
+            f"/{SERVICE}/{name}": (getattr(servicer, name), getattr(pb, f"{name}Request"))
+            for name in UNARY_RPCS
+        }
+        self.model_infer = f"/{SERVICE}/ModelInfer"
+        self.stream_infer = f"/{SERVICE}/ModelStreamInfer"
+        self.health_check = f"/{HEALTH_SERVICE}/Check"
+        options = getattr(servicer, "options", None)
+        age = getattr(options, "grpc_max_connection_age", None)
+        grace = getattr(options, "grpc_max_connection_age_grace", None)
+        #: seconds: connection age before GOAWAY, and the grace after it
+        self.max_age = (
+            None if age is None else age / 1000,
+            None if grace is None else grace / 1000,
+        )
+
+
+class GrpcConnection(H2Connection[_Call]):
+    """One client connection: gRPC calls over ``H2Connection``'s streams."""
+
+    def __init__(self, handlers: _Handlers, connections: set[GrpcConnection]) -> None:
+        super().__init__(connections, handlers.max_age)
+        self._h = handlers
+
+    # -- streams ---------------------------------------------------------------------------------
+    def open_stream(self, sid: int, headers: list[tuple[str, str]]) -> _Call:
+        path = ""
+        encoding = ""
+        metadata = []
+        for name, value in headers:
+            if name[0] == ":":
+                if name == ":path":
+                    path = value
+            elif name == "grpc-encoding":
+                encoding = value
+            elif name not in ("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"):
+                metadata.append((name, value))
+        st = _Call(self, sid, path, self._peer_initial_window)
+        st.encoding = encoding
+        st.metadata = tuple(metadata)
+        return st
+
+    def started(self, st: _Call) -> None:
+        h = self._h
+        if st.path == h.stream_infer:
+            st.inbox = asyncio.Queue()
+            st.task = asyncio.get_running_loop().create_task(self._run_stream(st))
+        elif st.path not in h.unary and st.path != h.health_check:
+            self.finish(st, _UNIMPLEMENTED, f"Method not found: {st.path}")
+
+    def stream_data(self, st: _Call, data: bytes) -> None:
+        if st.inbox is not None:
+            self._feed(st, data)
+        elif data:
+            st.body.append(data)
+
+    def cancel_stream(self, st: _Call) -> None:
+        st.answered = True
+        if st.response is not None:
+            st.response.cancelled = True  # the model may check is_cancelled()
+        self._cancel_task(st)
+
+    # -- requests --------------------------------------------------------------------------------
+    def _feed(self, st: _Call, payload: bytes) -> None:
+        """ModelStreamInfer: complete messages into the stream's inbox."""
+        buf = st.pending
+        buf += payload
+        assert st.inbox is not None
+        while len(buf) >= 5:
+            n = int.from_bytes(buf[1:5], "big")
+            if len(buf) < 5 + n:
+                break
+            try:
+                message = self._message(st, buf[0], bytes(buf[5 : 5 + n]))
+            except _Failure as f:
+                self._cancel_task(st)
+                self.finish(st, f.code, f.message)
+                return
+            del buf[: 5 + n]
+            st.inbox.put_nowait(message)
+
+    def _message(self, st: _Call, compressed: int, data: bytes) -> bytes:
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise _Failure(_RESOURCE_EXHAUSTED, "Received message larger than max")
+        if not compressed:
+            return data
+        if st.encoding == "gzip":
+            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        if st.encoding == "deflate":
+            return zlib.decompress(data)
+        raise _Failure(_UNIMPLEMENTED, f"Compression algorithm '{st.encoding}' is not supported")
+
+    def end_of_request(self, st: _Call) -> None:
+        if st.inbox is not None:
+            if st.pending:
+                self._cancel_task(st)
+                self.finish(st, _INTERNAL, "Incomplete message")
+                return
+            st.inbox.put_nowait(None)
+            return
+        if st.answered:
+            return
+        data = b"".join(st.body)
+        st.body = []
+        try:
+            if len(data) < 5 or len(data) != 5 + int.from_bytes(data[1:5], "big"):
+                raise _Failure(_INTERNAL, "Unary RPC expects exactly one request message")
+            payload = self._message(st, data[0], data[5:])
+        except _Failure as f:
+            self.finish(st, f.code, f.message)
+            return
+        h = self._h
+        if st.path == h.model_infer:
+            self._model_infer(st, payload)
+        elif st.path == h.health_check:
+            if well_formed(payload):
+                self.answer(st, _HEALTH[h.servicer.server.ready()])
+            else:
+                self.finish(st, _INTERNAL, _PARSE_ERROR)
+        else:
+            method, request_cls = h.unary[st.path]
+            st.task = asyncio.get_running_loop().create_task(
+                self._run_unary(st, method, request_cls, payload)
+            )
+
+    def _model_infer(self, st: _Call, payload: bytes) -> None:
+        """ModelInfer without a task: decode, submit, answer from the response callback."""
+        servicer = self._h.servicer
+        server = servicer.server
+        try:
+            try:
+                msg = pb.ModelInferRequest.FromString(payload)
+            except DecodeError:
+                raise _Failure(_INTERNAL, _PARSE_ERROR) from None
+            try:
+                req, model, _ = servicer._decode(msg, _Context(st, st.metadata), True)
+                stream = server.submit(req, model)
+            except InferdError as e:
+                raise _Failure(_STATUS_NUM[e.code], e.message) from e
+        except _Failure as f:
+            self.finish(st, f.code, f.message)
+            return
+        except Exception as e:
+            log.exception("gRPC ModelInfer failed")
+            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            return
+        st.response = stream
+        encode = servicer.encoder.encode
+
+        def on_response(r: InferResponse | None, final: bool) -> None:
+            if st.answered or (r is None and not final):
+                return
+            if r is None:
+                self.finish(st, _INTERNAL, "model produced no response")
+            elif r.error is not None:
+                self.finish(st, _STATUS_NUM[r.error.code], r.error.message)
+            else:
+                try:
+                    server.postprocess(req, r, model)
+                    body = encode(r, b"", output_targets(req) if req.outputs is not None else None)
+                except InferdError as e:
+                    self.finish(st, _STATUS_NUM[e.code], e.message)
+                    return
+                self.answer(st, body)
+
+        stream.set_callback(on_response)
+
+    async def _run_unary(
+        self, st: _Call, method: Callable[..., Any], request_cls: Any, payload: bytes
+    ) -> None:
+        try:
+            try:
+                request = request_cls.FromString(payload)
+            except DecodeError:
+                raise _Failure(_INTERNAL, _PARSE_ERROR) from None
+            try:
+                resp = await method(request, _Context(st, st.metadata))
+            except InferdError as e:
+                raise _Failure(_STATUS_NUM[e.code], e.message) from e
+            self.answer(st, resp if isinstance(resp, bytes) else resp.SerializeToString())
+        except _Failure as f:
+            self.finish(st, f.code, f.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # last resort: log, answer INTERNAL, keep serving
+            log.exception("gRPC %s failed", st.path)
+            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
+
+    async def _run_stream(self, st: _Call) -> None:
+        inbox = st.inbox
+        assert inbox is not None
+
+        async def messages() -> AsyncIterator[bytes]:
+            while True:
+                item = await inbox.get()
+                if item is None:
+                    return
+                yield item
+
+        try:
+            await self._h.servicer.ModelStreamInfer(messages(), _Context(st, st.metadata))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("gRPC ModelStreamInfer failed")
+            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            return
+        self.finish(st, _OK, "")
+
+    def _cancel_task(self, st: _Call) -> None:
+        if st.task is not None and not st.task.done() and st.task is not asyncio.current_task():
+            st.task.cancel()
+
+    # -- responses -------------------------------------------------------------------------------
+    def answer(self, st: _Call, message: bytes) -> None:
+        """A unary call's response message and OK."""
+        if st.answered:
+            return
+        st.answered = True
+        msg = length_prefixed(message)
+        n = len(msg)
+        if (
+            not st.headers_sent
+            and n <= self._send_window
+            and n <= st.send_window
+            and n <= self._peer_max_frame
+            and not st.outq
+        ):  # the common case: the whole answer in one write
+            self._send_window -= n
+            st.send_window -= n
+            st.headers_sent = True
+            self._write(
+                frame(HEADERS, END_HEADERS, st.id, RESPONSE_HEADERS)
+                + frame(DATA, 0, st.id, msg)
+                + frame(HEADERS, END_HEADERS | END_STREAM, st.id, TRAILERS_OK)
+            )
+            self._closed(st)
+            return
+        self.send_message(st, message)
+        self._end(st, TRAILERS_OK)
+
+    def finish(self, st: _Call, code: int, message: str) -> None:
+        """End the call with ``code``: trailers after what was sent, or a trailers-only answer."""
+        if st.closed:
+            return
+        st.answered = True
+        if not st.headers_sent and not st.outq:
+            st.headers_sent = True
+            block = RESPONSE_HEADERS + status_block(code, message)
+            self._write(frame(HEADERS, END_HEADERS | END_STREAM, st.id, block))
+            self._closed(st)
+            return
+        self._end(st, status_block(code, message))
+
+    def send_message(self, st: _Call, message: bytes) -> None:
+        """One response message on a stream (queued behind flow control as needed)."""
+        if st.closed:
+            return
+        if not st.headers_sent:
+            self.send_headers(st, RESPONSE_HEADERS)
+        self.send_data(st, length_prefixed(message))
+
+    def _end(self, st: _Call, trailer: bytes) -> None:
+        if not st.headers_sent:
+            self.send_headers(st, RESPONSE_HEADERS)
+        self.end_stream(st, trailer)
+
+
+class LeanGrpcServer:
+    """The gRPC endpoint of one core Server on the running loop, without grpcio's threads."""
+
+    def __init__(
+        self,
+        server: Server,
+        address: str,
+        port: int,
+        options: ServerOptions | None = None,
+        shm: SharedMemoryManager | None = None,
+        cuda_shm: CudaSharedMemoryManager | None = None,
+    ) -> None:
+        self.options = options or server.options
+        self.servicer = InferenceServicer(server, self.options, shm, cuda_shm)
+        self.address = address
+        self.port = port
+        self._handlers = _Handlers(self.servicer)
+        self._connections: set[GrpcConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._deadline: float | None = None
+
+    async def start(self) -> None:
+        """Bind and serve; ``port`` 0 picks a free one. OSError when the address cannot be bound."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: GrpcConnection(self._handlers, self._connections),
+            self.address or None,
+            self.port,
+            reuse_port=self.options.reuse_grpc_port or None,
+            backlog=1024,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace: float | None = None) -> None:
+        """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end)."""
+        if self._server is not None:
+            self._server.close()
+        for c in list(self._connections):
+            c.goaway()
+        if grace is not None:
+            limit = time.monotonic() + grace
+            self._deadline = limit if self._deadline is None else min(self._deadline, limit)
+        while any(c.streams for c in self._connections):
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                break
+            await asyncio.sleep(0.02)
+        for c in list(self._connections):
+            c.close()
+
+
+def make_grpc_server(
+    server: Server,
+    options: ServerOptions,
+    shm: SharedMemoryManager | None = None,
+    cuda_shm: CudaSharedMemoryManager | None = None,
+) -> Any:
+    """The gRPC endpoint ``--grpc-server`` names; TLS and compressed responses always on grpc.aio."""
+    lean = options.grpc_server == "lean"
+    if lean and not options.grpc_use_ssl and options.grpc_infer_response_compression_level == "none":
+        return LeanGrpcServer(server, options.grpc_address, options.grpc_port, options, shm, cuda_shm)
+    from inferd.frontends.grpc.service import GrpcServer
+
+    return GrpcServer(server, options.grpc_address, options.grpc_port, options, shm, cuda_shm)

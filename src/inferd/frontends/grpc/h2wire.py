@@ -1,0 +1,81 @@
+"""HTTP/2 wire pieces for the lean gRPC server: frame headers, HPACK integers and literals, fixed
+header blocks, gRPC message framing. Pure functions and constants (RFC 9113, RFC 7541, gRPC over
+HTTP/2)."""
+
+from __future__ import annotations
+
+import struct
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# frame types
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
+# flags
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+# error codes
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
+# settings
+S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT, S_INITIAL_WINDOW, S_MAX_FRAME, S_MAX_HEADER_LIST = (
+    range(1, 7)
+)
+
+MAX_WINDOW = 2**31 - 1
+#: what we accept in one frame (advertised in our SETTINGS)
+RECV_MAX_FRAME = 1 << 20
+
+FRAME_HEADER = struct.Struct(">BHBBI")
+
+
+def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame."""
+    n = len(payload)
+    return FRAME_HEADER.pack(n >> 16, n & 0xFFFF, ftype, flags, sid) + payload
+
+
+def hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
+    """An HPACK integer with an N-bit prefix (``first`` holds the pattern bits of the first byte)."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: bytes, value: bytes) -> bytes:
+    """A header field as a literal without indexing, new name, no Huffman (no dynamic table use)."""
+    return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+_UNRESERVED = frozenset(range(0x20, 0x7F)) - {ord("%")}
+
+
+def percent_encode(message: str) -> bytes:
+    """``grpc-message`` as gRPC encodes it: UTF-8, bytes outside printable ASCII and '%' as %XX."""
+    data = message.encode("utf-8")
+    if all(b in _UNRESERVED for b in data):
+        return data
+    return b"".join(bytes((b,)) if b in _UNRESERVED else b"%%%02X" % b for b in data)
+
+
+#: ``:status 200`` (static index 8) and ``content-type: application/grpc`` (indexed name 31)
+RESPONSE_HEADERS = b"\x88" + hpack_int(31, 4) + hpack_int(16, 7) + b"application/grpc"
+TRAILERS_OK = literal(b"grpc-status", b"0")
+
+
+def status_block(code: int, message: str) -> bytes:
+    """The ``grpc-status`` / ``grpc-message`` fields of a trailer block."""
+    block = literal(b"grpc-status", str(code).encode())
+    if message:
+        block += literal(b"grpc-message", percent_encode(message)[:8000])
+    return block
+
+
+def length_prefixed(message: bytes) -> bytes:
+    """A gRPC message on the wire: uncompressed flag, big-endian length, the message."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
