@@ -1,4 +1,4 @@
-"""../shared/reference/verify_models.py's HTTP checks, run against inferd (binary and JSON tensors).
+"""../shared/reference/verify_models.py's checks, run against inferd: HTTP (binary and JSON) and gRPC.
 
 The server here serves the reference repository alone, as the reference does when it is checked,
 so every check must pass (server readiness included).
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import REFERENCE_DIR, REFERENCE_MODELS, InferdProcess
 
@@ -63,3 +64,18 @@ def test_verify_models_dynamic_batching(
 ) -> None:
     verify_models.dynamic_batching_check(reference_only_server.url)
     assert verify_models.failures == []
+
+
+def test_verify_models_grpc(
+    reference_only_server: InferdProcess,
+    verify_models: ModuleType,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{reference_only_server.grpc_port}")
+    try:
+        verify_models.run("grpc", grpcclient, client)
+    finally:
+        client.close()
+    out = capsys.readouterr().out
+    assert verify_models.failures == [], out
+    assert out.count("  ok  ") == 20, out
