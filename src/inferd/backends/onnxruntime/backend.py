@@ -163,7 +163,7 @@ class OnnxModel:
         return OnnxInstance(self, session, spec.name)
 
     def unload(self) -> None:
-        pass
+        """Nothing held here: each instance owns its session and drops it at its own unload."""
 
 
 class OnnxInstance:

@@ -344,7 +344,7 @@ class TorchModel:
         return TorchInstance(self, program, spec.name, device)
 
     def unload(self) -> None:
-        pass
+        """Nothing held here: each instance owns its module and drops it at its own unload."""
 
 
 class TorchInstance:

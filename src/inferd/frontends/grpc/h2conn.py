@@ -10,6 +10,7 @@ receives their data through four hooks.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import struct
@@ -120,9 +121,9 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._out: list[bytes] | None = None
 
     # -- hooks -----------------------------------------------------------------------------------
+    @abc.abstractmethod
     def open_stream(self, sid: int, headers: list[tuple[str, str]]) -> S:
-        """A new stream from its request headers (registered by the caller)."""
-        raise NotImplementedError
+        """A new stream from its request headers (registered by the caller); subclasses decide."""
 
     def started(self, st: S) -> None:
         """The stream is registered (``remote_closed`` tells whether its request already ended)."""
