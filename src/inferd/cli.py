@@ -212,6 +212,20 @@ async def serve(options: ServerOptions) -> int:
             await server.stop(0)
             return 1
         log.info("Started HTTPService at %s:%d", options.http_address, http.port)
+    metrics: HttpServer | None = None
+    if options.allow_metrics:
+        from inferd.metrics.http import metrics_server
+
+        address = options.metrics_address or options.http_address
+        metrics = metrics_server(server, address, options.metrics_port)
+        try:
+            await metrics.start()
+        except OSError as e:
+            # as the reference: a metrics port in use is an error, but serving goes on without it
+            log.error("failed to start Metrics Service at %s:%d: %s", address, options.metrics_port, e)
+            metrics = None
+        else:
+            log.info("Started Metrics Service at %s:%d", address, metrics.port)
     log.info("inferd %s ready in %.0f ms", __version__, (time.monotonic() - t0) * 1000)
 
     stop = asyncio.Event()
@@ -235,6 +249,8 @@ async def serve(options: ServerOptions) -> int:
         await grpc_stopping
     if http is not None:
         await http.stop()
+    if metrics is not None:
+        await metrics.stop()
     shm.close()
     return 0
 

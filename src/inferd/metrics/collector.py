@@ -1,0 +1,104 @@
+"""Triton's ``nv_inference_*`` metric families, read from ModelStats when Prometheus scrapes.
+
+Nothing is counted twice: the values are the statistics extension's own numbers, read under its
+lock at scrape time, per server. The text is written here rather than by prometheus_client,
+whose writer renames every counter ``<name>_total``: Triton's counters have no suffix, and
+dashboards built on Triton query its names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from inferd.core.server import Server
+
+#: Triton's counter families (name, help), in its order; the failure family follows the first
+_COUNTERS = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    ),
+)
+_FAILURE = ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
+_PENDING = (
+    "nv_inference_pending_request_count",
+    "Instantaneous number of pending requests awaiting execution per-model.",
+)
+_FAILURE_REASONS = ("OTHER", "REJECTED", "CANCELED", "BACKEND")
+
+
+def _values(stats: Any) -> dict[str, int]:
+    doc = stats.to_json("", "")
+    inf = doc["inference_stats"]
+    success, fail = inf["success"], inf["fail"]
+    return {
+        "nv_inference_request_success": success["count"],
+        "nv_inference_count": doc["inference_count"],
+        "nv_inference_exec_count": doc["execution_count"],
+        "nv_inference_request_duration_us": (success["ns"] + fail["ns"]) // 1000,
+        "nv_inference_queue_duration_us": inf["queue"]["ns"] // 1000,
+        "nv_inference_compute_input_duration_us": inf["compute_input"]["ns"] // 1000,
+        "nv_inference_compute_infer_duration_us": inf["compute_infer"]["ns"] // 1000,
+        "nv_inference_compute_output_duration_us": inf["compute_output"]["ns"] // 1000,
+    }
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(server: Server) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of ``server``'s READY models."""
+    rows: list[tuple[str, str, Any, dict[str, int]]] = []  # (name, version, model, values)
+    for name, versions in sorted(server.registry.models.items()):
+        for v, model in sorted(versions.items()):
+            if model.ready:
+                rows.append((_label(name), str(v), model, _values(model.stats)))
+    out: list[str] = []
+
+    def family(name: str, doc: str, kind: str) -> None:
+        out.append(f"# HELP {name} {doc}")
+        out.append(f"# TYPE {name} {kind}")
+
+    for i, (fam, doc) in enumerate(_COUNTERS):
+        family(fam, doc, "counter")
+        for name, version, _model, values in rows:
+            out.append(f'{fam}{{model="{name}",version="{version}"}} {values[fam]}')
+        if i == 0:
+            family(*_FAILURE, "counter")
+            for name, version, model, _ in rows:
+                reasons = model.stats.fail_reasons
+                for reason in _FAILURE_REASONS:
+                    out.append(
+                        f'{_FAILURE[0]}{{model="{name}",reason="{reason}",version="{version}"}} '
+                        f"{reasons.get(reason, 0)}"
+                    )
+    family(*_PENDING, "gauge")
+    for name, version, model, _ in rows:
+        sched = model.scheduler
+        queued = 0
+        if sched is not None:
+            stats_fn = getattr(sched, "stats", None)
+            queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
+        out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
+    return ("\n".join(out) + "\n").encode()

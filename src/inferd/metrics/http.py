@@ -1,0 +1,30 @@
+"""The metrics endpoint: ``GET /metrics`` on its own port, served by inferd's HTTP protocol."""
+
+from __future__ import annotations
+
+from inferd.core.server import Server
+from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
+from inferd.metrics.collector import render
+
+#: what the reference answers with
+CONTENT_TYPE = "text/plain; charset=utf-8"
+
+
+class MetricsApp:
+    """``GET /metrics``: Prometheus text; other methods 405, other paths 404."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def __call__(self, req: HttpRequest, resp: Responder) -> None:
+        if req.path != "/metrics":
+            resp.send(404, b'{"error":"Not Found"}', "text/plain")
+        elif req.method != "GET":
+            resp.send(405, b'{"error":"Method Not Allowed"}', "text/plain")
+        else:
+            resp.send(200, render(self.server), CONTENT_TYPE)
+
+
+def metrics_server(server: Server, host: str, port: int) -> HttpServer:
+    """An HttpServer serving ``/metrics`` for ``server``."""
+    return HttpServer(MetricsApp(server), host, port)
