@@ -1,11 +1,11 @@
-"""The ONNX rows of `make bench`: inferd serving tiny_mlp and densenet_onnx vs bare ONNX Runtime.
+"""The ONNX rows of `make bench`: inferd serving the ONNX example models vs bare ONNX Runtime.
 
-Used by run.py (stdlib only, like it). The two example models are built once
-(examples/build_models.py --only ...). Per round, with inferd serving that folder, each scenario
-is measured twice back to back, so that both see the same machine: bare ONNX Runtime in-process
-with bare_onnxruntime.py (the same sessions and thread settings inferd gives the model), and
-perf_analyzer against inferd (binary HTTP, sync, batch 1, count windows, as bench.sh does). Which
-of the two goes first flips every other round.
+Used by run.py (stdlib only, like it). The example models (MODELS: tiny_mlp, densenet_onnx and
+digits_onnx) are built once (examples/build_models.py --only ...). Per round, with inferd serving
+that folder, each scenario is measured twice back to back, so that both see the same machine: bare
+ONNX Runtime in-process with bare_onnxruntime.py (the same sessions and thread settings inferd
+gives the model), and perf_analyzer against inferd (binary HTTP, sync, batch 1, count windows, as
+bench.sh does). Which of the two goes first flips every other round.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON_SH = ROOT.parent / "shared" / "reference" / "common.sh"
-MODELS = ("tiny_mlp", "densenet_onnx")
+MODELS = ("tiny_mlp", "densenet_onnx", "digits_onnx")
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,10 @@ SCENARIOS = [
     Scenario("tiny_mlp", 4, 4000, 120),
     Scenario("densenet_onnx", 1, 40, 300),
     Scenario("densenet_onnx", 4, 60, 300),
+    Scenario("digits_onnx", 1, 3000, 120),
+    Scenario("digits_onnx", 4, 4000, 120),
 ]
-BARE_SECONDS = {"tiny_mlp": 8.0, "densenet_onnx": 15.0}
+BARE_SECONDS = {"tiny_mlp": 8.0, "densenet_onnx": 15.0, "digits_onnx": 8.0}
 
 RunLogged = Callable[..., int]
 
@@ -181,7 +183,8 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "## ONNX Runtime backend: inferd vs bare ONNX Runtime",
         "",
-        "inferd serving the example models (`examples/build_models.py`: tiny_mlp, densenet_onnx), "
+        "inferd serving the example models (`examples/build_models.py`: tiny_mlp, densenet_onnx, "
+        "digits_onnx: scikit-learn's digits classifier exported by skl2onnx), "
         "measured by perf_analyzer (binary HTTP, sync, batch 1), against `benchmarks/bare_onnxruntime.py`: "
         "`session.run` called in-process by as many threads as the concurrency, with the same sessions "
         "(one per instance) and session options (threads, graph level) as inferd makes. "

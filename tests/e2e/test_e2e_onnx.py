@@ -1,7 +1,8 @@
 """The example repository (examples/build_models.py) built into a tmp dir, served by `inferd serve`.
 
-tiny_mlp (no config.pbtxt: auto-completed from the graph) and densenet_onnx (the Triton quickstart
-model, with reshape and a labels file) driven by tritonclient.http with binary tensors.
+tiny_mlp (no config.pbtxt: auto-completed from the graph), densenet_onnx (the Triton quickstart
+model, with reshape and a labels file) and digits_onnx (a scikit-learn classifier trained on the
+bundled digits dataset, exported by skl2onnx) driven by tritonclient.http with binary tensors.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ build_models = _build_models()
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("examples") / "models"
     names = build_models.build(repo)
-    assert {"tiny_mlp", "densenet_onnx", "add_sub"} <= set(names)
+    assert {"tiny_mlp", "densenet_onnx", "digits_onnx", "add_sub"} <= set(names)
     return repo
 
 
@@ -70,7 +71,14 @@ def _input(name: str, arr: np.ndarray[Any, Any]) -> Any:
 
 def test_every_example_model_is_ready(client: httpclient.InferenceServerClient) -> None:
     assert client.is_server_ready()
-    for name in ("tiny_mlp", "densenet_onnx", "add_sub", "identity_bytes", "softmax_classifier"):
+    for name in (
+        "tiny_mlp",
+        "densenet_onnx",
+        "digits_onnx",
+        "add_sub",
+        "identity_bytes",
+        "softmax_classifier",
+    ):
         assert client.is_model_ready(name), name
 
 
@@ -165,3 +173,74 @@ def test_densenet_wrong_datatype_is_refused(client: httpclient.InferenceServerCl
         InferenceServerException, match="data-type is 'FP64', but model 'densenet_onnx' expects 'FP32'"
     ):
         client.infer("densenet_onnx", [t])
+
+
+# -- digits_onnx: scikit-learn's digits, a real classifier -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[Any, np.ndarray[Any, Any]]:
+    """The classifier digits_onnx was exported from (trained again: the same, deterministically) and
+    held-out images it never saw."""
+    _, x_test, _, _ = build_models.digits_data()
+    return build_models.digits_classifier(), x_test
+
+
+def test_digits_config_batches_and_labels(client: httpclient.InferenceServerClient) -> None:
+    cfg = client.get_model_config("digits_onnx")
+    assert cfg["platform"] == "onnxruntime_onnx" and cfg["max_batch_size"] == 16
+    assert cfg["dynamic_batching"]["preferred_batch_size"] == [16]
+    assert [(o["name"], o["data_type"], o["label_filename"]) for o in cfg["output"]] == [
+        ("label", "TYPE_INT64", ""),
+        ("probabilities", "TYPE_FP32", "digits_labels.txt"),
+    ]
+    meta = client.get_model_metadata("digits_onnx")
+    assert meta["inputs"] == [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}]
+    assert meta["outputs"] == [
+        {"name": "label", "datatype": "INT64", "shape": [-1, 1]},
+        {"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]},
+    ]
+
+
+def test_digits_top_class_matches_sklearn(
+    client: httpclient.InferenceServerClient, digits: tuple[Any, np.ndarray[Any, Any]]
+) -> None:
+    clf, x_test = digits
+    images = x_test[:12]
+    result = client.infer("digits_onnx", [_input("pixels", images)])
+    probs = result.as_numpy("probabilities")
+    assert probs.shape == (12, 10)
+    expected = clf.predict(images)
+    np.testing.assert_array_equal(probs.argmax(axis=1), expected)
+    np.testing.assert_array_equal(result.as_numpy("label").reshape(12), expected)
+    np.testing.assert_allclose(probs, clf.predict_proba(images), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_digits_single_images_batched_concurrently(
+    client: httpclient.InferenceServerClient, digits: tuple[Any, np.ndarray[Any, Any]]
+) -> None:
+    clf, x_test = digits
+    images = x_test[12:36]
+    pending = [client.async_infer("digits_onnx", [_input("pixels", images[i : i + 1])]) for i in range(24)]
+    got = [int(p.get_result().as_numpy("probabilities").argmax()) for p in pending]
+    assert got == clf.predict(images).tolist()
+
+
+def test_digits_classification_with_labels(
+    client: httpclient.InferenceServerClient, digits: tuple[Any, np.ndarray[Any, Any]]
+) -> None:
+    clf, x_test = digits
+    images = x_test[36:40]
+    out = httpclient.InferRequestedOutput("probabilities", binary_data=False, class_count=3)
+    result = client.infer("digits_onnx", [_input("pixels", images)], outputs=[out])
+    top = result.as_numpy("probabilities")
+    assert top.shape == (4, 3)
+    proba = clf.predict_proba(images)
+    for row, want, p in zip(top, clf.predict(images), proba, strict=True):
+        score, index, label = str(row[0]).split(":")
+        assert (int(index), label) == (int(want), f"digit_{want}")
+        assert float(score) == pytest.approx(float(p[want]), abs=2e-6)
+        values = [float(str(t).split(":")[0]) for t in row]
+        assert values == sorted(values, reverse=True)
+        assert [int(str(t).split(":")[1]) for t in row] == np.argsort(-p, kind="stable")[:3].tolist()
