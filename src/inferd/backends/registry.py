@@ -12,6 +12,7 @@ _BUILTIN: dict[str, str] = {
     "python": "inferd.backends.python.backend:PythonBackend",
     "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
     "pytorch": "inferd.backends.pytorch.backend:PyTorchBackend",
+    "openvino": "inferd.backends.openvino.backend:OpenVinoBackend",
 }
 _ENTRY_POINT_GROUP = "inferd.backends"
 _cache: dict[str, Backend] = {}

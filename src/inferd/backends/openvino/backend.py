@@ -1,0 +1,311 @@
+"""The OpenVINO backend: ``model.xml`` + ``model.bin`` (or an ONNX file) served with one compiled model per instance.
+
+Backend ``openvino`` (Triton has no platform name for it). ``<version>/model.xml`` (or
+``default_model_filename``) is an OpenVINO IR whose weights lie beside it as ``model.bin``
+(the same stem); a ``default_model_filename`` ending in ``.onnx`` is read through OpenVINO's ONNX
+frontend. openvino is imported when the first OpenVINO model loads, never at start:
+``pip install 'inferd[openvino]'``.
+
+Config auto-complete fills inputs, outputs, max_batch_size and dynamic batching from the model's
+ports, as Triton's openvino backend does, with the rules of the ONNX Runtime backend
+(``signature.py``); the model is then checked against the config at load, so a contradiction makes
+it UNAVAILABLE with a reason naming the tensor. Each instance owns a compiled model and an infer
+request and runs them in its worker thread (OpenVINO releases the GIL while it infers); the
+requests of one execute are stacked on the batch dimension, run once and split back
+(``scheduling/batch.py``). OpenVINO exceptions become inferd errors where they enter
+(:func:`_load_error`, :meth:`OpenVinoInstance._infer`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.onnxruntime.graph import complete_config
+from inferd.backends.openvino.settings import compile_properties
+from inferd.backends.openvino.signature import check_config_against_model, model_signature
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+from inferd.scheduling import batch as batching
+
+log = logging.getLogger("inferd.backends.openvino")
+
+DEFAULT_FILENAME = "model.xml"
+
+_core_lock = threading.Lock()
+_core: Any = None
+
+
+def _openvino() -> Any:
+    """openvino, imported on first use (``Any``: inferd type-checks without its stubs)."""
+    try:
+        return importlib.import_module("openvino")
+    except ImportError as e:
+        raise UnavailableError(
+            f"the openvino backend needs openvino, which is not installed ({e}): pip install 'inferd[openvino]'"
+        ) from e
+
+
+def _get_core() -> Any:
+    """One ``openvino.Core`` for the process (reading and compiling through it is thread-safe)."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = _openvino().Core()
+        return _core
+
+
+def model_path(config: Any, version_dir: Path) -> Path:
+    """``<version>/<default_model_filename>``; an IR's ``.bin`` weights must lie beside its ``.xml``."""
+    name = config.default_model_filename or DEFAULT_FILENAME
+    path = version_dir / name
+    if not path.is_file():
+        raise UnavailableError(
+            f"unable to find '{path}' for model '{config.name}': the version folder must hold the OpenVINO "
+            f"model as '{name}' (an IR .xml with its .bin weights beside it, or an ONNX file named by "
+            "default_model_filename)"
+        )
+    if path.suffix == ".xml" and not path.with_suffix(".bin").is_file():
+        raise UnavailableError(
+            f"unable to find '{path.with_suffix('.bin')}' for model '{config.name}': an OpenVINO IR keeps its "
+            f"weights in a .bin file beside '{path.name}'; copy it there (openvino.save_model writes both)"
+        )
+    return path
+
+
+def _load_error(e: Exception, path: Path, model: str) -> InferdError:
+    """An OpenVINO read or compile failure as the reason the model table shows."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    text = lines[0] if lines else type(e).__name__
+    kind = "ONNX model" if path.suffix == ".onnx" else "OpenVINO IR"
+    return InvalidArgumentError(
+        f"unable to load model '{model}': '{path}' is not a loadable {kind} ({text}): convert the model "
+        "again (openvino.save_model(openvino.convert_model(...), 'model.xml')), or check that it was copied "
+        "completely"
+    )
+
+
+def _read_model(path: Path, model: str) -> Any:
+    try:
+        return _get_core().read_model(str(path))
+    except Exception as e:
+        raise _load_error(e, path, model) from e
+
+
+# --------------------------------------------------------------------------------------------------
+# The backend
+
+
+class OpenVinoBackend:
+    """Backend ``openvino``."""
+
+    name = "openvino"
+
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """Inputs, outputs and batching from the model's ports; skipped when the config lists them."""
+        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
+            return
+        if version_dir is None:
+            return
+        path = model_path(config, version_dir)
+        inputs, outputs = model_signature(_read_model(path, config.name), config.name)
+        complete_config(config, inputs, outputs, default_max_batch_size)
+
+    def load(self, ctx: LoadContext) -> OpenVinoModel:
+        return OpenVinoModel(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class _IO:
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+
+
+def _io(io: Any, model: str, kind: str) -> _IO:
+    datatype = BY_CONFIG_VALUE[io.data_type]
+    if datatype is BYTES:
+        raise InvalidArgumentError(
+            f"unable to load model '{model}': {kind} '{io.name}' is TYPE_STRING, which the openvino backend "
+            "does not serve"
+        )
+    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+    return _IO(io.name, datatype, tuple(io.dims), reshape)
+
+
+class OpenVinoModel:
+    """A loaded OpenVINO version: reads the model once, checks it, then compiles it per instance."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.name = ctx.model_name
+        self.version_str = str(ctx.version)
+        self.path = model_path(config, ctx.version_dir)
+        self.core = _get_core()
+        self.max_batch_size = int(config.max_batch_size)
+        self.inputs = [_io(i, self.name, "input") for i in config.input]
+        self.outputs = [_io(o, self.name, "output") for o in config.output]
+        count = sum(max(1, g.count) for g in config.instance_group) or 1
+        self.properties = compile_properties(config, count)
+        self.model: Any = _read_model(self.path, self.name)
+        check_config_against_model(config, *model_signature(self.model, self.name))
+        self._lock = threading.Lock()
+        self.compiled = 0
+
+    def device_for(self, spec: InstanceSpec) -> str:
+        """The OpenVINO device of an instance: ``CPU``, or ``GPU[.<id>]`` for ``KIND_GPU``."""
+        if spec.kind != "GPU":
+            return "CPU"
+        available = list(self.core.available_devices)
+        gpus = [d for d in available if d.startswith("GPU")]
+        if not gpus:
+            raise UnavailableError(
+                f"unable to load model '{self.name}': instance '{spec.name}' is KIND_GPU, but OpenVINO finds "
+                f"no GPU device (devices: {', '.join(available)}): use instance_group [ {{ kind: KIND_CPU }} ]"
+            )
+        return f"GPU.{spec.device_id}" if len(gpus) > 1 else "GPU"
+
+    def create_instance(self, spec: InstanceSpec) -> OpenVinoInstance:
+        device = self.device_for(spec)
+        try:
+            compiled = self.core.compile_model(self.model, device, self.properties)
+            request = compiled.create_infer_request()
+        except Exception as e:
+            raise _load_error(e, self.path, self.name) from e
+        with self._lock:
+            self.compiled += 1
+        log.info(
+            "model '%s' version %s: compiled for instance %s on %s (%s inference thread(s))",
+            self.name,
+            self.version_str,
+            spec.name,
+            device,
+            self.properties.get("INFERENCE_NUM_THREADS"),
+        )
+        return OpenVinoInstance(self, compiled, request, spec.name)
+
+    def unload(self) -> None:
+        self.model = None
+
+
+class OpenVinoInstance:
+    """One compiled model and infer request; ``execute`` runs in the instance's worker thread."""
+
+    #: the pool may run very short models on the loop (it keeps long ones in their threads)
+    inline_ok = True
+
+    def __init__(self, model: OpenVinoModel, compiled: Any, request: Any, name: str) -> None:
+        self.model = model
+        self.compiled = compiled
+        self.request = request
+        self.name = name
+        self.last_timings: tuple[int, int, int] = (0, 0, 0)
+        self._prep_ns = self._infer_ns = 0
+        self._batching = model.max_batch_size > 0
+        self._outputs = {o.name: o for o in model.outputs}
+        self._output_names = list(self._outputs)
+        self._all_outputs = frozenset(self._outputs)
+        self._ports = {name: compiled.output(name) for name in self._output_names}
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
+        t0 = time.monotonic_ns()
+        self._prep_ns = self._infer_ns = 0
+        slots: list[InferResponse | None] = [None] * len(requests)
+        for group in batching.group_compatible(requests, self._batching):
+            for i, resp in zip(group, self._run_group([requests[i] for i in group]), strict=True):
+                slots[i] = resp
+        total = time.monotonic_ns() - t0
+        self.last_timings = (self._prep_ns, self._infer_ns, max(0, total - self._prep_ns - self._infer_ns))
+        return [r for r in slots if r is not None]
+
+    def _wanted(self, r: InferRequest) -> frozenset[str]:
+        if r.outputs is None:
+            return self._all_outputs
+        return r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+
+    def _run_group(self, requests: list[InferRequest]) -> list[InferResponse]:
+        """Requests of one shape signature as one batch; an error answers every request of it."""
+        model = self.model
+        clock = time.monotonic_ns
+        t0 = clock()
+        try:
+            feed = self._feed(requests)
+            t1 = clock()
+            self._prep_ns += t1 - t0
+            results = self._infer(feed)
+            self._infer_ns += clock() - t1
+            wanted = [self._wanted(r) for r in requests]
+            per_request = self._outputs_per_request(requests, results, wanted)
+        except InferdError as e:
+            return [InferResponse(r.model_name, model.version_str, r.id, error=e) for r in requests]
+        return [
+            InferResponse(r.model_name, model.version_str, r.id, outputs=outs)
+            for r, outs in zip(requests, per_request, strict=True)
+        ]
+
+    def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
+        feed: dict[str, Any] = {}
+        first = requests[0]
+        for spec in self.model.inputs:
+            t = first.inputs.get(spec.name)
+            if t is None:
+                continue
+            if len(requests) == 1:
+                arr = t.array
+            else:
+                arr = batching.stack([r.inputs[spec.name].array for r in requests])
+            if spec.reshape is not None:
+                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
+            feed[spec.name] = np.ascontiguousarray(arr)
+        return feed
+
+    def _infer(self, feed: dict[str, Any]) -> dict[str, Any]:
+        try:
+            results = self.request.infer(feed)
+            return {name: results[port] for name, port in self._ports.items()}
+        except Exception as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            text = next((ln for ln in lines if not ln.startswith("Exception from")), type(e).__name__)
+            raise InternalError(f"openvino error running model '{self.model.name}': {text}") from e
+
+    def _outputs_per_request(
+        self, requests: list[InferRequest], results: dict[str, Any], wanted: list[frozenset[str]]
+    ) -> list[list[Tensor]]:
+        per_request: list[list[Tensor]] = [[] for _ in requests]
+        sizes = [r.batch_size for r in requests]
+        for name in self._output_names:
+            if not any(name in w for w in wanted):
+                continue
+            spec = self._outputs[name]
+            arr = results[name]
+            if not isinstance(arr, np.ndarray):
+                raise InternalError(f"output '{name}' of model '{self.model.name}' is not a tensor")
+            parts = batching.split(arr, sizes, name) if self._batching else [arr]
+            for i, part in enumerate(parts):
+                if name not in wanted[i]:
+                    continue
+                if spec.reshape is not None:
+                    part = part.reshape(
+                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
+                    )
+                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
+        return per_request
+
+    def unload(self) -> None:
+        self.request = None
+        self.compiled = None
