@@ -161,6 +161,11 @@ async def serve(options: ServerOptions) -> int:
     from inferd.shm.system import SharedMemoryManager
 
     t0 = time.monotonic()
+    # handlers first: a signal that comes while models load or frontends start still drains cleanly
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     server = Server(options)
     for repo in options.model_repository:
         if not repo.is_dir():
@@ -228,10 +233,6 @@ async def serve(options: ServerOptions) -> int:
             log.info("Started Metrics Service at %s:%d", address, metrics.port)
     log.info("inferd %s ready in %.0f ms", __version__, (time.monotonic() - t0) * 1000)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
     if http is not None:
