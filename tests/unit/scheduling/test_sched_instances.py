@@ -553,7 +553,7 @@ def test_long_threaded_executes_never_probe_inline() -> None:
             return [InferResponse("m", "1", r.id) for r in requests]
 
         def unload(self) -> None:
-            pass
+            """Nothing to release."""
 
     async def run() -> bool:
         loop = asyncio.get_running_loop()

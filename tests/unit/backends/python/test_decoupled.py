@@ -536,7 +536,7 @@ class _Gate:
         return None
 
     def unload(self) -> None:
-        pass
+        """Nothing to release."""
 
 
 def test_pool_skips_requests_cancelled_while_queued_and_counts_decoupled_success() -> None:
