@@ -28,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.batched import BatchedInstance
 from inferd.backends.onnxruntime.graph import check_config_against_graph, complete_config, graph_signature
 from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
 from inferd.core.request import InferRequest
@@ -166,7 +167,7 @@ class OnnxModel:
         """Nothing held here: each instance owns its session and drops it at its own unload."""
 
 
-class OnnxInstance:
+class OnnxInstance(BatchedInstance):
     """One InferenceSession; ``execute`` runs in the instance's worker thread (the GIL is released)."""
 
     #: the pool may run very short graphs on the loop (it keeps long ones in their threads)
@@ -175,12 +176,9 @@ class OnnxInstance:
     def __init__(self, model: OnnxModel, session: Any, name: str) -> None:
         self.model = model
         self.name = name
-        self.last_timings: tuple[int, int, int] = (0, 0, 0)
-        self._prep_ns = self._infer_ns = 0
-        self._batching = model.max_batch_size > 0
         self._outputs = {o.name: o for o in model.outputs}
         self._output_names = list(self._outputs)
-        self._all_outputs = frozenset(self._outputs)
+        self._init_batched(model.max_batch_size, self._output_names)
         self._run_options: Any = None
         if model.settings.run_entries:
             self._run_options = ort.RunOptions()
@@ -203,21 +201,7 @@ class OnnxInstance:
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
         if len(requests) == 1:  # the common case: nothing to group or stack
             return [self._run_one(requests[0])]
-        t0 = time.monotonic_ns()
-        self._prep_ns = self._infer_ns = 0
-        slots: list[InferResponse | None] = [None] * len(requests)
-        for group in batching.group_compatible(requests, self._batching):
-            for i, resp in zip(group, self._run_group([requests[i] for i in group]), strict=True):
-                slots[i] = resp
-        total = time.monotonic_ns() - t0
-        prep, infer = self._prep_ns, self._infer_ns
-        self.last_timings = (prep, infer, max(0, total - prep - infer))
-        return [r for r in slots if r is not None]
-
-    def _wanted(self, r: InferRequest) -> frozenset[str]:
-        if r.outputs is None:
-            return self._all_outputs
-        return r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+        return super().execute(requests)
 
     def _session_run(self, names: list[str], feed: dict[str, Any]) -> list[Any]:
         try:
@@ -258,26 +242,21 @@ class OnnxInstance:
         self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
         return InferResponse(r.model_name, model.version_str, r.id, outputs=outputs)
 
-    def _run_group(self, requests: list[InferRequest]) -> list[InferResponse]:
-        """Run requests of one shape signature as one batch; errors answer every request of it."""
-        model = self.model
-        clock = time.monotonic_ns
-        t0 = clock()
-        try:
-            feed = self._feed(requests)
-            wanted = [self._wanted(r) for r in requests]
-            names = [o for o in self._output_names if any(o in w for w in wanted)]
-            t1 = clock()
-            self._prep_ns += t1 - t0
-            results = self._session_run(names, feed)
-            self._infer_ns += clock() - t1
-            per_request = self._outputs_per_request(requests, names, results, wanted)
-        except InferdError as e:
-            return [InferResponse(r.model_name, model.version_str, r.id, error=e) for r in requests]
-        return [
-            InferResponse(r.model_name, model.version_str, r.id, outputs=outs)
-            for r, outs in zip(requests, per_request, strict=True)
-        ]
+    def _group_inputs(
+        self, requests: list[InferRequest], wanted: list[frozenset[str]]
+    ) -> tuple[list[str], dict[str, Any]]:
+        names = [o for o in self._output_names if any(o in w for w in wanted)]
+        return names, self._feed(requests)
+
+    def _group_run(self, prepared: tuple[list[str], dict[str, Any]]) -> tuple[list[str], list[Any]]:
+        names, feed = prepared
+        return names, self._session_run(names, feed)
+
+    def _group_outputs(
+        self, requests: list[InferRequest], result: tuple[list[str], list[Any]], wanted: list[frozenset[str]]
+    ) -> list[list[Tensor]]:
+        names, results = result
+        return self._outputs_per_request(requests, names, results, wanted)
 
     def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
         feed: dict[str, Any] = {}

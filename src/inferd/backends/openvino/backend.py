@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.batched import BatchedInstance
 from inferd.backends.onnxruntime.graph import complete_config
 from inferd.backends.openvino.settings import compile_properties
 from inferd.backends.openvino.signature import check_config_against_model, model_signature
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
@@ -203,7 +202,7 @@ class OpenVinoModel:
         self.model = None
 
 
-class OpenVinoInstance:
+class OpenVinoInstance(BatchedInstance):
     """One compiled model and infer request; ``execute`` runs in the instance's worker thread."""
 
     #: the pool may run very short models on the loop (it keeps long ones in their threads)
@@ -214,49 +213,21 @@ class OpenVinoInstance:
         self.compiled = compiled
         self.request = request
         self.name = name
-        self.last_timings: tuple[int, int, int] = (0, 0, 0)
-        self._prep_ns = self._infer_ns = 0
-        self._batching = model.max_batch_size > 0
         self._outputs = {o.name: o for o in model.outputs}
         self._output_names = list(self._outputs)
-        self._all_outputs = frozenset(self._outputs)
+        self._init_batched(model.max_batch_size, self._output_names)
         self._ports = {name: compiled.output(name) for name in self._output_names}
 
-    def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
-        t0 = time.monotonic_ns()
-        self._prep_ns = self._infer_ns = 0
-        slots: list[InferResponse | None] = [None] * len(requests)
-        for group in batching.group_compatible(requests, self._batching):
-            for i, resp in zip(group, self._run_group([requests[i] for i in group]), strict=True):
-                slots[i] = resp
-        total = time.monotonic_ns() - t0
-        self.last_timings = (self._prep_ns, self._infer_ns, max(0, total - self._prep_ns - self._infer_ns))
-        return [r for r in slots if r is not None]
+    def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> dict[str, Any]:
+        return self._feed(requests)
 
-    def _wanted(self, r: InferRequest) -> frozenset[str]:
-        if r.outputs is None:
-            return self._all_outputs
-        return r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+    def _group_run(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        return self._infer(prepared)
 
-    def _run_group(self, requests: list[InferRequest]) -> list[InferResponse]:
-        """Requests of one shape signature as one batch; an error answers every request of it."""
-        model = self.model
-        clock = time.monotonic_ns
-        t0 = clock()
-        try:
-            feed = self._feed(requests)
-            t1 = clock()
-            self._prep_ns += t1 - t0
-            results = self._infer(feed)
-            self._infer_ns += clock() - t1
-            wanted = [self._wanted(r) for r in requests]
-            per_request = self._outputs_per_request(requests, results, wanted)
-        except InferdError as e:
-            return [InferResponse(r.model_name, model.version_str, r.id, error=e) for r in requests]
-        return [
-            InferResponse(r.model_name, model.version_str, r.id, outputs=outs)
-            for r, outs in zip(requests, per_request, strict=True)
-        ]
+    def _group_outputs(
+        self, requests: list[InferRequest], result: dict[str, Any], wanted: list[frozenset[str]]
+    ) -> list[list[Tensor]]:
+        return self._outputs_per_request(requests, result, wanted)
 
     def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
         feed: dict[str, Any] = {}

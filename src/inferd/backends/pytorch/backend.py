@@ -25,7 +25,6 @@ import contextlib
 import importlib
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.batched import BatchedInstance
 from inferd.backends.pytorch.naming import InputPlan, plan_inputs, plan_outputs
 from inferd.backends.pytorch.settings import set_interop_threads, torch_settings
 from inferd.core.request import InferRequest
@@ -347,7 +347,7 @@ class TorchModel:
         """Nothing held here: each instance owns its module and drops it at its own unload."""
 
 
-class TorchInstance:
+class TorchInstance(BatchedInstance):
     """One module on one device; ``execute`` runs in the instance's worker thread."""
 
     def __init__(self, model: TorchModel, program: _Program, name: str, device: str) -> None:
@@ -357,19 +357,16 @@ class TorchInstance:
         self.name = name
         self.device = device
         self.torch = model.torch
-        self.last_timings: tuple[int, int, int] = (0, 0, 0)
         self._plan = model.input_plan
-        self._batching = model.max_batch_size > 0
         self._outputs = {o.name: o for o in model.outputs}
         self._output_names = list(self._outputs)
-        self._all_outputs = frozenset(self._outputs)
+        self._init_batched(model.max_batch_size, self._output_names)
         self._dtypes = {
             s.name: getattr(self.torch, _TORCH_DTYPES[s.datatype.wire])
             for s in model.inputs + model.outputs
             if s.datatype is not BYTES
         }
         self._threads_set: set[int] = set()
-        self._prep_ns = self._infer_ns = 0
 
     # -- execute ----------------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
@@ -377,40 +374,18 @@ class TorchInstance:
         if ident not in self._threads_set:  # torch's intra-op setting holds per calling thread
             self.torch.set_num_threads(self.model.settings.intra_op_threads)
             self._threads_set.add(ident)
-        t0 = time.monotonic_ns()
-        self._prep_ns = self._infer_ns = 0
-        slots: list[InferResponse | None] = [None] * len(requests)
-        for group in batching.group_compatible(requests, self._batching):
-            for i, resp in zip(group, self._run_group([requests[i] for i in group]), strict=True):
-                slots[i] = resp
-        total = time.monotonic_ns() - t0
-        self.last_timings = (self._prep_ns, self._infer_ns, max(0, total - self._prep_ns - self._infer_ns))
-        return [r for r in slots if r is not None]
+        return super().execute(requests)
 
-    def _wanted(self, r: InferRequest) -> frozenset[str]:
-        if r.outputs is None:
-            return self._all_outputs
-        return r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+    def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> Any:
+        return self._arguments(requests)
 
-    def _run_group(self, requests: list[InferRequest]) -> list[InferResponse]:
-        """Requests of one shape signature as one batch; an error answers every request of it."""
-        model = self.model
-        clock = time.monotonic_ns
-        t0 = clock()
-        try:
-            args = self._arguments(requests)
-            t1 = clock()
-            self._prep_ns += t1 - t0
-            result = self._call(args)
-            self._infer_ns += clock() - t1
-            wanted = [self._wanted(r) for r in requests]
-            per_request = self._outputs_per_request(requests, result, wanted)
-        except InferdError as e:
-            return [InferResponse(r.model_name, model.version_str, r.id, error=e) for r in requests]
-        return [
-            InferResponse(r.model_name, model.version_str, r.id, outputs=outs)
-            for r, outs in zip(requests, per_request, strict=True)
-        ]
+    def _group_run(self, prepared: Any) -> Any:
+        return self._call(prepared)
+
+    def _group_outputs(
+        self, requests: list[InferRequest], result: Any, wanted: list[frozenset[str]]
+    ) -> list[list[Tensor]]:
+        return self._outputs_per_request(requests, result, wanted)
 
     def _arguments(self, requests: list[InferRequest]) -> Any:
         torch = self.torch

@@ -110,7 +110,7 @@ def _rapidjson_error(buf: bytes) -> tuple[str, int] | None:
             if c == 0x5C:
                 if i + 1 >= n or buf[i + 1] not in _ESCAPES:
                     raise _RapidJsonError("Invalid escape character in string.", i)
-                if buf[i + 1] == 0x75:  # \uXXXX
+                if buf[i + 1] == 0x75:  # a \u escape: four hex digits follow
                     hexa = buf[i + 2 : i + 6]
                     if len(hexa) < 4 or any(h not in b"0123456789abcdefABCDEF" for h in hexa):
                         raise _RapidJsonError("Incorrect hex digit after \\u escape in string.", i)
