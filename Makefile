@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,examples,torch,openvino]'
+	$(BIN)/python -m pip install -q -e '.[dev,examples,torch,openvino,tensorflow]'
 	touch $(STAMP)
 
 install: $(STAMP)
