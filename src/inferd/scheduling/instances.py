@@ -17,6 +17,12 @@ When an execute blocks (sleep, I/O) for longer than ``SMALL_NS``, or ``SLOW_RUN`
 row take more than ``INLINE_MAX_NS`` of CPU, the pool goes back to threads and tries again
 ``PROBE_EVERY_NS`` later. Both are measured so that a busy machine preempting the loop thread
 does not count: voluntary context switches only, and thread CPU time rather than wall time.
+
+Idle workers wait last-in, first-out: a request wakes the worker that went idle most recently.
+Its thread, its instance's weights and the arena the framework keeps are the ones still in the
+CPU's caches; a first-in, first-out wake-up (what one shared ``threading.Condition`` does) would
+take turns over the instances even at concurrency 1, each one cold. Measured on DenseNet with two
+ONNX Runtime sessions at concurrency 1: see BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -94,7 +100,11 @@ class InstancePool:
         self._loop = loop
         self._clock = clock
         self._queue: collections.deque[InferRequest] = collections.deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # each worker waits on its own condition (on the one lock) so that the pool picks whom to wake
+        self._idle: list[threading.Condition] = []  # a stack: the last worker to go idle is woken first
+        self._holding: list[threading.Condition] = []  # workers holding a batch open for more requests
+        self._conds: list[threading.Condition] = []
         self._executing = 0
         self._stopping = False
         self._instances = instances
@@ -111,22 +121,25 @@ class InstancePool:
         self._execs = 0  # threaded executions since the last switch
         self._inline_execs = 0
         self._next_probe_ns = 0
-        self._threads = [
-            threading.Thread(target=self._worker, args=(inst,), name=f"inferd-{name}", daemon=True)
-            for name, inst in instances
-        ]
+        self._threads = []
+        for name, inst in instances:
+            cond = threading.Condition(self._lock)
+            self._conds.append(cond)
+            self._threads.append(
+                threading.Thread(target=self._worker, args=(inst, cond), name=f"inferd-{name}", daemon=True)
+            )
         for t in self._threads:
             t.start()
 
     # -- Scheduler protocol ------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
         request.t_queue_ns = self._clock()
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
             self._queue.append(request)
             if not self._inline:
-                self._cond.notify()
+                self._wake_one()
                 return
         if not self._drain_scheduled:
             self._drain_scheduled = True
@@ -142,11 +155,11 @@ class InstancePool:
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        with self._cond:
+        with self._lock:
             self._stopping = True
             leftover = list(self._queue)
             self._queue.clear()
-            self._cond.notify_all()
+            self._wake_all()
         for r in leftover:
             self._fail(r, UnavailableError("Server is stopping"))
         await asyncio.to_thread(self._join_and_unload)
@@ -161,27 +174,45 @@ class InstancePool:
                 log.exception("unloading instance %s failed", name)
 
     # -- worker side ---------------------------------------------------------------------------
-    def _worker(self, instance: BackendInstance) -> None:
-        cond = self._cond
+    def _wake_one(self) -> None:
+        """A request came (lock held): tell a worker holding a batch open, else the last to go idle."""
+        if self._holding:
+            self._holding[-1].notify()
+        elif self._idle:
+            self._idle.pop().notify()
+
+    def _wake_all(self) -> None:
+        """Stopping, or switching modes (lock held): every worker looks again."""
+        self._idle.clear()
+        for cond in self._conds:
+            cond.notify()
+
+    def _worker(self, instance: BackendInstance, cond: threading.Condition) -> None:
         queue = self._queue
         policy = self._policy
+        idle = self._idle
         while True:
             with cond:
                 while not queue or self._inline:
                     if self._stopping:
                         return
+                    idle.append(cond)
                     cond.wait()
+                    if cond in idle:  # woken by a wake-all, or never popped: not idle any more
+                        idle.remove(cond)
                 if policy.batching and policy.max_queue_delay_ns > 0:
-                    self._wait_for_batch()
+                    self._wait_for_batch(cond)
                     if not queue:  # stop() failed the queue, or another worker took it meanwhile
                         continue
                 batch, total = form_batch(queue, policy)
                 self._executing += len(batch)
+                if queue:  # more than one batch waits: another worker takes the rest
+                    self._wake_one()
             out: list[tuple[list[InferRequest], list[InferResponse]]] = []
             try:
                 self._execute(instance, batch, total, inline=False, out=out)
             finally:
-                with cond:
+                with self._lock:
                     self._executing -= len(batch)
                     if self._inline and queue and not self._drain_scheduled:
                         self._drain_scheduled = True
@@ -193,9 +224,9 @@ class InstancePool:
     def _drain(self) -> None:
         """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""
         self._drain_scheduled = False
-        with self._cond:
+        with self._lock:
             if not self._inline or self._stopping:
-                self._cond.notify_all()
+                self._wake_all()
                 return
             if self._executing or not self._queue:
                 return  # a worker finishing its last threaded batch reschedules us
@@ -204,7 +235,7 @@ class InstancePool:
         try:
             self._execute(self._instances[0][1], batch, total, inline=True)
         finally:
-            with self._cond:
+            with self._lock:
                 self._executing -= len(batch)
                 again = bool(self._queue)
         if again and not self._drain_scheduled:
@@ -248,14 +279,14 @@ class InstancePool:
             "executing inline" if inline else "executing in threads",
             self._ewma_ns / 1000,
         )
-        with self._cond:
+        with self._lock:
             self._inline = inline
             self._execs = 0
             self._inline_execs = 0
             self._slow_run = 0
-            self._cond.notify_all()
+            self._wake_all()
 
-    def _wait_for_batch(self) -> None:
+    def _wait_for_batch(self, cond: threading.Condition) -> None:
         """Hold the oldest request up to max_queue_delay while the batch is short (lock held)."""
         policy = self._policy
         target = max(policy.preferred_batch_size or (policy.max_batch_size,))
@@ -265,7 +296,11 @@ class InstancePool:
             left = deadline - self._clock()
             if total >= target or left <= 0 or self._stopping:
                 return
-            self._cond.wait(left / 1e9)
+            self._holding.append(cond)
+            try:
+                cond.wait(left / 1e9)
+            finally:
+                self._holding.remove(cond)
 
     def _execute(
         self,

@@ -170,6 +170,50 @@ def test_two_instances_run_in_parallel() -> None:
     assert a.calls[0][1] != b.calls[0][1]
 
 
+def test_one_request_at_a_time_stays_on_the_warm_instance() -> None:
+    # concurrency 1: the worker that just finished is the one woken next (its caches are warm), not
+    # the other instances in turn
+    insts = [FakeInstance() for _ in range(3)]
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool(
+            "m", "1", [(f"m_{i}", x) for i, x in enumerate(insts)], BatchPolicy(), ModelStats(), loop
+        )
+        await asyncio.sleep(0.05)  # every worker idle
+        for i in range(12):
+            await answers(submit(pool, loop, _request(i)))
+            await asyncio.sleep(0.002)  # the worker is back waiting before the next request
+        await pool.stop(WAIT_S)
+
+    run(main)
+    counts = sorted(len(x.calls) for x in insts)
+    assert counts == [0, 0, 12], counts
+
+
+def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
+    # three requests queued behind one lock hold: each idle worker is woken, none waits for the next
+    barrier = threading.Barrier(3, timeout=WAIT_S)  # breaks unless the three executes overlap
+    insts = [FakeInstance(lambda _: barrier.wait()) for _ in range(3)]
+
+    async def main(loop: asyncio.AbstractEventLoop) -> list[InferResponse]:
+        pool = InstancePool(
+            "m", "1", [(f"m_{i}", x) for i, x in enumerate(insts)], BatchPolicy(), ModelStats(), loop
+        )
+        await asyncio.sleep(0.05)
+        reqs = [_request(i) for i in range(3)]
+        for r in reqs:
+            r.stream = ResponseStream(loop)
+        with pool._lock:  # the requests land together, with one wake-up
+            pool._queue.extend(reqs)
+            pool._wake_one()
+        resps = await answers([r.stream for r in reqs if r.stream is not None])
+        await pool.stop(WAIT_S)
+        return resps
+
+    run(main)
+    assert sorted(len(x.calls) for x in insts) == [1, 1, 1]
+
+
 def test_default_scheduler_executes_one_request_at_a_time() -> None:
     gate = Gate()
     inst = FakeInstance(gate)
