@@ -5,7 +5,9 @@ digits_onnx) are built once (examples/build_models.py --only ...). Per round, wi
 that folder, each scenario is measured twice back to back, so that both see the same machine: bare
 ONNX Runtime in-process with bare_onnxruntime.py (the same sessions and thread settings inferd
 gives the model), and perf_analyzer against inferd (binary HTTP, sync, batch 1, count windows, as
-bench.sh does). Which of the two goes first flips every other round.
+bench.sh does). Which of the two goes first flips every other round. The small models at
+concurrency 1 are also timed by lean_http.py, a client whose own cost is small next to theirs:
+what perf_analyzer's client costs shows as the gap between the two.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Scenario:
     concurrency: int
     window: int  # perf_analyzer requests per measurement window (times BENCH_SCALE)
     timeout_s: int
+    lean: bool = False  # also timed by lean_http.py (concurrency 1 only)
 
     @property
     def id(self) -> str:
@@ -38,14 +41,15 @@ class Scenario:
 
 
 SCENARIOS = [
-    Scenario("tiny_mlp", 1, 3000, 120),
+    Scenario("tiny_mlp", 1, 3000, 120, lean=True),
     Scenario("tiny_mlp", 4, 4000, 120),
     Scenario("densenet_onnx", 1, 40, 300),
     Scenario("densenet_onnx", 4, 60, 300),
-    Scenario("digits_onnx", 1, 3000, 120),
+    Scenario("digits_onnx", 1, 3000, 120, lean=True),
     Scenario("digits_onnx", 4, 4000, 120),
 ]
 BARE_SECONDS = {"tiny_mlp": 8.0, "densenet_onnx": 15.0, "digits_onnx": 8.0}
+LEAN_SECONDS = 8.0
 
 RunLogged = Callable[..., int]
 
@@ -139,6 +143,35 @@ def measure_served(
     return {"side": "inferd", "scenario": s.id, "status": f"failed (rc {rc})"}
 
 
+def measure_lean(
+    http_port: int, s: Scenario, outdir: Path, tag: str, run_logged: RunLogged
+) -> dict[str, Any]:
+    """lean_http.py against inferd for one concurrency-1 scenario."""
+    out = outdir / f"{tag}-lean-{s.id}.json"
+    cmd = [
+        venv_python(),
+        str(ROOT / "benchmarks" / "lean_http.py"),
+        f"localhost:{http_port}",
+        s.model,
+        "--seconds",
+        str(LEAN_SECONDS),
+    ]
+    rc = run_logged(cmd, out, echo=False)
+    lines = out.read_text().splitlines() if out.exists() else []
+    r = next((json.loads(x) for x in lines if x.startswith("{")), None)
+    if rc != 0 or r is None:
+        return {"side": "lean", "scenario": s.id, "status": f"failed (rc {rc})"}
+    return {
+        "side": "lean",
+        "scenario": s.id,
+        "status": "ok",
+        "infer_per_s": r["infer_per_s"],
+        "p50_us": r["p50_us"],
+        "p99_us": r["p99_us"],
+        "floor_p50_us": r["floor_p50_us"],
+    }
+
+
 def parse_perf(csv_path: Path, txt: Path) -> dict[str, Any]:
     with open(csv_path, newline="") as f:
         recs = list(csv.DictReader(f))
@@ -169,7 +202,18 @@ def aggregate(rows: Sequence[dict[str, Any]], side: str, scenario: str) -> dict[
         vals = [r[key] for r in got if r.get(key) is not None]
         return statistics.median(vals) if vals else None
 
-    return {"infer_per_s": med("infer_per_s"), "p50_us": med("p50_us"), "p99_us": med("p99_us")}
+    return {
+        "infer_per_s": med("infer_per_s"),
+        "p50_us": med("p50_us"),
+        "p99_us": med("p99_us"),
+        "floor_p50_us": med("floor_p50_us"),
+    }
+
+
+def added_p50(rows: Sequence[dict[str, Any]], side: str, scenario: str) -> float | None:
+    """``side``'s p50 minus bare ONNX Runtime's (medians over the rounds)."""
+    x, y = aggregate(rows, side, scenario)["p50_us"], aggregate(rows, "bare", scenario)["p50_us"]
+    return x - y if x is not None and y is not None else None
 
 
 def _fmt(v: float | None, digits: int = 0) -> str:
@@ -188,17 +232,28 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
         "measured by perf_analyzer (binary HTTP, sync, batch 1), against `benchmarks/bare_onnxruntime.py`: "
         "`session.run` called in-process by as many threads as the concurrency, with the same sessions "
         "(one per instance) and session options (threads, graph level) as inferd makes. "
-        "`added p50` = inferd's p50 minus bare p50: what the server (HTTP, scheduling, and perf_analyzer's "
-        "own client) adds. The two share the cores with whatever else runs on the machine.",
+        "`added p50` = inferd's p50 minus bare p50: what the server (HTTP, scheduling) and the client "
+        "add. perf_analyzer's own client is not light (libcurl, its threads), so the small models at "
+        "concurrency 1 are also timed by `benchmarks/lean_http.py`: one keep-alive socket, one binary "
+        "request built once and sent again and again (`lean` columns; `lean floor`: the same client's "
+        "round trip to `/v2/health/live`, no inference). Server, clients and bare runs share the two "
+        "cores with whatever else runs on the machine.",
         "",
         "| scenario | inferd infer/s | bare infer/s | ratio inferd/bare | inferd p50 / p99 (us) | "
-        "bare p50 / p99 (us) | added p50 (us) | notes |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "bare p50 / p99 (us) | added p50 (us) | lean p50 / p99 (us) | lean added p50 (us) | "
+        "lean floor p50 (us) | notes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for s in SCENARIOS:
         x, y = aggregate(rows, "inferd", s.id), aggregate(rows, "bare", s.id)
         r = x["infer_per_s"] / y["infer_per_s"] if x["infer_per_s"] and y["infer_per_s"] else None
-        added = x["p50_us"] - y["p50_us"] if x["p50_us"] is not None and y["p50_us"] is not None else None
+        lean = aggregate(rows, "lean", s.id)
+        lean_cells = (
+            f"{_fmt(lean['p50_us'])} / {_fmt(lean['p99_us'])} | {_fmt(added_p50(rows, 'lean', s.id))} | "
+            f"{_fmt(lean['floor_p50_us'])}"
+            if s.lean
+            else "- | - | -"
+        )
         notes = sorted(
             {
                 f"{row['side']}: {row['status']}"
@@ -209,7 +264,8 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| `{s.id}` | {_fmt(x['infer_per_s'], 1)} | {_fmt(y['infer_per_s'], 1)} | "
             f"{'n/a' if r is None else f'{r:.2f}x'} | {_fmt(x['p50_us'])} / {_fmt(x['p99_us'])} | "
-            f"{_fmt(y['p50_us'])} / {_fmt(y['p99_us'])} | {_fmt(added)} | {'; '.join(notes)} |"
+            f"{_fmt(y['p50_us'])} / {_fmt(y['p99_us'])} | {_fmt(added_p50(rows, 'inferd', s.id))} | "
+            f"{lean_cells} | {'; '.join(notes)} |"
         )
     threads = {
         r["scenario"].rsplit("_c", 1)[0]: (r.get("sessions"), r.get("threads"))
