@@ -13,6 +13,7 @@ _BUILTIN: dict[str, str] = {
     "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
     "pytorch": "inferd.backends.pytorch.backend:PyTorchBackend",
     "openvino": "inferd.backends.openvino.backend:OpenVinoBackend",
+    "tensorflow": "inferd.backends.tensorflow.backend:TensorFlowBackend",
 }
 _ENTRY_POINT_GROUP = "inferd.backends"
 _cache: dict[str, Backend] = {}

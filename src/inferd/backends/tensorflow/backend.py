@@ -1,0 +1,304 @@
+"""The TensorFlow backend: a SavedModel (``model.savedmodel/``) served through one of its signatures.
+
+Backend ``tensorflow``, platform ``tensorflow_savedmodel``. ``<version>/model.savedmodel`` (or
+``default_model_filename``) is a directory written by ``tf.saved_model.save``. tensorflow is
+imported when the first SavedModel loads, never at start: ``pip install 'inferd[tensorflow]'``.
+GraphDef models (``tensorflow_graphdef``) are not served (TensorFlow 2 reads them only through
+``tf.compat.v1``).
+
+The signature ``serving_default`` (parameter ``TF_SIGNATURE_DEF`` names another) is the model:
+config inputs and outputs are its keys, as in Triton. Auto-complete fills inputs, outputs,
+max_batch_size and dynamic batching from it (``signature.py``); the signature is then checked
+against the config at load, so a contradiction makes the model UNAVAILABLE with a reason naming the
+tensor. The SavedModel is read once per model version and its signature shared by the instances
+(a concrete function is safe to call from several threads; Triton's ``MAX_SESSION_SHARE_COUNT``
+set to the instance count): each instance calls it in its worker thread, and TensorFlow releases
+the GIL while it runs. The requests of one execute are stacked on the batch dimension, run once and
+split back (``scheduling/batch.py``). TYPE_STRING is ``tf.string`` both ways. TensorFlow exceptions
+become inferd errors where they enter (:func:`_load_error`, :func:`_run_error`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.batched import BatchedInstance
+from inferd.backends.onnxruntime.graph import complete_config
+from inferd.backends.tensorflow.settings import TfSettings, apply_threads, tf_settings
+from inferd.backends.tensorflow.signature import check_config_against_signature, signature_tensors
+from inferd.core.request import InferRequest
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.errors import (
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    UnavailableError,
+    UnsupportedError,
+)
+from inferd.scheduling import batch as batching
+
+log = logging.getLogger("inferd.backends.tensorflow")
+
+DEFAULT_FILENAME = "model.savedmodel"
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+def _tensorflow() -> Any:
+    """tensorflow, imported on first use (``Any``: inferd type-checks without its stubs)."""
+    # TensorFlow's C++ INFO and WARNING lines (oneDNN, CPU features) would fill the server's log
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        return importlib.import_module("tensorflow")
+    except ImportError as e:
+        raise UnavailableError(
+            f"the tensorflow backend needs tensorflow, which is not installed ({e}): "
+            "pip install 'inferd[tensorflow]'"
+        ) from e
+
+
+def model_path(config: Any, version_dir: Path) -> Path:
+    """``<version>/<default_model_filename>``: a SavedModel directory holding ``saved_model.pb``."""
+    name = config.default_model_filename or DEFAULT_FILENAME
+    path = version_dir / name
+    if config.platform == "tensorflow_graphdef":
+        raise UnsupportedError(
+            f"unable to load model '{config.name}': platform tensorflow_graphdef is not served by inferd's "
+            "tensorflow backend; save the model as a SavedModel (tf.saved_model.save) in "
+            f"'{version_dir / DEFAULT_FILENAME}' and use platform tensorflow_savedmodel"
+        )
+    if not path.is_dir():
+        raise UnavailableError(
+            f"unable to find '{path}' for model '{config.name}': the version folder must hold the "
+            f"SavedModel as a directory named '{name}' (tf.saved_model.save(module, '{path}'))"
+        )
+    if not any((path / f).is_file() for f in _SAVED_MODEL_FILES):
+        raise UnavailableError(
+            f"unable to load model '{config.name}': '{path}' is not a SavedModel (it holds no saved_model.pb); "
+            "write it with tf.saved_model.save, or copy the whole SavedModel directory (saved_model.pb and "
+            "variables/)"
+        )
+    return path
+
+
+def _first_line(e: Exception) -> str:
+    """The line of a TensorFlow message that says what went wrong (not its preamble or node list)."""
+    skip = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
+    lines = [ln.strip() for ln in str(getattr(e, "message", None) or e).splitlines() if ln.strip()]
+    text = next((ln for ln in lines if not ln.startswith(skip)), type(e).__name__)
+    return text.split(" [Op:", 1)[0]
+
+
+def _load_error(e: Exception, path: Path, model: str, settings: TfSettings) -> InferdError:
+    """A SavedModel read failure as the reason the model table shows."""
+    text = _first_line(e)
+    if isinstance(e, ValueError) and "tags" in text:
+        return InvalidArgumentError(
+            f"unable to load model '{model}': {text} (parameter TF_GRAPH_TAG is "
+            f"'{settings.graph_tag}'): set it to one of the SavedModel's tags, or remove it"
+        )
+    return InvalidArgumentError(
+        f"unable to load model '{model}': '{path}' is not a loadable SavedModel ({text}): save it again "
+        "with tf.saved_model.save, or check that it was copied completely (saved_model.pb and variables/)"
+    )
+
+
+def _run_error(e: Exception, model: str) -> InferdError:
+    """A TensorFlow exception raised by a run as the error the client gets."""
+    text = f"tensorflow error running model '{model}': {_first_line(e)}"
+    kind = type(e).__name__
+    if kind in ("InvalidArgumentError", "OutOfRangeError") or isinstance(e, (TypeError, ValueError)):
+        return InvalidArgumentError(text)
+    if kind == "UnimplementedError":
+        return UnsupportedError(text)
+    if kind == "UnavailableError":
+        return UnavailableError(text)
+    return InternalError(text)
+
+
+def load_signature(path: Path, settings: TfSettings, model: str) -> tuple[Any, Any]:
+    """The loaded SavedModel (kept alive: it owns the variables) and the signature it serves."""
+    tf = _tensorflow()
+    apply_threads(tf, settings, model)
+    tags = [settings.graph_tag] if settings.graph_tag else None
+    try:
+        loaded = tf.saved_model.load(str(path), tags=tags)
+    except Exception as e:
+        raise _load_error(e, path, model, settings) from e
+    signatures = loaded.signatures
+    fn = signatures.get(settings.signature_def)
+    if fn is None:
+        keys = ", ".join(sorted(signatures)) or "(none)"
+        raise InvalidArgumentError(
+            f"unable to load model '{model}': the SavedModel '{path}' has no signature "
+            f"'{settings.signature_def}' (its signatures: {keys}): set parameter TF_SIGNATURE_DEF to one "
+            "of them, or save the model with signatures={'serving_default': ...}"
+        )
+    return loaded, fn
+
+
+# --------------------------------------------------------------------------------------------------
+# The backend
+
+
+class TensorFlowBackend:
+    """Backend ``tensorflow`` (platform ``tensorflow_savedmodel``)."""
+
+    name = "tensorflow"
+
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """Inputs, outputs and batching from the signature; skipped when the config lists them."""
+        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
+            return
+        if version_dir is None:
+            return
+        settings = tf_settings(config)
+        _, fn = load_signature(model_path(config, version_dir), settings, config.name)
+        inputs, outputs = signature_tensors(fn, config.name)
+        complete_config(config, inputs, outputs, default_max_batch_size)
+
+    def load(self, ctx: LoadContext) -> TensorFlowModel:
+        return TensorFlowModel(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class _IO:
+    """An input or output as the instances use it; ``scalar``: the signature's tensor has rank 0."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+    scalar: bool
+
+
+class TensorFlowModel:
+    """A loaded SavedModel version: reads it once, checks its signature, shares it among instances."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        config = ctx.config
+        self.name = ctx.model_name
+        self.version_str = str(ctx.version)
+        self.settings = tf_settings(config)
+        self.path = model_path(config, ctx.version_dir)
+        self.max_batch_size = int(config.max_batch_size)
+        self.tf = _tensorflow()
+        self.loaded, self.fn = load_signature(self.path, self.settings, self.name)
+        inputs, outputs = signature_tensors(self.fn, self.name)
+        check_config_against_signature(config, inputs, outputs, self.settings.signature_def)
+        ranks = {t.name: len(t.dims) for t in (*inputs, *outputs)}
+        self.inputs = [_io(i, ranks) for i in config.input]
+        self.outputs = [_io(o, ranks) for o in config.output]
+
+    def device_for(self, spec: InstanceSpec) -> str:
+        """The TensorFlow device of an instance: ``/CPU:0``, or ``/GPU:<id>`` for ``KIND_GPU``."""
+        if spec.kind != "GPU":
+            return "/CPU:0"
+        if not self.tf.config.list_physical_devices("GPU"):
+            raise UnavailableError(
+                f"unable to load model '{self.name}': instance '{spec.name}' is KIND_GPU, but TensorFlow finds "
+                "no GPU (tensorflow-cpu has none): use instance_group [ { kind: KIND_CPU } ]"
+            )
+        return f"/GPU:{spec.device_id}"
+
+    def create_instance(self, spec: InstanceSpec) -> TensorFlowInstance:
+        device = self.device_for(spec)
+        log.info("model '%s' version %s: instance %s on %s", self.name, self.version_str, spec.name, device)
+        return TensorFlowInstance(self, device, spec.name)
+
+    def unload(self) -> None:
+        self.fn = None
+        self.loaded = None
+
+
+def _io(io: Any, ranks: dict[str, int]) -> _IO:
+    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+    return _IO(io.name, BY_CONFIG_VALUE[io.data_type], tuple(io.dims), reshape, ranks.get(io.name) == 0)
+
+
+class TensorFlowInstance(BatchedInstance):
+    """Calls the model's signature on one device; ``execute`` runs in the instance's worker thread."""
+
+    def __init__(self, model: TensorFlowModel, device: str, name: str) -> None:
+        self.model = model
+        self.name = name
+        self.device = device
+        self.tf = model.tf
+        self.fn = model.fn
+        self._outputs = {o.name: o for o in model.outputs}
+        self._output_names = list(self._outputs)
+        self._init_batched(model.max_batch_size, self._output_names)
+
+    def _group_inputs(
+        self, requests: list[InferRequest], wanted: list[frozenset[str]]
+    ) -> tuple[list[str], dict[str, Any]]:
+        names = [o for o in self._output_names if any(o in w for w in wanted)]
+        return names, self._feed(requests)
+
+    def _group_run(self, prepared: tuple[list[str], dict[str, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+        names, feed = prepared
+        try:
+            with self.tf.device(self.device):
+                results = self.fn(**feed)
+            return {name: results[name].numpy() for name in names}
+        except Exception as e:
+            raise _run_error(e, self.model.name) from e
+
+    def _group_outputs(
+        self,
+        requests: list[InferRequest],
+        result: dict[str, np.ndarray[Any, Any]],
+        wanted: list[frozenset[str]],
+    ) -> list[list[Tensor]]:
+        per_request: list[list[Tensor]] = [[] for _ in requests]
+        sizes = [r.batch_size for r in requests]
+        for name, arr in result.items():
+            spec = self._outputs[name]
+            if spec.scalar and not self._batching and spec.reshape is None:
+                arr = arr.reshape(spec.dims)  # a rank-0 output served as dims [1]
+            parts = batching.split(arr, sizes, name) if self._batching else [arr]
+            for i, part in enumerate(parts):
+                if name not in wanted[i]:
+                    continue
+                if spec.reshape is not None:
+                    part = part.reshape(
+                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
+                    )
+                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
+        return per_request
+
+    def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
+        """The signature's keyword arguments: each input stacked, reshaped and made a tf.Tensor."""
+        tf = self.tf
+        feed: dict[str, Any] = {}
+        for spec in self.model.inputs:
+            if len(requests) == 1:
+                arr = requests[0].inputs[spec.name].array
+            else:
+                arr = batching.stack([r.inputs[spec.name].array for r in requests])
+            if spec.reshape is not None:
+                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
+            elif spec.scalar and not self._batching:
+                arr = arr.reshape(())  # a rank-0 input served as dims [1]
+            try:
+                feed[spec.name] = (
+                    tf.constant(arr, dtype=tf.string) if spec.datatype is BYTES else tf.constant(arr)
+                )
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(
+                    f"input '{spec.name}' of model '{self.model.name}' cannot be made a TensorFlow tensor: {e}"
+                ) from e
+        return feed
+
+    def unload(self) -> None:
+        self.fn = None
