@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +197,21 @@ def test_backends_import_only_errors_repository_core_data_batch_and_themselves()
         )
         == []
     )
+
+
+SIGNATURE_MODULES = ("inferd.backends.signature", "inferd.backends.onnxruntime.graph")
+
+
+@pytest.mark.parametrize("module", SIGNATURE_MODULES)
+def test_signature_modules_import_no_framework(module: str) -> None:
+    """The shared signature rules (and the ONNX checks on them) run without any framework installed."""
+    tree = ast.parse(MODULES[module].read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    outside = {n.partition(".")[0] for n in names} - set(sys.stdlib_module_names) - {ROOT}
+    assert outside == set()
+    allowed = {"inferd.errors", *CORE_DATA, "inferd.backends.signature"}
+    assert [str(e) for e in EDGES if e.module == module and e.target not in allowed] == []
 
 
 def test_batch_arithmetic_imports_only_errors_and_core_data() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 import inferd
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.onnxruntime.backend import OnnxInstance, OnnxModel, OnnxRuntimeBackend
-from inferd.backends.onnxruntime.graph import GraphTensor, check_config_against_graph, complete_config
+from inferd.backends.onnxruntime.graph import check_config_against_graph
 from inferd.backends.onnxruntime.options import (
     default_intra_op_threads,
     execution_providers,
     session_settings,
 )
 from inferd.backends.registry import get_backend
+from inferd.backends.signature import GraphTensor, complete_config
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.tensor import Tensor
 from inferd.errors import InternalError, InvalidArgumentError, UnavailableError
@@ -229,16 +231,20 @@ def test_auto_complete_gives_a_scalar_per_item_dims_1_and_an_empty_reshape(tmp_p
     assert cfg.input[0].HasField("reshape") and list(cfg.input[0].reshape.shape) == []
 
 
-def test_complete_config_skips_non_tensor_outputs() -> None:
+def test_complete_config_skips_non_tensor_outputs(caplog: pytest.LogCaptureFixture) -> None:
     cfg = parse_config_text('name: "c"', "x")
     ins = [GraphTensor("X", "TYPE_FP32", (-1, 4))]
     outs = [
         GraphTensor("label", "TYPE_INT64", (-1,)),
         GraphTensor("probabilities", "", (), "seq(map(int64,tensor(float)))"),
     ]
-    complete_config(cfg, ins, outs, 4)
+    with caplog.at_level(logging.WARNING, logger="inferd.backends.some_backend"):
+        complete_config(cfg, ins, outs, 4, log=logging.getLogger("inferd.backends.some_backend"))
     assert [o.name for o in cfg.output] == ["label"]
     assert list(cfg.output[0].dims) == [1] and cfg.output[0].HasField("reshape")
+    # the warnings (autofilled max_batch_size, the output left out) are the calling backend's
+    assert {r.name for r in caplog.records} == {"inferd.backends.some_backend"}
+    assert any("'probabilities'" in r.getMessage() for r in caplog.records)
 
 
 def test_auto_complete_of_a_missing_file_names_the_path(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ hand-off (tiny_mlp: ~14 us) may still run inline on the loop (``inline_ok``: the
 measurement and never moves a long-running graph there). The requests of
 one execute are stacked along the batch dimension, run once, and the outputs split back.
 
-Config auto-complete follows Triton's ``onnxruntime_backend`` (``graph.py``); the
+Config auto-complete follows Triton's ``onnxruntime_backend`` (``backends/signature.py``); the
 graph is then checked against the config at load, so a contradiction makes the model
 UNAVAILABLE with a reason naming the tensor, rather than failing every request. Session options
 come from the config (``options.py``). ONNX Runtime exceptions become inferd
@@ -29,8 +29,9 @@ import onnxruntime as ort
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
-from inferd.backends.onnxruntime.graph import check_config_against_graph, complete_config, graph_signature
+from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
 from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
+from inferd.backends.signature import complete_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
@@ -104,7 +105,7 @@ class OnnxRuntimeBackend:
         options.log_severity_level = 3
         session = _open_session(path, options, ["CPUExecutionProvider"], f"failed to load '{path}'")
         inputs, outputs, _ = graph_signature(session)
-        complete_config(config, inputs, outputs, default_max_batch_size)
+        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
 
     def load(self, ctx: LoadContext) -> OnnxModel:
         return OnnxModel(ctx)

@@ -29,9 +29,9 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
-from inferd.backends.onnxruntime.graph import complete_config
 from inferd.backends.openvino.settings import compile_properties
 from inferd.backends.openvino.signature import check_config_against_model, model_signature
+from inferd.backends.signature import complete_config
 from inferd.core.request import InferRequest
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
@@ -121,7 +121,7 @@ class OpenVinoBackend:
             return
         path = model_path(config, version_dir)
         inputs, outputs = model_signature(_read_model(path, config.name), config.name)
-        complete_config(config, inputs, outputs, default_max_batch_size)
+        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
 
     def load(self, ctx: LoadContext) -> OpenVinoModel:
         return OpenVinoModel(ctx)

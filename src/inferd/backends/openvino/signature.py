@@ -1,9 +1,10 @@
 """An OpenVINO model's inputs and outputs against the ModelConfig: auto-complete and load-time checks.
 
 Pure but for :func:`model_signature`, which reads the ports of an ``openvino.Model``. Auto-complete
-uses the reference's rules as the ONNX Runtime backend applies them (``onnxruntime/graph.py``:
-max_batch_size and dynamic batching when every tensor has a variable first dimension, inputs and
-outputs listed from the model); the check at load names the tensor the config contradicts.
+and the check at load are ``backends/signature.py``'s (the reference's rules as the ONNX Runtime
+backend applies them: max_batch_size and dynamic batching when every tensor has a variable first
+dimension, inputs and outputs listed from the model), worded here for OpenVINO; the check names the
+tensor the config contradicts.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from inferd.backends.onnxruntime.graph import GraphTensor
-from inferd.core.types import BY_CONFIG_VALUE
+from inferd.backends import signature
+from inferd.backends.signature import GraphTensor
 from inferd.errors import InvalidArgumentError
 
 #: OpenVINO element type names -> ModelConfig data types
@@ -53,67 +54,17 @@ def model_signature(model: Any, name: str) -> tuple[list[GraphTensor], list[Grap
     )
 
 
-def _shape(dims: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"
-
-
 def check_config_against_model(
     config: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]
 ) -> None:
     """Raise InvalidArgumentError naming the first tensor where ``config`` and the model disagree."""
-    prefix = f"unable to load model '{config.name}'"
-    mbs = int(config.max_batch_size)
-    configured = {i.name for i in config.input}
-    missing = [t.name for t in inputs if t.name not in configured]
-    if missing:
-        raise InvalidArgumentError(
-            f"{prefix}: the OpenVINO model's input(s) {', '.join(repr(m) for m in missing)} are not in the "
-            f"model configuration, which lists {sorted(configured) or 'no inputs'}: add them to config.pbtxt"
-        )
-    for kind, listed, tensors in (("input", config.input, inputs), ("output", config.output, outputs)):
-        by_name = {t.name: t for t in tensors}
-        for io in listed:
-            t = by_name.get(io.name)
-            if t is None:
-                raise InvalidArgumentError(
-                    f"{prefix}: configuration {kind} '{io.name}' is not an {kind} of the OpenVINO model, whose "
-                    f"{kind}s are: {', '.join(by_name) or '(none)'}"
-                )
-            if kind == "input" and io.optional:
-                raise InvalidArgumentError(
-                    f"{prefix}: input '{io.name}' is optional, which the openvino backend does not serve"
-                )
-            _check_tensor(prefix, kind, io, t, mbs)
-
-
-def _check_tensor(prefix: str, kind: str, io: Any, t: GraphTensor, mbs: int) -> None:
-    want = BY_CONFIG_VALUE.get(io.data_type)
-    want_name = want.config if want is not None else "TYPE_INVALID"
-    if not t.is_tensor:
-        raise InvalidArgumentError(
-            f"{prefix}: {kind} '{io.name}' has element type {t.onnx_type}, which the openvino backend does "
-            "not serve"
-        )
-    if want_name != t.data_type:
-        raise InvalidArgumentError(
-            f"{prefix}, configuration expects datatype {want_name} for {kind} '{io.name}', model provides "
-            f"{t.data_type}"
-        )
-    dims = list(io.reshape.shape) if io.HasField("reshape") else list(io.dims)
-    model = list(t.dims)
-    full = ([-1] if mbs > 0 else []) + dims
-    if not model and mbs == 0 and all(d == 1 for d in dims):
-        return  # a scalar: dims [1]
-    if mbs > 0 and (not model or model[0] != -1):
-        raise InvalidArgumentError(
-            f"{prefix}, model configuration supports batching but first dimension of tensor '{io.name}' "
-            f"expected by the model is not a variable-size batch dimension: {_shape(model)} (set "
-            "max_batch_size to 0 and list the full shape, or convert the model with a dynamic batch axis)"
-        )
-    ok = len(model) == len(full) and all(m == -1 or m == d for m, d in zip(model, full, strict=True))
-    if not ok:
-        batch_note = " (with the batch dimension of max_batch_size > 0 in front)" if mbs > 0 else ""
-        raise InvalidArgumentError(
-            f"{prefix}, {kind} '{io.name}': the model expects shape {_shape(model)} but the model "
-            f"configuration specifies {_shape(full)}{batch_note}; fix dims (or reshape) in config.pbtxt"
-        )
+    signature.check_config_against_model(
+        config,
+        inputs,
+        outputs,
+        backend="openvino",
+        what="the OpenVINO model",
+        missing="{what}'s input(s) {names}",
+        batch_hint="convert the model with a dynamic batch axis",
+        type_word="element type",
+    )

@@ -31,7 +31,7 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
-from inferd.backends.onnxruntime.graph import complete_config
+from inferd.backends.signature import complete_config
 from inferd.backends.tensorflow.settings import TfSettings, apply_threads, tf_settings
 from inferd.backends.tensorflow.signature import check_config_against_signature, signature_tensors
 from inferd.core.request import InferRequest
@@ -165,7 +165,7 @@ class TensorFlowBackend:
         settings = tf_settings(config)
         _, fn = load_signature(model_path(config, version_dir), settings, config.name)
         inputs, outputs = signature_tensors(fn, config.name)
-        complete_config(config, inputs, outputs, default_max_batch_size)
+        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
 
     def load(self, ctx: LoadContext) -> TensorFlowModel:
         return TensorFlowModel(ctx)
