@@ -3,20 +3,38 @@
 A batch from the scheduler may hold requests of different shapes; ``batch.group_compatible``
 splits it into groups that stack. Each group is prepared (inputs stacked, reshaped), run once by
 the framework, and its outputs split back per request. An error answers every request of its
-group and no other. Subclasses say how to prepare, run and split; timings feed the statistics.
+group and no other. Subclasses say how to prepare, run and split, with the shared steps here
+(``_stacked``: one input stacked and reshaped; ``_split_outputs``: the outputs cut back per request);
+timings feed the statistics.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.errors import InferdError
 from inferd.scheduling import batch as batching
+
+
+class IOSpec(Protocol):
+    """What the shared loop needs of a backend's input or output description."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def datatype(self) -> Any: ...
+    @property
+    def dims(self) -> tuple[int, ...]: ...
+    @property
+    def reshape(self) -> tuple[int, ...] | None: ...
 
 
 class BatchedInstance(ABC):
@@ -81,3 +99,39 @@ class BatchedInstance(ABC):
         self, requests: list[InferRequest], result: Any, wanted: list[frozenset[str]]
     ) -> list[list[Tensor]]:
         """Each request's output tensors (only those it asked for), split along the batch."""
+
+    # -- helpers for the subclasses' steps ---------------------------------------------------------
+    def _stacked(self, requests: list[InferRequest], spec: IOSpec) -> np.ndarray[Any, Any] | None:
+        """One input of the group in the framework's shape: a lone request's array as it came (a view
+        over the received bytes), several stacked on dimension 0; ``reshape`` applied. None when the
+        input was left out (an optional input: all requests of a group agree)."""
+        t = requests[0].inputs.get(spec.name)
+        if t is None:
+            return None
+        arr = t.array if len(requests) == 1 else batching.stack([r.inputs[spec.name].array for r in requests])
+        if spec.reshape is not None:
+            arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
+        return arr
+
+    def _split_outputs(
+        self,
+        requests: list[InferRequest],
+        outputs: Iterable[tuple[IOSpec, np.ndarray[Any, Any]]],
+        wanted: list[frozenset[str]],
+    ) -> list[list[Tensor]]:
+        """Each request's share of the group's ``outputs`` (spec, array in the framework's shape), cut
+        along the batch into views, ``reshape`` undone, only the outputs each request asked for."""
+        per_request: list[list[Tensor]] = [[] for _ in requests]
+        sizes = [r.batch_size for r in requests]
+        for spec, arr in outputs:
+            name = spec.name
+            parts = batching.split(arr, sizes, name) if self._batching else [arr]
+            for i, part in enumerate(parts):
+                if name not in wanted[i]:
+                    continue
+                if spec.reshape is not None:
+                    part = part.reshape(
+                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
+                    )
+                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
+        return per_request

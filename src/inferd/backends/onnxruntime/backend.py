@@ -257,22 +257,19 @@ class OnnxInstance(BatchedInstance):
         self, requests: list[InferRequest], result: tuple[list[str], list[Any]], wanted: list[frozenset[str]]
     ) -> list[list[Tensor]]:
         names, results = result
-        return self._outputs_per_request(requests, names, results, wanted)
+        outputs = self._outputs
+        return self._split_outputs(
+            requests,
+            ((outputs[n], self._output_array(outputs[n], r)) for n, r in zip(names, results, strict=True)),
+            wanted,
+        )
 
     def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
         feed: dict[str, Any] = {}
-        batching_on = self._batching
-        first = requests[0]
         for spec in self.model.inputs:
-            t = first.inputs.get(spec.name)
-            if t is None:
-                continue  # an optional input left out (all requests of a group agree)
-            if len(requests) == 1:
-                arr = t.array
-            else:
-                arr = batching.stack([r.inputs[spec.name].array for r in requests])
-            if spec.reshape is not None:
-                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, batching_on))
+            arr = self._stacked(requests, spec)
+            if arr is None:
+                continue  # an optional input left out
             if spec.datatype is BYTES:
                 arr = _to_ort_strings(arr, spec.name)
             feed[spec.name] = arr
@@ -284,29 +281,6 @@ class OnnxInstance(BatchedInstance):
         if spec.datatype is BYTES:
             return _from_ort_strings(arr)
         return arr
-
-    def _outputs_per_request(
-        self,
-        requests: list[InferRequest],
-        names: list[str],
-        results: list[Any],
-        wanted: list[frozenset[str]],
-    ) -> list[list[Tensor]]:
-        per_request: list[list[Tensor]] = [[] for _ in requests]
-        sizes = [r.batch_size for r in requests]
-        for name, result in zip(names, results, strict=True):
-            spec = self._outputs[name]
-            arr = self._output_array(spec, result)
-            parts = batching.split(arr, sizes, name) if self._batching else [arr]
-            for i, part in enumerate(parts):
-                if name not in wanted[i]:
-                    continue
-                if spec.reshape is not None:
-                    part = part.reshape(
-                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
-                    )
-                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
-        return per_request
 
     def unload(self) -> None:
         self.session = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,6 @@ from inferd.core.request import InferRequest
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
-from inferd.scheduling import batch as batching
 
 log = logging.getLogger("inferd.backends.openvino")
 
@@ -227,21 +227,14 @@ class OpenVinoInstance(BatchedInstance):
     def _group_outputs(
         self, requests: list[InferRequest], result: dict[str, Any], wanted: list[frozenset[str]]
     ) -> list[list[Tensor]]:
-        return self._outputs_per_request(requests, result, wanted)
+        return self._split_outputs(requests, self._output_arrays(result, wanted), wanted)
 
     def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
         feed: dict[str, Any] = {}
-        first = requests[0]
         for spec in self.model.inputs:
-            t = first.inputs.get(spec.name)
-            if t is None:
+            arr = self._stacked(requests, spec)
+            if arr is None:
                 continue
-            if len(requests) == 1:
-                arr = t.array
-            else:
-                arr = batching.stack([r.inputs[spec.name].array for r in requests])
-            if spec.reshape is not None:
-                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
             feed[spec.name] = np.ascontiguousarray(arr)
         return feed
 
@@ -254,28 +247,17 @@ class OpenVinoInstance(BatchedInstance):
             text = next((ln for ln in lines if not ln.startswith("Exception from")), type(e).__name__)
             raise InternalError(f"openvino error running model '{self.model.name}': {text}") from e
 
-    def _outputs_per_request(
-        self, requests: list[InferRequest], results: dict[str, Any], wanted: list[frozenset[str]]
-    ) -> list[list[Tensor]]:
-        per_request: list[list[Tensor]] = [[] for _ in requests]
-        sizes = [r.batch_size for r in requests]
+    def _output_arrays(
+        self, results: dict[str, Any], wanted: list[frozenset[str]]
+    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
+        """The outputs some request of the group asked for, in config order."""
         for name in self._output_names:
             if not any(name in w for w in wanted):
                 continue
-            spec = self._outputs[name]
             arr = results[name]
             if not isinstance(arr, np.ndarray):
                 raise InternalError(f"output '{name}' of model '{self.model.name}' is not a tensor")
-            parts = batching.split(arr, sizes, name) if self._batching else [arr]
-            for i, part in enumerate(parts):
-                if name not in wanted[i]:
-                    continue
-                if spec.reshape is not None:
-                    part = part.reshape(
-                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
-                    )
-                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
-        return per_request
+            yield self._outputs[name], arr
 
     def unload(self) -> None:
         self.request = None

@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,6 @@ from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BF16, BY_CONFIG_VALUE, BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
-from inferd.scheduling import batch as batching
 
 log = logging.getLogger("inferd.backends.pytorch")
 
@@ -385,22 +385,15 @@ class TorchInstance(BatchedInstance):
     def _group_outputs(
         self, requests: list[InferRequest], result: Any, wanted: list[frozenset[str]]
     ) -> list[list[Tensor]]:
-        return self._outputs_per_request(requests, result, wanted)
+        return self._split_outputs(requests, self._output_arrays(requests, result, wanted), wanted)
 
     def _arguments(self, requests: list[InferRequest]) -> Any:
         torch = self.torch
-        first = requests[0]
         named: dict[str, Any] = {}
         for spec in self.model.inputs:
-            t = first.inputs.get(spec.name)
-            if t is None:
-                continue  # an optional input left out (dict inputs only; all requests of a group agree)
-            if len(requests) == 1:
-                arr = t.array
-            else:
-                arr = batching.stack([r.inputs[spec.name].array for r in requests])
-            if spec.reshape is not None:
-                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
+            arr = self._stacked(requests, spec)
+            if arr is None:
+                continue  # an optional input left out (dict inputs only)
             if not arr.flags.writeable:
                 # received bytes are read-only; torch has no read-only tensors and a module may write
                 # its inputs in place (Triton's backend copies every input into a torch buffer too)
@@ -481,26 +474,15 @@ class TorchInstance(BatchedInstance):
             return np.asarray(value.view(torch.int16).numpy().view(np.uint16))
         return np.asarray(value.numpy())
 
-    def _outputs_per_request(
+    def _output_arrays(
         self, requests: list[InferRequest], result: Any, wanted: list[frozenset[str]]
-    ) -> list[list[Tensor]]:
-        per_request: list[list[Tensor]] = [[] for _ in requests]
-        sizes = [r.batch_size for r in requests]
+    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
+        """The outputs some request of the group asked for, in config order, as numpy."""
+        total = sum(r.batch_size for r in requests)
         for name in self._output_names:
             if not any(name in w for w in wanted):
                 continue
-            spec = self._outputs[name]
-            arr = self._to_numpy(name, self._pick(result, name), sum(sizes))
-            parts = batching.split(arr, sizes, name) if self._batching else [arr]
-            for i, part in enumerate(parts):
-                if name not in wanted[i]:
-                    continue
-                if spec.reshape is not None:
-                    part = part.reshape(
-                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
-                    )
-                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
-        return per_request
+            yield self._outputs[name], self._to_numpy(name, self._pick(result, name), total)
 
     def _from_strings(self, spec: _IO, value: Any, batch: int) -> np.ndarray[Any, Any]:
         """A returned List[str] as a BYTES array of the config's shape (the batch first)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,6 @@ from inferd.errors import (
     UnavailableError,
     UnsupportedError,
 )
-from inferd.scheduling import batch as batching
 
 log = logging.getLogger("inferd.backends.tensorflow")
 
@@ -260,35 +260,25 @@ class TensorFlowInstance(BatchedInstance):
         result: dict[str, np.ndarray[Any, Any]],
         wanted: list[frozenset[str]],
     ) -> list[list[Tensor]]:
-        per_request: list[list[Tensor]] = [[] for _ in requests]
-        sizes = [r.batch_size for r in requests]
+        return self._split_outputs(requests, self._output_arrays(result), wanted)
+
+    def _output_arrays(
+        self, result: dict[str, np.ndarray[Any, Any]]
+    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
         for name, arr in result.items():
             spec = self._outputs[name]
             if spec.scalar and not self._batching and spec.reshape is None:
                 arr = arr.reshape(spec.dims)  # a rank-0 output served as dims [1]
-            parts = batching.split(arr, sizes, name) if self._batching else [arr]
-            for i, part in enumerate(parts):
-                if name not in wanted[i]:
-                    continue
-                if spec.reshape is not None:
-                    part = part.reshape(
-                        batching.unreshape_shape(part.shape, spec.dims, spec.reshape, self._batching)
-                    )
-                per_request[i].append(Tensor(name, spec.datatype, part.shape, array=part))
-        return per_request
+            yield spec, arr
 
     def _feed(self, requests: list[InferRequest]) -> dict[str, Any]:
         """The signature's keyword arguments: each input stacked, reshaped and made a tf.Tensor."""
         tf = self.tf
         feed: dict[str, Any] = {}
         for spec in self.model.inputs:
-            if len(requests) == 1:
-                arr = requests[0].inputs[spec.name].array
-            else:
-                arr = batching.stack([r.inputs[spec.name].array for r in requests])
-            if spec.reshape is not None:
-                arr = arr.reshape(batching.reshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
-            elif spec.scalar and not self._batching:
+            arr = self._stacked(requests, spec)
+            assert arr is not None  # optional inputs are refused at load: every input is here
+            if spec.reshape is None and spec.scalar and not self._batching:
                 arr = arr.reshape(())  # a rank-0 input served as dims [1]
             try:
                 feed[spec.name] = (
