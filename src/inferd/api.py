@@ -1,8 +1,9 @@
 """The in-process API: ``inferd.Server(model_repository=...)``, ``start()``, ``infer()``, ``stop()``.
 
 The server runs its own event loop in a background thread, so plain synchronous code can embed
-it; ``http_port`` also serves the KServe v2 HTTP protocol and ``grpc_port`` the KServe v2 gRPC
-protocol from the same process.
+it; ``http_port`` also serves the KServe v2 HTTP protocol, ``grpc_port`` the KServe v2 gRPC
+protocol and ``metrics_port`` Prometheus metrics from the same process. It is the same
+``Runtime`` as ``inferd serve``: the same start and stop order.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inferd.core.request import InferRequest, RequestedOutput
-from inferd.core.server import Server as CoreServer
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE
 from inferd.errors import InternalError
 from inferd.options import ServerOptions
-from inferd.shm.system import SharedMemoryManager
+from inferd.runtime import Runtime
 
 T = TypeVar("T")
 
@@ -41,6 +41,7 @@ class Server:
         http_address: str = "127.0.0.1",
         grpc_port: int | None = None,
         grpc_address: str = "127.0.0.1",
+        metrics_port: int | None = None,
         **options: Any,
     ) -> None:
         repos = model_repository if isinstance(model_repository, list) else [model_repository]
@@ -51,13 +52,15 @@ class Server:
         self.options.allow_grpc = grpc_port is not None
         self.options.grpc_port = grpc_port or 0
         self.options.grpc_address = grpc_address
-        self._core = CoreServer(self.options)
+        self.options.allow_metrics = metrics_port is not None
+        self.options.metrics_port = metrics_port or 0
+        self.options.metrics_address = self.options.metrics_address or http_address
+        self._runtime = Runtime(self.options)
+        self._core = self._runtime.core
+        #: client shared-memory regions, shared by the frontends
+        self.shm = self._runtime.shm
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._http: Any = None
-        self._grpc: Any = None
-        #: client shared-memory regions, shared by the frontends
-        self.shm = SharedMemoryManager()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Server:
@@ -72,50 +75,38 @@ class Server:
         return self
 
     async def _start(self) -> None:
-        await self._core.start()
-        if self.options.allow_grpc:
-            from inferd.frontends.grpc.h2server import make_grpc_server
-
-            self._grpc = make_grpc_server(self._core, self.options, self.shm)
-            await self._grpc.start()
-        if self.options.allow_http:
-            from inferd.frontends.http.app import HttpApp
-            from inferd.frontends.http.protocol import HttpServer
-
-            self._http = HttpServer(
-                HttpApp(self._core, self.shm), self.options.http_address, self.options.http_port
-            )
-            await self._http.start()
+        await self._runtime.load()
+        await self._runtime.start_frontends()
 
     @property
     def http_port(self) -> int | None:
         """The port HTTP listens on (useful with ``http_port=0``)."""
-        return None if self._http is None else int(self._http.port)
+        http = self._runtime.http
+        return None if http is None else int(http.port)
 
     @property
     def grpc_port(self) -> int | None:
         """The port gRPC listens on (useful with ``grpc_port=0``)."""
-        return None if self._grpc is None else int(self._grpc.port)
+        grpc = self._runtime.grpc
+        return None if grpc is None else int(grpc.port)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of ``GET /metrics`` (useful with ``metrics_port=0``)."""
+        metrics = self._runtime.metrics
+        return None if metrics is None else int(metrics.port)
 
     def stop(self) -> None:
         """Drain in-flight requests, unload the models, stop the loop thread."""
         loop = self._loop
         if loop is None:
             return
-        self._run(self._stop())
+        self._run(self._runtime.stop())
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join()
         loop.close()
         self._loop = None
-
-    async def _stop(self) -> None:
-        if self._grpc is not None:
-            await self._grpc.stop(self.options.exit_timeout_secs)
-        if self._http is not None:
-            await self._http.stop()
-        await self._core.stop()
-        self.shm.close()
 
     def __enter__(self) -> Server:
         return self.start()

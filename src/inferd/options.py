@@ -1,51 +1,109 @@
-"""ServerOptions: where every CLI flag and in-process option lands."""
+"""ServerOptions: where every CLI flag and in-process option lands, each with its help and default.
+
+``inferd serve``'s flags are generated from these fields (``cli.build_parser``): a field's flag is
+its name with dashes (tritonserver's flag names), its help is ``metadata["help"]``, and its
+default is written here once.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+
+def option(default: Any, help: str, **cli: Any) -> Any:
+    """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices`` and ``cli=False``."""
+    return field(default=default, metadata={"help": help, **cli})
 
 
 @dataclass(slots=True)
 class ServerOptions:
     """Options of one server; names follow tritonserver's flags."""
 
-    model_repository: list[Path] = field(default_factory=list)
-    id: str = "triton"
-    model_control_mode: str = "none"
-    strict_model_config: bool = False
-    strict_readiness: bool = True
-    exit_on_error: bool = True
-    exit_timeout_secs: int = 30
-    model_load_thread_count: int = 4
-    model_config_name: str | None = None
-    default_max_batch_size: int = 4
-    log_verbose: int = 0
+    model_repository: list[Path] = field(
+        default_factory=list,
+        metadata={
+            "help": "a model repository folder (repeat the flag for several)",
+            "flags": ("--model-repository", "--model-store"),
+        },
+    )
+    id: str = option("triton", "the server's name in the server metadata")
+    model_control_mode: str = option(
+        "none", "how models are loaded: 'none' loads every model at start", choices=("none",)
+    )
+    strict_model_config: bool = option(
+        False,
+        "use config.pbtxt as written: no auto-completion from the model files",
+        flags=("--strict-model-config", "--disable-auto-complete-config"),
+    )
+    strict_readiness: bool = option(
+        True, "ready only when every model loaded (false: ready once the server is live)"
+    )
+    exit_on_error: bool = option(True, "exit at start when a model fails to load")
+    exit_timeout_secs: int = option(
+        30, "seconds to finish the requests in flight after SIGTERM/SIGINT before stopping"
+    )
+    model_load_thread_count: int = option(4, "models loaded in parallel at start")
+    model_config_name: str | None = option(
+        None, "read this file of each model folder instead of config.pbtxt (when it exists)"
+    )
+    default_max_batch_size: int = option(
+        4,
+        "max_batch_size given to a batching model whose config leaves it out (the reference's "
+        "--backend-config=default-max-batch-size)",
+        cli=False,
+    )
+    log_verbose: int = option(0, "verbose logging level (0: off)")
     # frontends
-    allow_http: bool = True
-    http_address: str = "0.0.0.0"
-    http_port: int = 8000
-    allow_grpc: bool = True
-    grpc_address: str = "0.0.0.0"
-    grpc_port: int = 8001
-    reuse_grpc_port: bool = False
-    grpc_header_forward_pattern: str = ""
-    grpc_infer_response_compression_level: str = "none"  # none | low | medium | high
-    grpc_keepalive_time: int = 7_200_000  # ms
-    grpc_keepalive_timeout: int = 20_000  # ms
-    grpc_keepalive_permit_without_calls: bool = False
-    grpc_http2_max_pings_without_data: int = 2
-    grpc_http2_min_recv_ping_interval_without_data: int = 300_000  # ms
-    grpc_http2_max_ping_strikes: int = 2
-    grpc_max_connection_age: int | None = None  # ms
-    grpc_max_connection_age_grace: int | None = None  # ms
-    grpc_use_ssl: bool = False
-    grpc_use_ssl_mutual: bool = False
-    grpc_server_cert: str | None = None
-    grpc_server_key: str | None = None
-    grpc_root_cert: str | None = None
-    #: lean: HTTP/2 on the server's loop (frontends/grpc/h2server.py); aio: grpc.aio (TLS always)
-    grpc_server: str = "lean"
-    allow_metrics: bool = True
-    metrics_address: str = ""
-    metrics_port: int = 8002
+    allow_http: bool = option(True, "serve the HTTP/REST API")
+    http_address: str = option("0.0.0.0", "address the HTTP API listens on")
+    http_port: int = option(8000, "port of the HTTP API (0: any free port)")
+    allow_grpc: bool = option(True, "serve the gRPC API")
+    grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")
+    grpc_port: int = option(8001, "port of the gRPC API (0: any free port)")
+    reuse_grpc_port: bool = option(False, "let several servers share the gRPC port (SO_REUSEPORT)")
+    grpc_header_forward_pattern: str = option(
+        "", "gRPC metadata whose key matches this regular expression reaches models as parameters"
+    )
+    grpc_infer_response_compression_level: str = option(
+        "none",
+        "compression of gRPC inference responses (served by grpc.aio)",
+        choices=("none", "low", "medium", "high"),
+    )
+    grpc_keepalive_time: int = option(7_200_000, "ms between keepalive pings (grpc.aio)")
+    grpc_keepalive_timeout: int = option(20_000, "ms to wait for a keepalive ping's answer (grpc.aio)")
+    grpc_keepalive_permit_without_calls: bool = option(
+        False, "allow keepalive pings on connections without calls (grpc.aio)"
+    )
+    grpc_http2_max_pings_without_data: int = option(
+        2, "pings sent without data before the server stops sending them (grpc.aio)"
+    )
+    grpc_http2_min_recv_ping_interval_without_data: int = option(
+        300_000, "ms: the shortest interval between a client's pings without data (grpc.aio)"
+    )
+    grpc_http2_max_ping_strikes: int = option(
+        2, "bad pings tolerated before the connection is closed (grpc.aio)"
+    )
+    grpc_max_connection_age: int | None = option(None, "ms a gRPC connection lives before GOAWAY")
+    grpc_max_connection_age_grace: int | None = option(
+        None, "ms the calls of a connection past its age may still take"
+    )
+    grpc_use_ssl: bool = option(False, "serve gRPC over TLS (served by grpc.aio)")
+    grpc_use_ssl_mutual: bool = option(False, "TLS with client certificates (implies --grpc-use-ssl)")
+    grpc_server_cert: str | None = option(None, "PEM file of the gRPC server's certificate")
+    grpc_server_key: str | None = option(None, "PEM file of the gRPC server's private key")
+    grpc_root_cert: str | None = option(None, "PEM file of the CA that signs client certificates")
+    grpc_server: str = option(
+        "lean",
+        "gRPC implementation: lean (HTTP/2 framed on the server's loop) or aio (grpc.aio; TLS and "
+        "compression always use it)",
+        choices=("lean", "aio"),
+    )
+    allow_metrics: bool = option(True, "serve Prometheus metrics")
+    metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
+    metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
+
+    def __post_init__(self) -> None:
+        if self.grpc_use_ssl_mutual:
+            self.grpc_use_ssl = True

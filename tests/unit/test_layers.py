@@ -130,7 +130,7 @@ def test_every_layer_is_found() -> None:
         "inferd.scheduling.instances",
         "inferd.repository",
         "inferd.backends.python.backend",
-        "inferd.frontends.http.codec",
+        "inferd.frontends.http.decode",
         "inferd.cli",
         "inferd.api",
     ):
@@ -140,7 +140,7 @@ def test_every_layer_is_found() -> None:
 def test_edges_are_read() -> None:
     edges = {(e.module, e.target) for e in EDGES}
     assert ("inferd.core.server", "inferd.core.validate") in edges
-    assert ("inferd.api", "inferd.core.server") in edges
+    assert ("inferd.runtime", "inferd.core.server") in edges
     # ``from inferd.core import request as _core_request``
     assert ("inferd.backends.python.pb_utils", "inferd.core.request") in edges
     # ``from inferd import Server`` names the module that defines it
@@ -241,7 +241,15 @@ def test_scheduling_imports_only_errors_core_data_backend_seams_and_itself() -> 
     assert _violations(lambda m: _in(m, "inferd.scheduling"), _scheduling_allows) == []
 
 
-TOP = ("inferd.frontends", "inferd.cli", "inferd.api", "inferd.metrics", "inferd.shm", "inferd.__main__")
+TOP = (
+    "inferd.frontends",
+    "inferd.cli",
+    "inferd.api",
+    "inferd.runtime",
+    "inferd.metrics",
+    "inferd.shm",
+    "inferd.__main__",
+)
 
 
 @pytest.mark.parametrize("forbidden", ["inferd.frontends", "inferd.cli", "inferd.api"])
@@ -249,3 +257,8 @@ def test_nothing_below_the_frontends_imports_them(forbidden: str) -> None:
     below = [m for m in MODULES if m != ROOT and not _in(m, *TOP)]
     assert "inferd.core.server" in below and "inferd.options" in below
     assert _violations(lambda m: m in below, lambda e: not _in(e.target, forbidden)) == []
+
+
+def test_frontends_see_the_core_through_its_facade() -> None:
+    """HTTP and gRPC know ``core.facade.Core``, not ServerCore: the composition root hands it over."""
+    assert _violations(lambda m: _in(m, "inferd.frontends"), lambda e: e.target != "inferd.core.server") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,8 @@ class Model:
         self.output_names = tuple(self.outputs)
         self.required_inputs = tuple(n for n, s in self.inputs.items() if not s.optional)
         self._config_json: dict[str, Any] | None = None
+        #: validation keys this version accepted -> the batch size they validated to (core.server)
+        self.validated: dict[Hashable, int] = {}
 
     @property
     def ready(self) -> bool:

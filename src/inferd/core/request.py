@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from inferd.core.tensor import Tensor
+from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from inferd.core.response import ResponseStream
@@ -47,6 +50,10 @@ class InferRequest:
     timeout_us: int = 0
     #: names of ``outputs`` as a set, when the decoder already made one (saves each backend doing it)
     output_names: frozenset[str] | None = None
+    #: set by a decoder when a key determines every property validation looks at (input names,
+    #: datatypes, shapes and byte sizes, requested outputs), e.g. the JSON header of a binary HTTP
+    #: request: the core validates a key once per model version
+    validation_key: Hashable | None = None
     # filled by the core
     batch_size: int = 1
     t_start_ns: int = field(default_factory=time.monotonic_ns)
@@ -58,3 +65,21 @@ class InferRequest:
         if self.outputs is None:
             return all_outputs
         return tuple(o.name for o in self.outputs)
+
+
+_LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
+_INT64_MAX = 2**63 - 1
+
+
+def parse_version(text: str) -> str:
+    """A model version string as Triton reads it (``stoll``): "" and -1 are the default version."""
+    if not text:
+        return ""
+    m = _LEADING_INT.match(text)
+    if m is None or abs(int(m.group(1))) > _INT64_MAX:
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{text}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    n = int(m.group(1))
+    return "" if n == -1 else str(n)

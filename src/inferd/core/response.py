@@ -28,10 +28,12 @@ class ResponseStream:
     """Responses of one request, sent from any thread and consumed on the event loop.
 
     ``send`` is thread-safe; ``final=True`` closes the stream. Unary callers ``await first()``;
-    streaming callers iterate with ``async for``.
+    streaming callers iterate with ``async for``. ``postprocess`` (set by the core before the
+    request is queued) turns each successful response into what the client gets, on the loop
+    thread; an InferdError it raises becomes that response's error.
     """
 
-    __slots__ = ("_callback", "_done", "_items", "_loop", "_waiter", "cancelled")
+    __slots__ = ("_callback", "_cancel_reason", "_done", "_items", "_loop", "_waiter", "postprocess")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -39,7 +41,31 @@ class ResponseStream:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self._callback: Callable[[InferResponse | None, bool], None] | None = None
-        self.cancelled = False
+        self._cancel_reason: str | None = None
+        self.postprocess: Callable[[InferResponse], None] | None = None
+
+    # -- cancellation ----------------------------------------------------------------------
+    def cancel(self, reason: str) -> None:
+        """The client no longer wants the answers (it went away, or its deadline passed).
+
+        The one way to cancel, from any front end: a queued request is then never executed, a
+        running Python model sees ``is_cancelled()``, and further non-final responses are dropped.
+        """
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+
+    def cancel_on_close(self) -> None:
+        """``cancel`` for a front end's connection-lost hook."""
+        self.cancel("the client closed the connection")
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel_reason is not None
+
+    @property
+    def cancel_reason(self) -> str:
+        """Why the request was cancelled ("" while it is not)."""
+        return self._cancel_reason or ""
 
     def set_callback(self, callback: Callable[[InferResponse | None, bool], None]) -> None:
         """Have every response handed to ``callback`` on the loop instead of queued (no task needed)."""
@@ -58,6 +84,12 @@ class ResponseStream:
             return
         if final:
             self._done = True
+        post = self.postprocess
+        if post is not None and response is not None and response.error is None:
+            try:
+                post(response)
+            except InferdError as e:
+                response = InferResponse(response.model_name, response.model_version, response.id, error=e)
         cb = self._callback
         if cb is not None:
             if final:

@@ -1,6 +1,6 @@
-"""The Server facade: lifecycle, health, metadata, inference, statistics, repository index.
+"""ServerCore: lifecycle, health, metadata, the request lifecycle, statistics, repository index.
 
-Frontends and the in-process API are its clients; request semantics live here, codecs there.
+Front ends and the in-process API are its clients; request semantics live here, codecs there.
 """
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from functools import partial
 from typing import Any
 
 from inferd import __version__
 from inferd.core.classification import classify
+from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.repository_manager import LoadedModels, check_mode_allows_load, load_repositories
@@ -24,6 +26,7 @@ from inferd.errors import (
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
+    UnsupportedError,
 )
 from inferd.options import ServerOptions
 
@@ -44,8 +47,16 @@ EXTENSIONS = (
 )
 
 
-class Server:
-    """One inference server: models, their schedulers and statistics."""
+#: (request, response) validations remembered per model version
+VALIDATION_CACHE_SIZE = 256
+
+
+class ServerCore:
+    """The core of one inference server: models, their schedulers, the request lifecycle, statistics.
+
+    Front ends (HTTP, gRPC, the in-process API) are codecs around it: they decode, call
+    ``submit`` once, and encode what arrives on the stream; ``inferd.runtime`` composes them.
+    """
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -184,40 +195,58 @@ class Server:
 
     # -- inference --------------------------------------------------------------------------------
     def submit(
-        self, request: InferRequest, model: Model | None = None, validated: bool = False
+        self, name: str, version: str, decode: Decoder, *, decoupled_error: str | None = None
     ) -> ResponseStream:
-        """Validate and queue ``request``; its responses arrive on the returned stream.
+        """The one way a request enters the core; its responses arrive on the returned stream.
 
-        ``validated``: a frontend vouches that an identical request (same names, datatypes,
-        shapes and byte sizes) to this same ``model`` passed validation already.
+        Refused while the server stops; then, in the reference's order: the model is looked up (READY, ``version`` "" the default one),
+        refused with ``decoupled_error`` when the caller takes exactly one response and the model
+        is decoupled, ``decode(model)`` turns the caller's wire data into the request, the request
+        is validated (once per model and ``validation_key``), the classification extension is set
+        to run on its responses, and it is queued on the model's scheduler. Statistics are the
+        scheduler's; cancellation is ``stream.cancel(reason)``.
         """
         if self._stopping:
             raise UnavailableError("Server is stopping")
-        if model is None:
-            model = self.get_model(request.model_name, request.model_version)
-        if not validated:
-            validate_request(request, model)
-        assert self.loop is not None
+        model = self.get_model(name, version)
+        if decoupled_error is not None and model.decoupled:
+            raise UnsupportedError(decoupled_error)
+        request = decode(model)
+        self._validate(request, model)
+        assert self.loop is not None and model.scheduler is not None
         stream = ResponseStream(self.loop)
+        outputs = request.outputs
+        if outputs is not None:
+            wanted = {o.name: o.classification for o in outputs if o.classification > 0}
+            if wanted:
+                stream.postprocess = partial(_apply_classification, wanted, model)
         request.stream = stream
-        assert model.scheduler is not None
         model.scheduler.enqueue(request)
         return stream
 
-    async def infer(self, request: InferRequest, model: Model | None = None) -> InferResponse:
-        """Run a unary request; errors of the model come back in ``response.error``."""
-        if model is None:
-            model = self.get_model(request.model_name, request.model_version)
-        stream = self.submit(request, model)
-        resp = await stream.first()
-        self.postprocess(request, resp, model)
-        return resp
-
     @staticmethod
-    def postprocess(request: InferRequest, resp: InferResponse, model: Model) -> None:
-        """What the core does to a response before any codec: the classification extension."""
-        if resp.error is None and request.outputs is not None:
-            _apply_classification(request, resp, model)
+    def _validate(request: InferRequest, model: Model) -> None:
+        """``validate_request``, skipped for a key this model already validated (the same names,
+        datatypes, shapes and byte sizes: the request's batch size is what it was then)."""
+        key = request.validation_key
+        if key is None:
+            validate_request(request, model)
+            return
+        cache = model.validated
+        batch_size = cache.get(key)
+        if batch_size is not None:
+            request.batch_size = batch_size
+            return
+        validate_request(request, model)
+        if len(cache) >= VALIDATION_CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = request.batch_size
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run a whole request built in-process (the in-process API, ensemble steps, BLS); errors of
+        the model come back in ``response.error``, errors before it is queued are raised."""
+        stream = self.submit(request.model_name, request.model_version, lambda _model: request)
+        return await stream.first()
 
     def infer_blocking(self, request: InferRequest) -> list[InferResponse]:
         """``infer`` from a worker thread (BLS): waits for the response."""
@@ -282,11 +311,8 @@ class Server:
         check_mode_allows_load(self.options.model_control_mode)
 
 
-def _apply_classification(request: InferRequest, resp: InferResponse, model: Model) -> None:
-    assert request.outputs is not None
-    wanted = {o.name: o.classification for o in request.outputs if o.classification > 0}
-    if not wanted:
-        return
+def _apply_classification(wanted: dict[str, int], model: Model, resp: InferResponse) -> None:
+    """The classification extension on one response: each output asked for as top-N classes."""
     resp.outputs = [
         classify(
             t,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inferd.core.server import Server
+    from inferd.core.server import ServerCore
 
 #: Triton's counter families (name, help), in its order; the failure family follows the first
 _COUNTERS = (
@@ -67,7 +67,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(server: Server) -> bytes:
+def render(server: ServerCore) -> bytes:
     """The Prometheus text exposition (format 0.0.4) of ``server``'s READY models."""
     rows: list[tuple[str, str, Any, dict[str, int]]] = []  # (name, version, model, values)
     for name, versions in sorted(server.registry.models.items()):

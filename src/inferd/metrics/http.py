@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.core.server import Server
+from inferd.core.server import ServerCore
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
 from inferd.metrics.collector import render
 
@@ -13,8 +13,8 @@ CONTENT_TYPE = "text/plain; charset=utf-8"
 class MetricsApp:
     """``GET /metrics``: Prometheus text; other methods 405, other paths 404."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         if req.path != "/metrics":
@@ -22,9 +22,9 @@ class MetricsApp:
         elif req.method != "GET":
             resp.send(405, b'{"error":"Method Not Allowed"}', "text/plain")
         else:
-            resp.send(200, render(self.server), CONTENT_TYPE)
+            resp.send(200, render(self.core), CONTENT_TYPE)
 
 
-def metrics_server(server: Server, host: str, port: int) -> HttpServer:
-    """An HttpServer serving ``/metrics`` for ``server``."""
-    return HttpServer(MetricsApp(server), host, port)
+def metrics_server(core: ServerCore, host: str, port: int) -> HttpServer:
+    """An HttpServer serving ``/metrics`` for ``core``."""
+    return HttpServer(MetricsApp(core), host, port)

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.core.tensor import Tensor
 from inferd.errors import (
     AlreadyExistsError,
     InternalError,
@@ -144,3 +145,15 @@ class CudaSharedMemoryManager:
                 raise NotFoundError(f"Unable to find cuda shared memory region: '{name}'")
             return [r]
         return list(self._regions.values())
+
+
+def write_to_target(t: Tensor, target: memoryview) -> None:
+    """Copy an output into the shared-memory window the client named (500 when it is too small)."""
+    data = t.to_bytes()
+    size = len(data) if isinstance(data, bytes) else data.nbytes
+    if size > target.nbytes:
+        raise InternalError(
+            f"shared memory size specified with the request for output '{t.name}' ({target.nbytes} bytes) "
+            f"should be at least {size} bytes to hold the results"
+        )
+    target[:size] = data

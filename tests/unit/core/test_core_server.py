@@ -1,4 +1,4 @@
-"""The core Server facade over a temporary repository: lookups, errors, index, statistics."""
+"""The ServerCore over a temporary repository: lookups, errors, index, statistics."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from inferd.core.lifecycle import ModelState
 from inferd.core.request import InferRequest, RequestedOutput
-from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION, Server
+from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
+from inferd.core.server import ServerCore as Server
 from inferd.core.tensor import Tensor
 from inferd.errors import (
     InferdError,
@@ -362,7 +363,7 @@ def test_stop_finalizes_and_refuses_new_requests(repo: Path, tmp_path: Path) -> 
         assert server.inflight() == 0
         req = InferRequest("good", {"INPUT0": Tensor.from_array("INPUT0", np.ones(1, np.float32))})
         with pytest.raises(UnavailableError, match="Server is stopping"):
-            server.submit(req, server.registry.models["good"][1])
+            server.submit("good", "1", lambda _model: req)
         await server.stop(5)  # a second stop is a no-op
 
     asyncio.run(main())

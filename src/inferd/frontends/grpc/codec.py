@@ -26,7 +26,7 @@ from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
 from inferd.core.validate import request_prefix
 from inferd.errors import InvalidArgumentError, NotFoundError
-from inferd.frontends.http.codec import write_to_target
+from inferd.shm.system import write_to_target
 
 #: A datatype name Triton does not know: it reaches the core as TRITONSERVER_TYPE_INVALID.
 INVALID = DataType("<invalid>", "TYPE_INVALID", 0, 0, np.dtype("V1"), 0, False)
@@ -37,7 +37,6 @@ _RESERVED_TRITON = (
     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
     f"starting with 'triton_' are allowed: {EMPTY_FINAL}"
 )
-_LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
 _INT64_MAX = 2**63 - 1
 
 
@@ -45,20 +44,6 @@ class SharedMemory(Protocol):
     """Resolves ``shared_memory_*`` parameters (``inferd.shm.system.SharedMemoryManager``)."""
 
     def resolve(self, name: str, offset: int, byte_size: int | None) -> memoryview: ...
-
-
-def parse_version(text: str) -> str:
-    """A request's version string as Triton reads it (``stoll``): "" is the default version."""
-    if not text:
-        return ""
-    m = _LEADING_INT.match(text)
-    if m is None or abs(int(m.group(1))) > _INT64_MAX:
-        raise InvalidArgumentError(
-            f"failed to get model version from specified version string '{text}' (details: stol), "
-            "version should be an integral value > 0"
-        )
-    n = int(m.group(1))
-    return "" if n == -1 else str(n)
 
 
 # -- parameters ------------------------------------------------------------------------------------

@@ -16,17 +16,14 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
-from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.server import Server
-from inferd.errors import InferdError
-from inferd.frontends.grpc._pb import pb
-from inferd.frontends.grpc.codec import output_targets, well_formed
+from inferd.core.facade import Core
+from inferd.core.response import ResponseStream
 from inferd.frontends.grpc.h2conn import H2Connection, H2Stream
 from inferd.frontends.grpc.h2wire import (
     DATA,
@@ -40,14 +37,12 @@ from inferd.frontends.grpc.h2wire import (
     status_block,
 )
 from inferd.frontends.grpc.service import (
-    _HEALTH,
-    _PARSE_ERROR,
-    _STATUS,
     HEALTH_SERVICE,
     MAX_MESSAGE_BYTES,
     SERVICE,
     UNARY_RPCS,
     InferenceServicer,
+    RpcError,
 )
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
@@ -61,7 +56,6 @@ _CODES = {code: code.value[0] for code in grpc.StatusCode}
 _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
 _UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
 _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
-_STATUS_NUM = {k: _CODES[v] for k, v in _STATUS.items()}
 
 
 class _Failure(Exception):
@@ -74,7 +68,7 @@ class _Failure(Exception):
 
 
 class _Context:
-    """The part of ``grpc.aio.ServicerContext`` the servicer uses."""
+    """The servicer's ``Context`` on a lean call."""
 
     __slots__ = ("_metadata", "_stream")
 
@@ -116,16 +110,15 @@ class _Handlers:
 
     def __init__(self, servicer: InferenceServicer) -> None:
         self.servicer = servicer
-        self.unary: dict[str, tuple[Callable[..., Any], Any]] = {
-            f"/{SERVICE}/{name}": (getattr(servicer, name), getattr(pb, f"{name}Request"))
-            for name in UNARY_RPCS
+        #: ``:path`` -> the RPC's name, for every unary RPC but ModelInfer
+        self.unary: dict[str, str] = {
+            f"/{SERVICE}/{name}": name for name in UNARY_RPCS if name != "ModelInfer"
         }
         self.model_infer = f"/{SERVICE}/ModelInfer"
         self.stream_infer = f"/{SERVICE}/ModelStreamInfer"
         self.health_check = f"/{HEALTH_SERVICE}/Check"
-        options = getattr(servicer, "options", None)
-        age = getattr(options, "grpc_max_connection_age", None)
-        grace = getattr(options, "grpc_max_connection_age_grace", None)
+        age = servicer.options.grpc_max_connection_age
+        grace = servicer.options.grpc_max_connection_age_grace
         #: seconds: connection age before GOAWAY, and the grace after it
         self.max_age = (
             None if age is None else age / 1000,
@@ -163,7 +156,7 @@ class GrpcConnection(H2Connection[_Call]):
         if st.path == h.stream_infer:
             st.inbox = asyncio.Queue()
             st.task = asyncio.get_running_loop().create_task(self._run_stream(st))
-        elif st.path not in h.unary and st.path != h.health_check:
+        elif st.path not in h.unary and st.path != h.model_infer and st.path != h.health_check:
             self.finish(st, _UNIMPLEMENTED, f"Method not found: {st.path}")
 
     def stream_data(self, st: _Call, data: bytes) -> None:
@@ -175,7 +168,7 @@ class GrpcConnection(H2Connection[_Call]):
     def cancel_stream(self, st: _Call) -> None:
         st.answered = True
         if st.response is not None:
-            st.response.cancelled = True  # the model may check is_cancelled()
+            st.response.cancel("the client reset the stream")  # the model may check is_cancelled()
         self._cancel_task(st)
 
     # -- requests --------------------------------------------------------------------------------
@@ -229,80 +222,22 @@ class GrpcConnection(H2Connection[_Call]):
             return
         h = self._h
         if st.path == h.model_infer:
-            self._model_infer(st, payload)
-        elif st.path == h.health_check:
-            if well_formed(payload):
-                self.answer(st, _HEALTH[h.servicer.server.ready()])
-            else:
-                self.finish(st, _INTERNAL, _PARSE_ERROR)
-        else:
-            method, request_cls = h.unary[st.path]
-            st.task = asyncio.get_running_loop().create_task(
-                self._run_unary(st, method, request_cls, payload)
+            st.response = h.servicer.model_infer(
+                payload, st.metadata, partial(self.answer, st), partial(self._fail, st)
             )
+        elif st.path == h.health_check:
+            try:
+                self.answer(st, h.servicer.health_check(payload))
+            except RpcError as e:
+                self._fail(st, e)
+        else:
+            st.task = asyncio.get_running_loop().create_task(self._run_unary(st, h.unary[st.path], payload))
 
-    def _model_infer(self, st: _Call, payload: bytes) -> None:
-        """ModelInfer without a task: decode, submit, answer from the response callback."""
-        servicer = self._h.servicer
-        server = servicer.server
+    async def _run_unary(self, st: _Call, rpc: str, payload: bytes) -> None:
         try:
-            try:
-                msg = pb.ModelInferRequest.FromString(payload)
-            except DecodeError:
-                raise _Failure(_INTERNAL, _PARSE_ERROR) from None
-            try:
-                req, model, _ = servicer._decode(msg, _Context(st, st.metadata), True)
-                stream = server.submit(req, model)
-            except InferdError as e:
-                raise _Failure(_STATUS_NUM[e.code], e.message) from e
-        except _Failure as f:
-            self.finish(st, f.code, f.message)
-            return
-        except Exception as e:
-            log.exception("gRPC ModelInfer failed")
-            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
-            return
-        st.response = stream
-        encode = servicer.encoder.encode
-
-        def on_response(r: InferResponse | None, final: bool) -> None:
-            if st.answered or (r is None and not final):
-                return
-            if r is None:
-                self.finish(st, _INTERNAL, "model produced no response")
-            elif r.error is not None:
-                self.finish(st, _STATUS_NUM[r.error.code], r.error.message)
-            else:
-                try:
-                    server.postprocess(req, r, model)
-                    body = encode(r, b"", output_targets(req) if req.outputs is not None else None)
-                except InferdError as e:
-                    self.finish(st, _STATUS_NUM[e.code], e.message)
-                    return
-                self.answer(st, body)
-
-        stream.set_callback(on_response)
-
-    async def _run_unary(
-        self, st: _Call, method: Callable[..., Any], request_cls: Any, payload: bytes
-    ) -> None:
-        try:
-            try:
-                request = request_cls.FromString(payload)
-            except DecodeError:
-                raise _Failure(_INTERNAL, _PARSE_ERROR) from None
-            try:
-                resp = await method(request, _Context(st, st.metadata))
-            except InferdError as e:
-                raise _Failure(_STATUS_NUM[e.code], e.message) from e
-            self.answer(st, resp if isinstance(resp, bytes) else resp.SerializeToString())
-        except _Failure as f:
-            self.finish(st, f.code, f.message)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # last resort: log, answer INTERNAL, keep serving
-            log.exception("gRPC %s failed", st.path)
-            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            self.answer(st, await self._h.servicer.call_unary(rpc, payload, _Context(st, st.metadata)))
+        except RpcError as e:
+            self._fail(st, e)
 
     async def _run_stream(self, st: _Call) -> None:
         inbox = st.inbox
@@ -315,15 +250,11 @@ class GrpcConnection(H2Connection[_Call]):
                     return
                 yield item
 
-        try:
-            await self._h.servicer.ModelStreamInfer(messages(), _Context(st, st.metadata))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.exception("gRPC ModelStreamInfer failed")
-            self.finish(st, _INTERNAL, f"internal error: {type(e).__name__}: {e}")
-            return
-        self.finish(st, _OK, "")
+        error = await self._h.servicer.stream_infer(messages(), _Context(st, st.metadata))
+        if error is not None:
+            self._fail(st, error)
+        else:
+            self.finish(st, _OK, "")
 
     def _cancel_task(self, st: _Call) -> None:
         if st.task is not None and not st.task.done() and st.task is not asyncio.current_task():
@@ -357,6 +288,10 @@ class GrpcConnection(H2Connection[_Call]):
         self.send_message(st, message)
         self._end(st, TRAILERS_OK)
 
+    def _fail(self, st: _Call, error: RpcError) -> None:
+        if not st.answered:
+            self.finish(st, error.number, error.message)
+
     def finish(self, st: _Call, code: int, message: str) -> None:
         """End the call with ``code``: trailers after what was sent, or a trailers-only answer."""
         if st.closed:
@@ -385,19 +320,11 @@ class GrpcConnection(H2Connection[_Call]):
 
 
 class LeanGrpcServer:
-    """The gRPC endpoint of one core Server on the running loop, without grpcio's threads."""
+    """The gRPC endpoint on the running loop, without grpcio's threads."""
 
-    def __init__(
-        self,
-        server: Server,
-        address: str,
-        port: int,
-        options: ServerOptions | None = None,
-        shm: SharedMemoryManager | None = None,
-        cuda_shm: CudaSharedMemoryManager | None = None,
-    ) -> None:
-        self.options = options or server.options
-        self.servicer = InferenceServicer(server, self.options, shm, cuda_shm)
+    def __init__(self, servicer: InferenceServicer, address: str, port: int) -> None:
+        self.options = servicer.options
+        self.servicer = servicer
         self.address = address
         self.port = port
         self._handlers = _Handlers(self.servicer)
@@ -435,15 +362,16 @@ class LeanGrpcServer:
 
 
 def make_grpc_server(
-    server: Server,
+    core: Core,
     options: ServerOptions,
     shm: SharedMemoryManager | None = None,
     cuda_shm: CudaSharedMemoryManager | None = None,
 ) -> Any:
     """The gRPC endpoint ``--grpc-server`` names; TLS and compressed responses always on grpc.aio."""
+    servicer = InferenceServicer(core, options, shm, cuda_shm)
     lean = options.grpc_server == "lean"
     if lean and not options.grpc_use_ssl and options.grpc_infer_response_compression_level == "none":
-        return LeanGrpcServer(server, options.grpc_address, options.grpc_port, options, shm, cuda_shm)
-    from inferd.frontends.grpc.service import GrpcServer
+        return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port)
+    from inferd.frontends.grpc.aio import GrpcServer
 
-    return GrpcServer(server, options.grpc_address, options.grpc_port, options, shm, cuda_shm)
+    return GrpcServer(servicer, options.grpc_address, options.grpc_port)

@@ -1,4 +1,4 @@
-"""KServe v2 HTTP routes: decode -> core Server -> encode. One error mapping (``_error``)."""
+"""KServe v2 HTTP routes: decode -> ``Core.submit`` -> encode. One error mapping (``_error``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ from typing import Any
 
 import orjson
 
+from inferd.core.facade import Core
 from inferd.core.model import Model
-from inferd.core.request import InferRequest
+from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
-from inferd.core.server import Server
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
-from inferd.frontends.http.codec import HeaderCache, OutputEncoding, encode_infer_response, parse_json
+from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
+from inferd.frontends.http.errors import JSON as _JSON
+from inferd.frontends.http.errors import TEXT as _TEXT
+from inferd.frontends.http.errors import send_error
 from inferd.frontends.http.generate import GenerateRoutes
+from inferd.frontends.http.header_cache import HeaderCache
+from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -29,23 +34,16 @@ _MODEL_RE = re.compile(
 )
 _SHM_RE = re.compile(r"^/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)$")
 _REPO_RE = re.compile(r"^/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))$")
-_JSON = "application/json"
-_TEXT = "text/plain"
 _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
 _LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
 #: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
 _TEXT_ERRORS = ("inference header size should be", "Unsupported compression type", "incomplete string data")
-_MAX_VERSION = 2**63 - 1
+_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
-def _error_body(e: InferdError) -> bytes:
-    return orjson.dumps({"error": e.message})
-
-
-def _error(resp: Responder, e: InferdError, content_type: str = _JSON) -> None:
-    resp.send(e.code.http_status, _error_body(e), content_type)
+_error = send_error
 
 
 def _decompress(req: HttpRequest) -> bytes:
@@ -68,16 +66,6 @@ def _header_length(text: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _version_error(version: str) -> InferdError | None:
-    """A version path segment too large for an int64, as Triton refuses it."""
-    if version and len(version) > 18 and int(version) > _MAX_VERSION:
-        return InvalidArgumentError(
-            f"failed to get model version from specified version string '{version}' (details: stol), "
-            "version should be an integral value > 0"
-        )
-    return None
-
-
 def _compress(
     req: HttpRequest, parts: list[bytes | memoryview]
 ) -> tuple[list[bytes | memoryview], str | None]:
@@ -97,21 +85,21 @@ class HttpApp:
 
     def __init__(
         self,
-        server: Server,
+        core: Core,
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
     ) -> None:
-        self.server = server
+        self.core = core
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
-        self._headers = HeaderCache(shm=self.shm)
-        self._generate = GenerateRoutes(server)
+        self.headers = HeaderCache(shm=self.shm)
+        self._generate = GenerateRoutes(core)
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
         if path.startswith("/v2/models/"):
             if path == "/v2/models/stats":
-                self._get_only(req, resp, lambda: self._json(resp, self.server.statistics()))
+                self._get_only(req, resp, lambda: self._json(resp, self.core.statistics()))
                 return
             m = _MODEL_RE.match(path)
             if m is None:
@@ -127,14 +115,14 @@ class HttpApp:
             self._model_route(req, resp, name, version, action)
             return
         if path == "/v2/health/live":
-            self._get_only(req, resp, lambda: self._health(resp, self.server.live()), _TEXT)
+            self._get_only(req, resp, lambda: self._health(resp, self.core.live()), _TEXT)
         elif path == "/v2/health/ready":
-            self._get_only(req, resp, lambda: self._health(resp, self.server.ready()), _TEXT)
+            self._get_only(req, resp, lambda: self._health(resp, self.core.ready()), _TEXT)
         elif path == "/v2":
             if req.method != "GET":
                 resp.send(405, _NOT_ALLOWED, _JSON)
             else:
-                self._json(resp, self.server.metadata())
+                self._json(resp, self.core.metadata())
         elif path.startswith("/v2/repository"):
             self._repository(req, resp)
         elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
@@ -165,11 +153,13 @@ class HttpApp:
     def _model_route(
         self, req: HttpRequest, resp: Responder, name: str, version: str, action: str | None
     ) -> None:
-        server = self.server
-        bad_version = _version_error(version)
-        if bad_version is not None and req.method == "GET" and action in (None, "ready", "config", "stats"):
-            _error(resp, bad_version, _TEXT if action == "ready" else _JSON)
-            return
+        server = self.core
+        if req.method == "GET" and action in (None, "ready", "config", "stats"):
+            try:
+                version = parse_version(version)
+            except InferdError as e:
+                _error(resp, e, _TEXT if action == "ready" else _JSON)
+                return
         if action is None:
             self._get_only(req, resp, lambda: self._json(resp, server.model_metadata(name, version)))
         elif action == "ready":
@@ -194,15 +184,7 @@ class HttpApp:
         if req.method != "POST":
             resp.send(405, _NOT_ALLOWED, _JSON)
             return
-        try:
-            bad_version = _version_error(version)
-            if bad_version is not None:
-                raise bad_version
-            model = self.server.get_model(name, version)
-        except InferdError as e:
-            _error(resp, e)
-            return
-        self._generate.handle(req, resp, model, version, streaming)
+        self._generate.handle(req, resp, name, version, streaming)
 
     def _repository(self, req: HttpRequest, resp: Responder) -> None:
         m = _REPO_RE.match(req.path)
@@ -220,14 +202,14 @@ class HttpApp:
                 doc = parse_json(body)
             if index:
                 ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
-                self._json(resp, self.server.repository_index(ready))
+                self._json(resp, self.core.repository_index(ready))
                 return
             if repo:
                 raise UnsupportedError("'repository_name' specification is not supported")
             if action == "load":
-                self.server.load_model(model)
+                self.core.load_model(model)
             else:
-                self.server.unload_model(model)
+                self.core.unload_model(model)
             resp.send(200, _EMPTY, _JSON)
         except InferdError as e:
             _error(resp, e)
@@ -298,69 +280,65 @@ class HttpApp:
 
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
-        server = self.server
+        call = _InferCall(self.headers, req, resp)
         try:
-            bad_version = _version_error(version)
-            if bad_version is not None:
-                raise bad_version
-            model = server.get_model(name, version)
+            call.version = version = parse_version(version)
+            stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
         except InferdError as e:
-            _error(resp, e, _TEXT)
+            text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
+            _error(resp, e, _TEXT if text else _JSON)
             return
-        if model.decoupled:
-            _error(
-                resp,
-                UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy"),
-                _TEXT,
-            )
-            return
-        try:
-            hl_text = req.headers.get("inference-header-content-length")
-            header_length = None if hl_text is None else _header_length(hl_text)
-            body = _decompress(req)
-            request, enc, tpl = self._headers.decode(model, version, body, header_length)
-            if tpl is not None and tpl.validated:
-                stream = server.submit(request, model, validated=True)
-            else:
-                stream = server.submit(request, model)
-                if tpl is not None:
-                    tpl.batch_size = request.batch_size
-                    tpl.validated = True
-        except InferdError as e:
-            _error(resp, e, _TEXT if e.message.startswith(_TEXT_ERRORS) else _JSON)
-            return
-        stream.set_callback(lambda r, final: self._finish(req, resp, model, request, enc, r))
+        resp.on_close = stream.cancel_on_close
+        stream.set_callback(call.answer)
 
-    def _finish(
-        self,
-        req: HttpRequest,
-        resp: Responder,
-        model: Model,
-        request: InferRequest,
-        enc: OutputEncoding,
-        r: InferResponse | None,
-    ) -> None:
+
+class _InferCall:
+    """One /infer request: decodes its body once the core found the model, answers its response."""
+
+    __slots__ = ("decoding", "enc", "headers", "req", "request", "resp", "version")
+
+    def __init__(self, headers: HeaderCache, req: HttpRequest, resp: Responder) -> None:
+        self.headers = headers
+        self.req = req
+        self.resp = resp
+        self.decoding = False
+        self.version = ""
+        self.request: InferRequest | None = None
+        self.enc: OutputEncoding | None = None
+
+    def decode(self, model: Model) -> InferRequest:
+        """The core's ``Decoder``: the body read as the model's request (errors from here on are JSON)."""
+        self.decoding = True
+        req = self.req
+        hl_text = req.headers.get("inference-header-content-length")
+        header_length = None if hl_text is None else _header_length(hl_text)
+        self.request, self.enc = self.headers.decode(model, self.version, _decompress(req), header_length)
+        return self.request
+
+    def answer(self, r: InferResponse | None, final: bool) -> None:
+        """The stream's callback: the response encoded, or its error (text/plain, as the reference)."""
+        resp = self.resp
         if r is None:
             _error(resp, InternalError("model produced no response"), _TEXT)
             return
         if r.error is not None:
             _error(resp, r.error, _TEXT)
             return
+        assert self.enc is not None
         try:
-            self.server.postprocess(request, r, model)
-            head, parts, hlen = encode_infer_response(r, enc, request)
+            head, parts, hlen = encode_infer_response(r, self.enc, self.request)
         except InferdError as e:
             _error(resp, e, _TEXT)  # after the model ran, as the reference answers its errors
             return
         except Exception as e:
-            log.exception("encoding the response of model '%s' failed", model.name)
+            log.exception("encoding the response of model '%s' failed", r.model_name)
             _error(resp, InternalError(f"failed to encode the response: {e}"))
             return
         body: list[bytes | memoryview] = [head, *parts]
         headers: list[tuple[str, str]] = []
         if hlen >= 0:
             headers.append(("Inference-Header-Content-Length", str(hlen)))
-        body, encoding = _compress(req, body)
+        body, encoding = _compress(self.req, body)
         if encoding is not None:
             headers.append(("Content-Encoding", encoding))
         ctype = "application/octet-stream" if hlen >= 0 else _JSON

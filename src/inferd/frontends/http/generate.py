@@ -16,20 +16,22 @@ import json
 import logging
 import math
 from collections.abc import AsyncGenerator
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
 import orjson
 
+from inferd.core.facade import Core
 from inferd.core.model import Model
-from inferd.core.request import InferRequest
+from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.server import Server
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
 from inferd.core.validate import request_prefix
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError, error_for_code
-from inferd.frontends.http.codec import parse_json
+from inferd.frontends.http.errors import error_body, send_error
+from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
 
 log = logging.getLogger("inferd.http")
@@ -284,51 +286,46 @@ def encode_generate_response(resp: InferResponse) -> bytes:
     return b"{" + b",".join(orjson.dumps(k) + b":" + members[k] for k in sorted(members)) + b"}"
 
 
-def _error_json(e: InferdError) -> bytes:
-    return orjson.dumps({"error": e.message})
-
-
 def _answer(resp: InferResponse) -> tuple[bool, bytes]:
     """(ok, JSON) of one response: its flat object, or its error."""
     try:
         return True, encode_generate_response(resp)
     except InferdError as e:
-        return False, _error_json(e)
+        return False, error_body(e)
 
 
 # -- HTTP -------------------------------------------------------------------------------------
 class GenerateRoutes:
     """``/generate`` and ``/generate_stream`` over one core Server."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, core: Core) -> None:
+        self.core = core
         #: the pumps of open event streams (owned: a strong reference until they end)
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def handle(self, req: HttpRequest, resp: Responder, model: Model, version: str, streaming: bool) -> None:
-        """Decode, submit, and answer as the responses come (``model`` is READY, the method POST)."""
-        try:
+    def handle(self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool) -> None:
+        """Look up, decode, submit, and answer as the responses come (the method is POST)."""
+
+        def decode(model: Model) -> InferRequest:
             enc = req.headers.get("content-encoding", "").strip().lower()
             if enc and enc != "identity":
                 raise InvalidArgumentError("Unsupported content-encoding, only 'identity' is supported.")
-            request = decode_generate_request(model, version, req.body)
-            stream = self.server.submit(request, model)
+            return decode_generate_request(model, version, req.body)
+
+        try:
+            version = parse_version(version)
+            stream = self.core.submit(name, version, decode)
         except InferdError as e:
-            resp.send(e.code.http_status, _error_json(e), _JSON)
+            send_error(resp, e)
             return
+        resp.on_close = stream.cancel_on_close
         if streaming:
             task = asyncio.get_running_loop().create_task(self._pump(stream, resp))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-
-            def cancel_stream() -> None:
-                stream.cancelled = True
-                task.cancel()
-
-            resp.on_close = cancel_stream
+            resp.on_close = partial(_cancel_stream, stream, task)
         else:
             stream.set_callback(_Collect(resp))
-            resp.on_close = lambda: setattr(stream, "cancelled", True)
 
     @staticmethod
     async def _pump(stream: ResponseStream, resp: Responder) -> None:
@@ -362,6 +359,12 @@ class GenerateRoutes:
         if not started:
             resp.start_chunked(200, SSE_CONTENT_TYPE)
         resp.end_chunked()
+
+
+def _cancel_stream(stream: ResponseStream, task: asyncio.Task[None]) -> None:
+    """The client of an event stream went away: cancel the request and stop pumping its responses."""
+    stream.cancel_on_close()
+    task.cancel()
 
 
 class _Collect:

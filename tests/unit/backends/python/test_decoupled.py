@@ -484,7 +484,7 @@ def test_cancellation_reaches_the_model_and_stops_the_responses(tmp_path: Path) 
         await _execute(inst, r)
         assert r.stream is not None
         await asyncio.get_running_loop().run_in_executor(_worker, inst.obj.started.wait, 5)
-        r.stream.cancelled = True  # what a frontend does when the client goes away
+        r.stream.cancel("client gone")  # what a frontend does when the client goes away
         items = await _drain(r.stream)
         return _outs(items)
 
@@ -551,7 +551,7 @@ def test_pool_skips_requests_cancelled_while_queued_and_counts_decoupled_success
             pool.enqueue(r)
         await loop.run_in_executor(_worker, inst.started.wait, 5)
         assert reqs[1].stream is not None
-        reqs[1].stream.cancelled = True  # its client went away while it waited
+        reqs[1].stream.cancel("client gone")  # its client went away while it waited
         inst.gate.set()
         firsts = []
         for r in reqs:

@@ -18,7 +18,7 @@ from tritonclient.grpc import InferResult, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from inferd.core.model import Model
-from inferd.core.request import SEQUENCE_END, SEQUENCE_START
+from inferd.core.request import SEQUENCE_END, SEQUENCE_START, parse_version
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
@@ -26,6 +26,7 @@ from inferd.core.validate import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, NotFoundError
 from inferd.frontends.grpc import codec
 from inferd.frontends.grpc._pb import pb as inferd_pb
+from inferd.frontends.grpc.aio import server_options
 from inferd.frontends.grpc.codec import (
     FINAL_FALSE,
     FINAL_TRUE,
@@ -33,13 +34,12 @@ from inferd.frontends.grpc.codec import (
     apply_parameters,
     decode_infer_request,
     encode_parameters,
-    parse_version,
     stream_error,
     stream_response,
     varint,
     well_formed,
 )
-from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer, server_options
+from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer
 from inferd.options import ServerOptions
 from inferd.repository import parse_config_text
 

@@ -19,25 +19,28 @@ import h2.events
 import h2.settings
 import pytest
 
-from inferd.errors import NotFoundError, UnsupportedError
+from inferd.errors import NotFoundError
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Handlers
 from inferd.frontends.grpc.h2wire import PREFACE, frame, hpack_int, length_prefixed, percent_encode
-from inferd.frontends.grpc.service import UNARY_RPCS
+from inferd.frontends.grpc.service import InferenceServicer
+from inferd.options import ServerOptions
 
 SVC = "/inference.GRPCInferenceService"
 
 
-class FakeServer:
+class FakeCore:
     def ready(self) -> bool:
         return True
 
 
-class FakeServicer:
-    """Unary RPCs answer fixed messages; ModelStreamInfer echoes every message, then ends OK."""
+class FakeServicer(InferenceServicer):
+    """The real servicer's dispatch and error mapping over a fake core; ServerLive records the
+    metadata, ModelMetadata answers big, slow and unknown models, ModelStreamInfer echoes every
+    message, then ends OK. The RPCs not overridden fail (the fake core has none of them)."""
 
     def __init__(self) -> None:
-        self.server = FakeServer()
+        super().__init__(FakeCore(), ServerOptions())  # type: ignore[arg-type]
         self.metadata: Any = None
         self.stream_cancelled = False
         self.release = asyncio.Event()
@@ -62,15 +65,6 @@ class FakeServicer:
             self.stream_cancelled = True
             raise
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in UNARY_RPCS:
-            raise AttributeError(name)
-
-        async def unsupported(request: Any, context: Any) -> Any:
-            raise UnsupportedError(f"{name} is not served here")
-
-        return unsupported
-
 
 class FakeTransport:
     def __init__(self) -> None:
@@ -94,7 +88,7 @@ class Peer:
 
     def __init__(self, servicer: FakeServicer | None = None, settings: dict[int, int] | None = None) -> None:
         self.servicer = servicer or FakeServicer()
-        self.conn = GrpcConnection(_Handlers(self.servicer), set())  # type: ignore[arg-type]
+        self.conn = GrpcConnection(_Handlers(self.servicer), set())
         self.transport = FakeTransport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
         self.h2 = h2.connection.H2Connection(
@@ -449,15 +443,7 @@ def test_continuation_and_padding() -> None:
 
 def test_lean_server_binds_and_stops() -> None:
     async def main() -> None:
-        servicer = FakeServicer()
-        s = LeanGrpcServer.__new__(LeanGrpcServer)
-        s.options = type("O", (), {"reuse_grpc_port": False})()  # type: ignore[assignment]
-        s.servicer = servicer  # type: ignore[assignment]
-        s.address, s.port = "127.0.0.1", 0
-        s._handlers = _Handlers(servicer)  # type: ignore[arg-type]
-        s._connections = set()
-        s._server = None
-        s._deadline = None
+        s = LeanGrpcServer(FakeServicer(), "127.0.0.1", 0)
         await s.start()
         assert s.port
         reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
@@ -515,14 +501,10 @@ def test_garbage_frames_end_only_their_connection(caplog: pytest.LogCaptureFixtu
 
 
 def test_the_lean_server_is_chosen_unless_tls_or_compression() -> None:
+    from inferd.frontends.grpc.aio import GrpcServer
     from inferd.frontends.grpc.h2server import make_grpc_server
-    from inferd.frontends.grpc.service import GrpcServer
-    from inferd.options import ServerOptions
 
-    class Core:
-        options = ServerOptions()
-
-    core: Any = Core()
+    core: Any = FakeCore()
     assert ServerOptions().grpc_server == "lean"
     assert isinstance(make_grpc_server(core, ServerOptions()), LeanGrpcServer)
     assert isinstance(make_grpc_server(core, ServerOptions(grpc_server="aio")), GrpcServer)

@@ -23,13 +23,9 @@ from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
 from inferd.core.validate import validate_request
 from inferd.errors import InferdError, InternalError, InvalidArgumentError
-from inferd.frontends.http.codec import (
-    RESERVED_PARAMETERS,
-    HeaderCache,
-    OutputEncoding,
-    decode_infer_request,
-    encode_infer_response,
-)
+from inferd.frontends.http.decode import RESERVED_PARAMETERS, decode_infer_request
+from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
+from inferd.frontends.http.header_cache import HeaderCache
 from inferd.repository import normalize_config, parse_config_text
 
 WIRE_TYPES = list(BY_WIRE)
@@ -873,33 +869,20 @@ def _binary_body(values: list[float], **kwargs: Any) -> tuple[bytes, int]:
 def test_header_cache_hit_reads_the_new_tensor_bytes() -> None:
     cache = HeaderCache()
     body1, hl = _binary_body([1, 2], request_id="r", parameters={"p": 1})
-    req1, enc1, tpl1 = cache.decode(IDENTITY_FP32, "", body1, hl)
-    assert tpl1 is not None and not tpl1.validated
+    req1, enc1 = cache.decode(IDENTITY_FP32, "", body1, hl)
+    assert req1.validation_key == body1[:hl]  # the header fixes what validation reads
     body2, hl2 = _binary_body([3, 4], request_id="r", parameters={"p": 1})
     assert hl2 == hl and body2[:hl] == body1[:hl]
-    req2, enc2, tpl2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
-    assert tpl2 is tpl1
-    assert enc2 is enc1 and enc2.default_binary
+    req2, enc2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
+    assert enc2 is enc1 and enc2.default_binary  # the remembered header: no JSON parsed
+    assert req2.validation_key == req1.validation_key
     assert req2.inputs["INPUT0"].array.tolist() == [3, 4]
     assert req1.inputs["INPUT0"].array.tolist() == [1, 2]
     assert np.shares_memory(req2.inputs["INPUT0"].array, np.frombuffer(body2, dtype=np.uint8))
     assert (req2.id, req2.parameters, req2.model_name) == ("r", {"p": 1}, "identity_fp32")
     req2.parameters["p"] = 2  # a model's request is its own
-    req3, _, _ = cache.decode(IDENTITY_FP32, "", body1, hl)
+    req3, _ = cache.decode(IDENTITY_FP32, "", body1, hl)
     assert req3.parameters == {"p": 1}
-
-
-def test_header_cache_remembers_the_validated_batch_size() -> None:
-    cache = HeaderCache()
-    arr = np.zeros((2, 16), dtype=np.float32)
-    body, hl = client_body([("INPUT0", "FP32", arr), ("INPUT1", "FP32", arr)], binary=True)
-    assert hl is not None
-    _, _, tpl = cache.decode(ADD_SUB, "", body, hl)
-    assert tpl is not None
-    tpl.batch_size, tpl.validated = 2, True  # what the HTTP app records after validation
-    req, _, again = cache.decode(ADD_SUB, "", body, hl)
-    assert again is tpl
-    assert req.batch_size == 2
 
 
 def test_header_cache_misses_on_another_tail_length() -> None:
@@ -913,12 +896,12 @@ def test_header_cache_misses_on_another_tail_length() -> None:
 def test_header_cache_is_per_model_and_version() -> None:
     cache = HeaderCache()
     body, hl = _binary_body([1, 2])
-    _, _, tpl = cache.decode(IDENTITY_FP32, "", body, hl)
+    _, enc = cache.decode(IDENTITY_FP32, "", body, hl)
     other = model("identity_fp32", '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }')  # a reload
-    req, _, tpl_other = cache.decode(other, "", body, hl)
-    assert tpl_other is not tpl
-    _, _, tpl_v1 = cache.decode(other, "1", body, hl)
-    assert tpl_v1 is not tpl_other
+    req, enc_other = cache.decode(other, "", body, hl)
+    assert enc_other is not enc
+    _, enc_v1 = cache.decode(other, "1", body, hl)
+    assert enc_v1 is not enc_other
     assert req.model_version == ""
 
 
@@ -927,28 +910,28 @@ def test_header_cache_skips_bytes_json_and_raw_requests() -> None:
     strings = np.array([b"a"], dtype=np.object_)
     body, hl = client_body([("INPUT0", "BYTES", strings)], binary=True)
     assert hl is not None
-    assert cache.decode(IDENTITY_BYTES, "", body, hl)[2] is None  # contents matter to validation
+    assert cache.decode(IDENTITY_BYTES, "", body, hl)[0].validation_key is None  # contents matter
     json_body, _ = client_body([("INPUT0", "FP32", np.ones(1, np.float32))], binary=False)
-    assert cache.decode(IDENTITY_FP32, "", json_body, None)[2] is None
-    assert cache.decode(IDENTITY_FP32, "", bytes(8), 0)[2] is None
+    assert cache.decode(IDENTITY_FP32, "", json_body, None)[0].validation_key is None
+    assert cache.decode(IDENTITY_FP32, "", bytes(8), 0)[0].validation_key is None
     mixed = [("INPUT0", "FP32", np.ones(1, np.float32))]
     infer_inputs = [
         InferInput("INPUT0", [1], "FP32").set_data_from_numpy(mixed[0][2], binary_data=False),
         InferInput("INPUT1", [1], "FP32").set_data_from_numpy(mixed[0][2]),
     ]
     mixed_body, mixed_hl = InferenceServerClient.generate_request_body(infer_inputs)
-    assert cache.decode(ADD_SUB, "", mixed_body, mixed_hl)[2] is None
+    assert cache.decode(ADD_SUB, "", mixed_body, mixed_hl)[0].validation_key is None
 
 
 def test_header_cache_bounds() -> None:
     cache = HeaderCache(capacity=2, max_header=10_000)
     bodies = [_binary_body([1, 2], request_id=f"r{i}") for i in range(3)]
-    first = [cache.decode(IDENTITY_FP32, "", b, hl)[2] for b, hl in bodies]
-    assert cache.decode(IDENTITY_FP32, "", *bodies[2])[2] is first[2]
-    assert cache.decode(IDENTITY_FP32, "", *bodies[0])[2] is not first[0]  # evicted: the oldest went
+    first = [cache.decode(IDENTITY_FP32, "", b, hl)[1] for b, hl in bodies]
+    assert cache.decode(IDENTITY_FP32, "", *bodies[2])[1] is first[2]
+    assert cache.decode(IDENTITY_FP32, "", *bodies[0])[1] is not first[0]  # evicted: the oldest went
     small = HeaderCache(max_header=8)
     body, hl = bodies[0]
-    assert small.decode(IDENTITY_FP32, "", body, hl)[2] is None
+    assert small.decode(IDENTITY_FP32, "", body, hl)[0].validation_key is None
 
 
 # -- the reference's observed answers, asked of decode + validate -----------------------------------

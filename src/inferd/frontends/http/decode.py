@@ -1,26 +1,24 @@
-"""KServe v2 HTTP codec: JSON and binary-tensor bodies <-> InferRequest / InferResponse.
+"""KServe v2 HTTP requests: JSON and binary-tensor bodies -> InferRequest.
 
-Binary inputs become zero-copy ``memoryview`` slices of the received body; texts of parse errors
-are the reference's (rapidjson's wording where a client could see it).
+Binary inputs become zero-copy ``memoryview`` slices of the received body; members are read in
+the reference's order and fail with its texts (rapidjson's wording where a client could see it).
 """
 
 from __future__ import annotations
 
-import json
 import struct
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
-from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
 from inferd.core.validate import request_prefix
 from inferd.errors import InternalError, InvalidArgumentError, NotFoundError
+from inferd.frontends.http.encode import OutputEncoding
+from inferd.frontends.http.jsonparse import parse_json
 
 if TYPE_CHECKING:
     from inferd.shm.system import SharedMemoryManager
@@ -29,191 +27,6 @@ if TYPE_CHECKING:
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
-
-_RAPIDJSON_TEXT = (
-    ("zero-length", "The document is empty."),
-    ("expected a JSON value", "Invalid value."),
-    ("trailing characters", "The document root must not be followed by other values."),
-    ("unexpected content after document", "The document root must not be followed by other values."),
-    ("input data is empty", "The document is empty."),
-    ("trailing comma", "Invalid value."),
-    ("key must be a string", "Missing a name for object member."),
-    ("expected a string key", "Missing a name for object member."),
-    ("expected ':'", "Missing a colon after a name of object member."),
-    ("expected ',' or '}'", "Missing a comma or '}' after an object member."),
-    ("expected ',' or ']'", "Missing a comma or ']' after an array element."),
-    ("EOF while parsing a string", "Missing a closing quotation mark in string."),
-)
-
-
-def _json_error(e: orjson.JSONDecodeError) -> InternalError:
-    msg = e.msg
-    for needle, text in _RAPIDJSON_TEXT:
-        if needle in msg:
-            msg = text
-            break
-    return InternalError(f"failed to parse the request JSON buffer: {msg} at {e.pos}")
-
-
-def parse_json(buf: bytes) -> Any:
-    """A JSON body as Triton's rapidjson reads it: up to the first NUL byte, NaN and Infinity
-    accepted, and rapidjson's error message and offset (500) when it is no JSON."""
-    nul = buf.find(b"\0")
-    if nul >= 0:
-        buf = buf[:nul]
-    try:
-        return orjson.loads(buf)
-    except orjson.JSONDecodeError as e:
-        found = _rapidjson_error(buf)
-        if found is None:
-            try:
-                return json.loads(buf)  # what orjson refuses and rapidjson takes: NaN, Infinity
-            except (ValueError, RecursionError):
-                raise _json_error(e) from e
-        raise InternalError(f"failed to parse the request JSON buffer: {found[0]} at {found[1]}") from e
-
-
-class _RapidJsonError(Exception):
-    def __init__(self, message: str, offset: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.offset = offset
-
-
-_WS = b" \t\n\r"
-_ESCAPES = b'"\\/bfnrtu'
-
-
-def _rapidjson_error(buf: bytes) -> tuple[str, int] | None:
-    """(message, offset) of the first error rapidjson reports for ``buf``; None when it parses."""
-    n = len(buf)
-
-    def ws(i: int) -> int:
-        while i < n and buf[i] in _WS:
-            i += 1
-        return i
-
-    def literal(i: int, word: bytes) -> int:
-        for k in range(1, len(word)):
-            if i + k >= n or buf[i + k] != word[k]:
-                raise _RapidJsonError("Invalid value.", i + k)
-        return i + len(word)
-
-    def string(i: int) -> int:
-        i += 1
-        while True:
-            if i >= n:
-                raise _RapidJsonError("Missing a closing quotation mark in string.", i)
-            c = buf[i]
-            if c == 0x22:
-                return i + 1
-            if c == 0x5C:
-                if i + 1 >= n or buf[i + 1] not in _ESCAPES:
-                    raise _RapidJsonError("Invalid escape character in string.", i)
-                if buf[i + 1] == 0x75:  # a \u escape: four hex digits follow
-                    hexa = buf[i + 2 : i + 6]
-                    if len(hexa) < 4 or any(h not in b"0123456789abcdefABCDEF" for h in hexa):
-                        raise _RapidJsonError("Incorrect hex digit after \\u escape in string.", i)
-                    i += 6
-                else:
-                    i += 2
-            elif c < 0x20:
-                raise _RapidJsonError("Invalid escape character in string.", i)  # 2.51 says so
-            else:
-                i += 1
-
-    def digits(i: int) -> int:
-        while i < n and 0x30 <= buf[i] <= 0x39:
-            i += 1
-        return i
-
-    def number(i: int) -> int:
-        start = i
-        if buf[i] == 0x2D:  # -
-            i += 1
-        if buf[i : i + 3] == b"NaN":
-            return i + 3
-        if buf[i : i + 8] == b"Infinity":
-            return i + 8
-        if i < n and buf[i] == 0x30:
-            i += 1
-        elif i < n and 0x31 <= buf[i] <= 0x39:
-            i = digits(i)
-        else:
-            raise _RapidJsonError("Invalid value.", i)
-        if i < n and buf[i] == 0x2E:  # .
-            if i + 1 >= n or not 0x30 <= buf[i + 1] <= 0x39:
-                raise _RapidJsonError("Miss fraction part in number.", i + 1)
-            i = digits(i + 1)
-        if i < n and buf[i] in b"eE":
-            i += 1
-            if i < n and buf[i] in b"+-":
-                i += 1
-            if i >= n or not 0x30 <= buf[i] <= 0x39:
-                raise _RapidJsonError("Miss exponent in number.", i)
-            i = digits(i)
-        if float(buf[start:i]) in (float("inf"), float("-inf")):
-            raise _RapidJsonError("Number too big to be stored in double.", start)
-        return i
-
-    def value(i: int) -> int:
-        i = ws(i)
-        if i >= n:
-            raise _RapidJsonError("Invalid value.", i)
-        c = buf[i]
-        if c == 0x7B:  # {
-            i = ws(i + 1)
-            if i < n and buf[i] == 0x7D:
-                return i + 1
-            while True:
-                if i >= n or buf[i] != 0x22:
-                    raise _RapidJsonError("Missing a name for object member.", i)
-                i = ws(string(i))
-                if i >= n or buf[i] != 0x3A:
-                    raise _RapidJsonError("Missing a colon after a name of object member.", i)
-                i = ws(value(i + 1))
-                if i < n and buf[i] == 0x2C:
-                    i = ws(i + 1)
-                elif i < n and buf[i] == 0x7D:
-                    return i + 1
-                else:
-                    raise _RapidJsonError("Missing a comma or '}' after an object member.", i)
-        if c == 0x5B:  # [
-            i = ws(i + 1)
-            if i < n and buf[i] == 0x5D:
-                return i + 1
-            while True:
-                i = ws(value(i))
-                if i < n and buf[i] == 0x2C:
-                    i = ws(i + 1)
-                elif i < n and buf[i] == 0x5D:
-                    return i + 1
-                else:
-                    raise _RapidJsonError("Missing a comma or ']' after an array element.", i)
-        if c == 0x22:
-            return string(i)
-        if c == 0x74:
-            return literal(i, b"true")
-        if c == 0x66:
-            return literal(i, b"false")
-        if c == 0x6E:
-            return literal(i, b"null")
-        if c == 0x2D or 0x30 <= c <= 0x39 or c in b"NI":
-            return number(i)
-        raise _RapidJsonError("Invalid value.", i)
-
-    i = ws(0)
-    try:
-        if i >= n:
-            raise _RapidJsonError("The document is empty.", i)
-        i = ws(value(i))
-        if i < n:
-            raise _RapidJsonError("The document root must not be followed by other values.", i)
-    except _RapidJsonError as e:
-        return e.message, e.offset
-    except RecursionError:
-        return None
-    return None
 
 
 def _member(obj: dict[str, Any], key: str) -> Any:
@@ -242,19 +55,6 @@ def _shape(obj: dict[str, Any]) -> tuple[int, ...]:
                 "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
     return tuple(v)
-
-
-@dataclass(slots=True)
-class OutputEncoding:
-    """How the response should be encoded: which outputs go binary."""
-
-    default_binary: bool = False
-    binary: dict[str, bool] = field(default_factory=dict)
-    #: tensors travel through shared memory (such requests are never cached by header)
-    shm: bool = False
-
-    def is_binary(self, name: str) -> bool:
-        return self.binary.get(name, self.default_binary)
 
 
 _JSON_KIND_ERR = {
@@ -581,181 +381,3 @@ def _decode_raw(model: Model, version: str, body: bytes) -> tuple[InferRequest, 
     shape = [1, *dims] if model.max_batch_size > 0 else dims
     request.inputs[spec.name] = Tensor(spec.name, spec.datatype, tuple(shape), raw=data)
     return request, OutputEncoding(default_binary=True)
-
-
-def _json_data(t: Tensor) -> Any:
-    arr = t.array
-    if t.datatype is BYTES:
-        return [
-            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-            for v in arr.reshape(-1)
-        ]
-    flat = arr.reshape(-1)
-    if flat.dtype.kind == "f" and flat.dtype.itemsize < 8:
-        # the reference prints FP32 through a double: 0.1f is 0.10000000149011612 there
-        return flat.astype(np.float64)
-    if not (flat.flags.c_contiguous and flat.dtype.isnative):  # orjson serialises only these
-        flat = np.ascontiguousarray(flat, dtype=flat.dtype.newbyteorder("="))
-    return flat
-
-
-def write_to_target(t: Tensor, target: memoryview) -> None:
-    """Copy an output into the shared-memory window the client named (500 when it is too small)."""
-    data = t.to_bytes()
-    size = len(data) if isinstance(data, bytes) else data.nbytes
-    if size > target.nbytes:
-        raise InternalError(
-            f"shared memory size specified with the request for output '{t.name}' ({target.nbytes} bytes) "
-            f"should be at least {size} bytes to hold the results"
-        )
-    target[:size] = data
-
-
-def encode_infer_response(
-    resp: InferResponse, enc: OutputEncoding, request: InferRequest | None = None
-) -> tuple[bytes, list[bytes | memoryview], int]:
-    """(JSON header, binary parts, header length or -1 when the body is pure JSON).
-
-    Outputs the request asked for in shared memory are written there and listed without data.
-    """
-    outputs = []
-    parts: list[bytes | memoryview] = []
-    binary_bytes = 0
-    targets: dict[str, memoryview] = {}
-    if enc.shm and request is not None and request.outputs is not None:
-        targets = {o.name: o.target for o in request.outputs if o.target is not None}
-    for t in resp.outputs:
-        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype.wire, "shape": list(t.shape)}
-        target = targets.get(t.name)
-        if target is not None:
-            write_to_target(t, target)
-        elif enc.is_binary(t.name):
-            data = t.to_bytes()
-            size = len(data) if isinstance(data, bytes) else data.nbytes
-            o["parameters"] = {"binary_data_size": size}
-            parts.append(data)
-            binary_bytes += size
-        elif not t.datatype.json_ok:
-            raise InvalidArgumentError(
-                f"sending {t.datatype.wire} data via JSON is not supported. Please use the binary data format "
-                "for output"
-            )
-        else:
-            o["data"] = _json_data(t)
-        outputs.append(o)
-    doc: dict[str, Any] = {}
-    if resp.id:
-        doc["id"] = resp.id
-    doc["model_name"] = resp.model_name
-    doc["model_version"] = resp.model_version
-    if resp.parameters:
-        doc["parameters"] = resp.parameters
-    doc["outputs"] = outputs
-    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    # no binary bytes at all (empty binary outputs included): a plain JSON answer, as the reference gives
-    return head, parts, (len(head) if binary_bytes else -1)
-
-
-@dataclass(slots=True)
-class _Template:
-    """What a binary-only request header decodes to, minus the tensor bytes."""
-
-    model: Model
-    version: str
-    inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
-    tail_len: int
-    id: str
-    parameters: dict[str, Any]
-    correlation_id: int | str
-    flags: int
-    priority: int
-    timeout_us: int
-    outputs: list[RequestedOutput] | None
-    output_names: frozenset[str] | None
-    enc: OutputEncoding
-    validated: bool = False
-    batch_size: int = 1
-
-
-class HeaderCache:
-    """Remembers decoded JSON headers of binary requests (clients resend the same header each time).
-
-    A hit skips JSON parsing and, once a request with that header passed validation, validation:
-    names, datatypes, shapes and byte sizes all come from the header, and BYTES inputs (whose
-    contents matter) are never cached.
-    """
-
-    def __init__(
-        self, capacity: int = 256, max_header: int = 4096, shm: SharedMemoryManager | None = None
-    ) -> None:
-        self._shm = shm
-        self._capacity = capacity
-        self._max_header = max_header
-        self._cache: dict[bytes, _Template] = {}
-
-    def decode(
-        self, model: Model, version: str, body: bytes, header_length: int | None
-    ) -> tuple[InferRequest, OutputEncoding, _Template | None]:
-        """Like ``decode_infer_request``; also the template to mark validated after validation."""
-        if header_length is None or header_length <= 0 or header_length > self._max_header:
-            request, enc = decode_infer_request(model, version, body, header_length, self._shm)
-            return request, enc, None
-        head = body[:header_length]
-        tpl = self._cache.get(head)
-        if tpl is not None and tpl.model is model and tpl.version == version:
-            tail = memoryview(body)[header_length:]
-            if len(tail) == tpl.tail_len:
-                inputs = {}
-                off = 0
-                for name, dt, shape, size in tpl.inputs:
-                    inputs[name] = Tensor(name, dt, shape, raw=tail[off : off + size])
-                    off += size
-                request = InferRequest(
-                    model.name,
-                    inputs,
-                    version,
-                    tpl.id,
-                    dict(tpl.parameters) if tpl.parameters else {},
-                    tpl.outputs,
-                    tpl.correlation_id,
-                    tpl.flags,
-                    tpl.priority,
-                    tpl.timeout_us,
-                    tpl.output_names,
-                    tpl.batch_size,
-                )
-                return request, tpl.enc, tpl
-        request, enc = decode_infer_request(model, version, body, header_length, self._shm)
-        tpl = self._template(model, version, request, enc, len(body) - header_length)
-        if tpl is not None:
-            if len(self._cache) >= self._capacity:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[head] = tpl
-        return request, enc, tpl
-
-    @staticmethod
-    def _template(
-        model: Model, version: str, request: InferRequest, enc: OutputEncoding, tail_len: int
-    ) -> _Template | None:
-        if enc.shm:
-            return None  # windows are resolved per request
-        specs = []
-        for t in request.inputs.values():
-            if t.raw is None or t.datatype is BYTES:
-                return None
-            specs.append((t.name, t.datatype, t.shape, t.raw_byte_size()))
-        return _Template(
-            model,
-            version,
-            tuple(specs),
-            tail_len,
-            request.id,
-            request.parameters,
-            request.correlation_id,
-            request.flags,
-            request.priority,
-            request.timeout_us,
-            request.outputs,
-            request.output_names,
-            enc,
-        )

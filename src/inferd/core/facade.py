@@ -1,0 +1,52 @@
+"""``Core``: what a front end may ask of the core, and nothing more.
+
+``ServerCore`` (``core/server.py``) implements it; the front ends (``frontends/http``,
+``frontends/grpc``, ``metrics``) are typed against this protocol, so their unit tests drive them
+with a small fake core instead of a loaded repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from inferd.core.model import Model
+from inferd.core.request import InferRequest
+from inferd.core.response import ResponseStream
+
+#: turns a front end's wire data into the request, once the core found its model
+Decoder = Callable[[Model], InferRequest]
+
+
+class Core(Protocol):
+    """Health, metadata, the request lifecycle, statistics and the repository, as front ends see them."""
+
+    def live(self) -> bool: ...
+
+    def ready(self) -> bool: ...
+
+    def metadata(self, extra_extensions: tuple[str, ...] = ()) -> dict[str, Any]: ...
+
+    def get_model(self, name: str, version: str = "") -> Model:
+        """The READY model version (``version`` "": the default one), else NotFound/Unavailable."""
+        ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]: ...
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]: ...
+
+    def submit(
+        self, name: str, version: str, decode: Decoder, *, decoupled_error: str | None = None
+    ) -> ResponseStream:
+        """Look up, decode, validate and queue one request (see ``ServerCore.submit``)."""
+        ...
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]: ...
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
+
+    def load_model(self, name: str) -> None: ...
+
+    def unload_model(self, name: str) -> None: ...

@@ -1,0 +1,90 @@
+"""KServe v2 HTTP responses: an InferResponse as a JSON body, or a JSON header and binary tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.core.tensor import Tensor
+from inferd.core.types import BYTES
+from inferd.errors import InvalidArgumentError
+from inferd.shm.system import write_to_target
+
+
+@dataclass(slots=True)
+class OutputEncoding:
+    """How the response should be encoded: which outputs go binary."""
+
+    default_binary: bool = False
+    binary: dict[str, bool] = field(default_factory=dict)
+    #: tensors travel through shared memory (such requests are never cached by header)
+    shm: bool = False
+
+    def is_binary(self, name: str) -> bool:
+        return self.binary.get(name, self.default_binary)
+
+
+def _json_data(t: Tensor) -> Any:
+    arr = t.array
+    if t.datatype is BYTES:
+        return [
+            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+            for v in arr.reshape(-1)
+        ]
+    flat = arr.reshape(-1)
+    if flat.dtype.kind == "f" and flat.dtype.itemsize < 8:
+        # the reference prints FP32 through a double: 0.1f is 0.10000000149011612 there
+        return flat.astype(np.float64)
+    if not (flat.flags.c_contiguous and flat.dtype.isnative):  # orjson serialises only these
+        flat = np.ascontiguousarray(flat, dtype=flat.dtype.newbyteorder("="))
+    return flat
+
+
+def encode_infer_response(
+    resp: InferResponse, enc: OutputEncoding, request: InferRequest | None = None
+) -> tuple[bytes, list[bytes | memoryview], int]:
+    """(JSON header, binary parts, header length or -1 when the body is pure JSON).
+
+    Outputs the request asked for in shared memory are written there and listed without data.
+    """
+    outputs = []
+    parts: list[bytes | memoryview] = []
+    binary_bytes = 0
+    targets: dict[str, memoryview] = {}
+    if enc.shm and request is not None and request.outputs is not None:
+        targets = {o.name: o.target for o in request.outputs if o.target is not None}
+    for t in resp.outputs:
+        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype.wire, "shape": list(t.shape)}
+        target = targets.get(t.name)
+        if target is not None:
+            write_to_target(t, target)
+        elif enc.is_binary(t.name):
+            data = t.to_bytes()
+            size = len(data) if isinstance(data, bytes) else data.nbytes
+            o["parameters"] = {"binary_data_size": size}
+            parts.append(data)
+            binary_bytes += size
+        elif not t.datatype.json_ok:
+            raise InvalidArgumentError(
+                f"sending {t.datatype.wire} data via JSON is not supported. Please use the binary data format "
+                "for output"
+            )
+        else:
+            o["data"] = _json_data(t)
+        outputs.append(o)
+    doc: dict[str, Any] = {}
+    if resp.id:
+        doc["id"] = resp.id
+    doc["model_name"] = resp.model_name
+    doc["model_version"] = resp.model_version
+    if resp.parameters:
+        doc["parameters"] = resp.parameters
+    doc["outputs"] = outputs
+    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    # no binary bytes at all (empty binary outputs included): a plain JSON answer, as the reference gives
+    return head, parts, (len(head) if binary_bytes else -1)

@@ -1,0 +1,123 @@
+"""HeaderCache: binary requests whose JSON header was seen before skip JSON parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inferd.core.model import Model
+from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.tensor import Tensor
+from inferd.core.types import BYTES, DataType
+from inferd.frontends.http.decode import decode_infer_request
+from inferd.frontends.http.encode import OutputEncoding
+
+if TYPE_CHECKING:
+    from inferd.shm.system import SharedMemoryManager
+
+
+@dataclass(slots=True)
+class _Template:
+    """What a binary-only request header decodes to, minus the tensor bytes."""
+
+    model: Model
+    version: str
+    inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
+    tail_len: int
+    id: str
+    parameters: dict[str, Any]
+    correlation_id: int | str
+    flags: int
+    priority: int
+    timeout_us: int
+    outputs: list[RequestedOutput] | None
+    output_names: frozenset[str] | None
+    enc: OutputEncoding
+    #: the header itself: the request's validation key (it fixes every property validation reads)
+    key: bytes
+
+
+class HeaderCache:
+    """Remembers decoded JSON headers of binary requests (clients resend the same header each time).
+
+    A hit skips JSON parsing. Names, datatypes, shapes and byte sizes all come from the header,
+    so the header is also the request's ``validation_key``: the core validates it once per model
+    version. Requests with BYTES inputs (whose contents matter) or shared-memory tensors (whose
+    windows are resolved per request) are never cached.
+    """
+
+    def __init__(
+        self, capacity: int = 256, max_header: int = 4096, shm: SharedMemoryManager | None = None
+    ) -> None:
+        self._shm = shm
+        self._capacity = capacity
+        self._max_header = max_header
+        self._cache: dict[bytes, _Template] = {}
+
+    def decode(
+        self, model: Model, version: str, body: bytes, header_length: int | None
+    ) -> tuple[InferRequest, OutputEncoding]:
+        """As ``decode_infer_request`` (with a ``validation_key`` when the header is cacheable)."""
+        if header_length is None or header_length <= 0 or header_length > self._max_header:
+            return decode_infer_request(model, version, body, header_length, self._shm)
+        head = body[:header_length]
+        tpl = self._cache.get(head)
+        if tpl is not None and tpl.model is model and tpl.version == version:
+            tail = memoryview(body)[header_length:]
+            if len(tail) == tpl.tail_len:
+                inputs = {}
+                off = 0
+                for name, dt, shape, size in tpl.inputs:
+                    inputs[name] = Tensor(name, dt, shape, raw=tail[off : off + size])
+                    off += size
+                request = InferRequest(
+                    model.name,
+                    inputs,
+                    version,
+                    tpl.id,
+                    dict(tpl.parameters) if tpl.parameters else {},
+                    tpl.outputs,
+                    tpl.correlation_id,
+                    tpl.flags,
+                    tpl.priority,
+                    tpl.timeout_us,
+                    tpl.output_names,
+                    tpl.key,
+                )
+                return request, tpl.enc
+        request, enc = decode_infer_request(model, version, body, header_length, self._shm)
+        tpl = self._template(model, version, request, enc, len(body) - header_length, head)
+        if tpl is not None:
+            if len(self._cache) >= self._capacity:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[head] = tpl
+            request.validation_key = head
+        return request, enc
+
+    @staticmethod
+    def _template(
+        model: Model, version: str, request: InferRequest, enc: OutputEncoding, tail_len: int, head: bytes
+    ) -> _Template | None:
+        if enc.shm:
+            return None  # windows are resolved per request
+        specs = []
+        for t in request.inputs.values():
+            if t.raw is None or t.datatype is BYTES:
+                return None
+            specs.append((t.name, t.datatype, t.shape, t.raw_byte_size()))
+        return _Template(
+            model,
+            version,
+            tuple(specs),
+            tail_len,
+            request.id,
+            request.parameters,
+            request.correlation_id,
+            request.flags,
+            request.priority,
+            request.timeout_us,
+            request.outputs,
+            request.output_names,
+            enc,
+            head,
+        )

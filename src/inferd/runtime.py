@@ -1,0 +1,124 @@
+"""The composition root: the core, the shared-memory registry and the front ends, in one order.
+
+``inferd serve`` (``cli.py``) and the in-process API (``inferd.Server``, ``api.py``) both run a
+``Runtime``; nothing else builds front ends. Start: load the models, then gRPC, HTTP and metrics
+(a port that cannot be bound is an error, except metrics, as in the reference). Stop: stop
+accepting (HTTP closes its listener and idle connections, gRPC sends GOAWAY and refuses new
+calls), drain the requests in flight up to ``--exit-timeout-secs``, unload the models, then close
+the connections, the metrics endpoint and the shared-memory mappings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from inferd.core.server import ServerCore
+from inferd.errors import InferdError
+from inferd.options import ServerOptions
+from inferd.shm.system import SharedMemoryManager
+
+log = logging.getLogger("inferd")
+
+#: how often the drain looks at the number of requests in flight
+_DRAIN_POLL_S = 0.02
+
+
+class FrontendError(Exception):
+    """A front end could not start; the message is what ``inferd serve`` prints."""
+
+
+class Runtime:
+    """One server: its core and the front ends the options ask for."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.core = ServerCore(options)
+        #: client shared-memory regions: one registry for every front end
+        self.shm = SharedMemoryManager()
+        self.http: Any = None
+        self.grpc: Any = None
+        self.metrics: Any = None
+        self._stopped = False
+
+    async def load(self) -> None:
+        """Load the model repositories (control mode none: every model, now)."""
+        await self.core.start()
+
+    async def start_frontends(self) -> None:
+        """gRPC, HTTP and metrics, as the options ask; FrontendError when gRPC or HTTP cannot bind
+        (what started is stopped again)."""
+        options = self.options
+        try:
+            if options.allow_grpc:  # grpcio is imported only when gRPC is served
+                from inferd.frontends.grpc.h2server import make_grpc_server
+
+                grpc_server = make_grpc_server(self.core, options, self.shm)
+                try:
+                    await grpc_server.start()
+                except (OSError, InferdError) as e:
+                    raise FrontendError(
+                        f"failed to start GRPC service at {options.grpc_address}:{options.grpc_port}: {e}"
+                    ) from e
+                self.grpc = grpc_server
+                log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_server.port)
+            if options.allow_http:
+                from inferd.frontends.http.app import HttpApp
+                from inferd.frontends.http.protocol import HttpServer
+
+                http = HttpServer(HttpApp(self.core, self.shm), options.http_address, options.http_port)
+                try:
+                    await http.start()
+                except OSError as e:
+                    raise FrontendError(
+                        f"failed to start HTTP service at {options.http_address}:{options.http_port}: {e}"
+                    ) from e
+                self.http = http
+                log.info("Started HTTPService at %s:%d", options.http_address, http.port)
+        except FrontendError:
+            await self.stop(0)
+            raise
+        if options.allow_metrics:
+            await self._start_metrics()
+
+    async def _start_metrics(self) -> None:
+        from inferd.metrics.http import metrics_server
+
+        options = self.options
+        address = options.metrics_address or options.http_address
+        metrics = metrics_server(self.core, address, options.metrics_port)
+        try:
+            await metrics.start()
+        except OSError as e:
+            # as the reference: a metrics port in use is an error, but serving goes on without it
+            log.error("failed to start Metrics Service at %s:%d: %s", address, options.metrics_port, e)
+            return
+        self.metrics = metrics
+        log.info("Started Metrics Service at %s:%d", address, metrics.port)
+
+    async def stop(self, timeout_s: float | None = None) -> None:
+        """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``), unload, close."""
+        if self._stopped:
+            return
+        self._stopped = True
+        timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        if self.http is not None:
+            self.http.stop_listening()
+        grpc_stopping = None
+        if self.grpc is not None:  # refuses new RPCs from now on; running ones finish while the core drains
+            grpc_stopping = asyncio.get_running_loop().create_task(self.grpc.stop(timeout))
+        core = self.core
+        while core.inflight() and time.monotonic() < deadline:
+            await asyncio.sleep(_DRAIN_POLL_S)
+        await core.stop(max(0.0, deadline - time.monotonic()))
+        if self.grpc is not None and grpc_stopping is not None:
+            await self.grpc.stop(0.5)  # what is left are open streams with nothing in flight
+            await grpc_stopping
+        if self.http is not None:
+            await self.http.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
+        self.shm.close()
