@@ -71,6 +71,8 @@ def _add_option(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], hint
         kwargs.update(type=_bool, nargs="?", const=True, metavar="BOOL")
     elif kind is int:
         kwargs.update(type=int, metavar="N")
+    elif kind is float:
+        kwargs.update(type=float, metavar="SECONDS")
     elif "choices" not in meta:
         kwargs["metavar"] = "TEXT"
     parser.add_argument(*flags, **kwargs)

@@ -59,6 +59,19 @@ class ServerOptions:
     allow_http: bool = option(True, "serve the HTTP/REST API")
     http_address: str = option("0.0.0.0", "address the HTTP API listens on")
     http_port: int = option(8000, "port of the HTTP API (0: any free port)")
+    http_max_input_size: int = option(
+        1 << 26, "bytes: the largest HTTP request body, before and after decompression (413 / 400 over it)"
+    )
+    http_max_url_size: int = option(16384, "bytes: the longest request URL (414 over it)")
+    http_max_header_size: int = option(65536, "bytes: all header fields of a request together (431 over it)")
+    http_max_header_count: int = option(100, "header fields of one request (431 over it)")
+    http_header_timeout_secs: float = option(
+        30.0, "seconds a request may take to send its headers (408 and close after: slowloris); 0: no limit"
+    )
+    http_idle_timeout_secs: float = option(
+        300.0, "seconds an idle keep-alive connection (or a stalled body) is kept open; 0: no limit"
+    )
+    max_connections: int = option(10000, "open connections per port; the ones over get 503 and are closed")
     allow_grpc: bool = option(True, "serve the gRPC API")
     grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")
     grpc_port: int = option(8001, "port of the gRPC API (0: any free port)")

@@ -17,6 +17,7 @@ from typing import Any
 
 from inferd.core.server import ServerCore
 from inferd.errors import InferdError
+from inferd.frontends.http.protocol import HttpLimits
 from inferd.options import ServerOptions
 from inferd.shm.system import SharedMemoryManager
 
@@ -24,6 +25,19 @@ log = logging.getLogger("inferd")
 
 #: how often the drain looks at the number of requests in flight
 _DRAIN_POLL_S = 0.02
+
+
+def http_limits(options: ServerOptions) -> HttpLimits:
+    """The HTTP connection limits the options set."""
+    return HttpLimits(
+        max_body=options.http_max_input_size,
+        max_url=options.http_max_url_size,
+        max_header_bytes=options.http_max_header_size,
+        max_headers=options.http_max_header_count,
+        max_connections=options.max_connections,
+        header_timeout_s=options.http_header_timeout_secs,
+        idle_timeout_s=options.http_idle_timeout_secs,
+    )
 
 
 class FrontendError(Exception):
@@ -68,7 +82,8 @@ class Runtime:
                 from inferd.frontends.http.app import HttpApp
                 from inferd.frontends.http.protocol import HttpServer
 
-                http = HttpServer(HttpApp(self.core, self.shm), options.http_address, options.http_port)
+                app = HttpApp(self.core, self.shm, max_input_size=options.http_max_input_size)
+                http = HttpServer(app, options.http_address, options.http_port, http_limits(options))
                 try:
                     await http.start()
                 except OSError as e:

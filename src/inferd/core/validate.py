@@ -24,6 +24,7 @@ _BATCH_NOTE = (
 
 
 _LEN = struct.Struct("<I")
+_INT64_MAX = 2**63 - 1
 
 
 def request_prefix(request: InferRequest) -> str:
@@ -118,6 +119,14 @@ def validate_request(request: InferRequest, model: Model) -> None:
                 f"{request_prefix(request)}All input dimensions should be specified for input '{t.name}' for "
                 f"model '{name}', got {_shape_str(t.shape)}"
             )
+        count = 1
+        for d in t.shape:
+            count *= d
+        if count * t.datatype.itemsize > _INT64_MAX or max(t.shape, default=0) > _INT64_MAX:
+            raise InvalidArgumentError(
+                f"byte size overflow for input '{t.name}': element count ({count}) * data type size "
+                f"({t.datatype.itemsize}) exceeds maximum allowed size ({_INT64_MAX})"
+            )
     if any(r not in inputs for r in model.required_inputs):
         raise _missing_inputs_error(request, model, order)
     request.batch_size = batch_size if mbs > 0 else 1
@@ -138,6 +147,13 @@ def validate_request(request: InferRequest, model: Model) -> None:
             raise InvalidArgumentError(
                 f"{request_prefix(request)}input byte size mismatch for input '{t.name}' for model "
                 f"'{name}'. Expected {expected_bytes}, got {nbytes}"
+            )
+        if mbs > 0 and t.shape[0] != (batch_size or t.shape[0]):
+            # the reference lets a batch dimension of 0 pass beside a batch size set by another input;
+            # its data then fits no array of its own shape, and the model would fail on it
+            raise InvalidArgumentError(
+                f"{request_prefix(request)}input '{t.name}' has shape {_shape_str(t.shape)} for model "
+                f"'{name}', which holds no data, but {nbytes} bytes were sent"
             )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import gzip
@@ -38,6 +39,10 @@ _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
 _LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
+_INT64_MAX = 2**63 - 1
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+#: compressed /infer bodies larger than this inflate on a worker thread (zlib lets go of the GIL)
+_INFLATE_INLINE_MAX = 1 << 16
 #: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
 _TEXT_ERRORS = ("inference header size should be", "Unsupported compression type", "incomplete string data")
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
@@ -46,24 +51,44 @@ _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction p
 _error = send_error
 
 
-def _decompress(req: HttpRequest) -> bytes:
-    enc = req.headers.get("content-encoding", "").strip().lower()
-    if not enc or enc == "identity":
-        return req.body
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """A gzip or deflate body, never more than ``limit`` bytes of it (in bounded memory: a body that
+    inflates past the limit is refused after ``limit`` + 1 bytes, however far it would go)."""
+    if not encoding or encoding == "identity":
+        return body
+    if encoding not in _WBITS:
+        raise UnsupportedError("Unsupported compression type")
+    d = zlib.decompressobj(_WBITS[encoding])
     try:
-        if enc == "gzip":
-            return gzip.decompress(req.body)
-        if enc == "deflate":
-            return zlib.decompress(req.body)
-    except (OSError, zlib.error, EOFError) as e:
-        raise InvalidArgumentError(f"failed to decompress the request body ({enc}): {e}") from e
-    raise UnsupportedError("Unsupported compression type")
+        out = d.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise InvalidArgumentError(f"failed to decompress the request body ({encoding}): {e}") from e
+    if len(out) > limit or d.unconsumed_tail:
+        raise InvalidArgumentError(
+            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
+            "--http-max-input-size to increase the limit."
+        )
+    if not d.eof:
+        raise InvalidArgumentError(
+            f"failed to decompress the request body ({encoding}): the compressed data ends early"
+        )
+    return out
+
+
+def _encoding(req: HttpRequest) -> str:
+    return req.headers.get("content-encoding", "").strip().lower()
 
 
 def _header_length(text: str) -> int:
-    """Inference-Header-Content-Length as Triton reads it (atoi: leading digits, else 0)."""
+    """Inference-Header-Content-Length as Triton reads it (atoi: leading digits, else 0); more digits
+    than an int64 holds read as the largest int64."""
     m = _LEADING_INT.match(text)
-    return int(m.group(1)) if m else 0
+    if m is None:
+        return 0
+    digits = m.group(1)
+    if len(digits.lstrip("+-").lstrip("0")) > 19:
+        return -_INT64_MAX if digits.startswith("-") else _INT64_MAX
+    return max(-_INT64_MAX, min(_INT64_MAX, int(digits)))
 
 
 def _compress(
@@ -88,12 +113,17 @@ class HttpApp:
         core: Core,
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
+        max_input_size: int = 1 << 26,
     ) -> None:
         self.core = core
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.headers = HeaderCache(shm=self.shm)
         self._generate = GenerateRoutes(core)
+        #: bytes a body may inflate to (the HTTP protocol caps the body as sent)
+        self.max_input_size = max_input_size
+        #: inflations under way on worker threads (owned until they end)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
@@ -196,7 +226,7 @@ class HttpApp:
             return
         repo, index, model, action = m.groups()
         try:
-            body = _decompress(req)
+            body = inflate(req.body, _encoding(req), self.max_input_size)
             doc: Any = {}
             if body.strip():
                 doc = parse_json(body)
@@ -237,7 +267,7 @@ class HttpApp:
             if action == "unregister":
                 (self.shm if kind == "system" else self.cuda_shm).unregister(region)
             else:
-                doc = parse_json(_decompress(req))
+                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
                 if kind == "system":
                     self._register_system(region, doc)
                 else:
@@ -280,7 +310,28 @@ class HttpApp:
 
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
-        call = _InferCall(self.headers, req, resp)
+        encoding = _encoding(req)
+        if encoding in _WBITS and len(req.body) > _INFLATE_INLINE_MAX:
+            task = asyncio.get_running_loop().create_task(self._inflate_then_infer(req, resp, name, version))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._infer(req, resp, name, version, None)
+
+    async def _inflate_then_infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
+        """A large compressed body inflates on a worker thread, so the loop keeps serving meanwhile."""
+        body: bytes | InferdError
+        try:
+            body = await asyncio.to_thread(inflate, req.body, _encoding(req), self.max_input_size)
+        except InferdError as e:
+            body = e  # raised when the body is read, after the model lookup, as inline
+        if not resp.closed:
+            self._infer(req, resp, name, version, body)
+
+    def _infer(
+        self, req: HttpRequest, resp: Responder, name: str, version: str, body: bytes | InferdError | None
+    ) -> None:
+        call = _InferCall(self, req, resp, body)
         try:
             call.version = version = parse_version(version)
             stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
@@ -295,10 +346,13 @@ class HttpApp:
 class _InferCall:
     """One /infer request: decodes its body once the core found the model, answers its response."""
 
-    __slots__ = ("decoding", "enc", "headers", "req", "request", "resp", "version")
+    __slots__ = ("app", "body", "decoding", "enc", "req", "request", "resp", "version")
 
-    def __init__(self, headers: HeaderCache, req: HttpRequest, resp: Responder) -> None:
-        self.headers = headers
+    def __init__(
+        self, app: HttpApp, req: HttpRequest, resp: Responder, body: bytes | InferdError | None
+    ) -> None:
+        self.app = app
+        self.body = body  # the body inflated already (or why it could not be), None: not yet
         self.req = req
         self.resp = resp
         self.decoding = False
@@ -312,7 +366,12 @@ class _InferCall:
         req = self.req
         hl_text = req.headers.get("inference-header-content-length")
         header_length = None if hl_text is None else _header_length(hl_text)
-        self.request, self.enc = self.headers.decode(model, self.version, _decompress(req), header_length)
+        body = self.body
+        if body is None:
+            body = inflate(req.body, _encoding(req), self.app.max_input_size)
+        elif isinstance(body, InferdError):
+            raise body
+        self.request, self.enc = self.app.headers.decode(model, self.version, body, header_length)
         return self.request
 
     def answer(self, r: InferResponse | None, final: bool) -> None:

@@ -50,7 +50,7 @@ def _shape(obj: dict[str, Any]) -> tuple[int, ...]:
     if not isinstance(v, list):
         raise InternalError("Unable to parse 'shape': attempt to access JSON non-array as array")
     for d in v:
-        if type(d) is not int or d < 0:
+        if type(d) is not int or not 0 <= d < 2**64:
             raise InternalError(
                 "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
@@ -65,12 +65,25 @@ _JSON_KIND_ERR = {
 }
 
 
-def _flatten(data: Any, out: list[Any]) -> None:
-    for v in data:
-        if isinstance(v, list):
-            _flatten(v, out)
-        else:
+#: the reference's limit (newer releases): deeper ``data`` is refused before it is walked
+MAX_JSON_DEPTH = 100
+
+
+def _flatten(data: list[Any], out: list[Any]) -> None:
+    """The leaves of nested lists, depth first (iterative: the nesting depth is the client's)."""
+    stack = [iter(data)]
+    while stack:
+        for v in stack[-1]:
+            if isinstance(v, list):
+                if len(stack) >= MAX_JSON_DEPTH:
+                    raise InvalidArgumentError(
+                        f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
+                    )
+                stack.append(iter(v))
+                break
             out.append(v)
+        else:
+            stack.pop()
 
 
 def _json_tensor(name: str, dt: DataType, shape: tuple[int, ...], data: list[Any]) -> Tensor:

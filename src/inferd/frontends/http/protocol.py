@@ -2,6 +2,13 @@
 
 No web framework sits on the hot path: each connection parses with httptools and hands a
 ``HttpRequest`` to the app, which answers synchronously or later through ``Responder``.
+
+``HttpLimits`` bound what one client can make the server hold: the body (413, checked against
+Content-Length before a byte of it is read, and while a chunked body arrives), the URL (414), the
+header fields (431), the connections (503 to the ones over), and time: a request whose headers
+are not complete within ``header_timeout_s`` gets 408 (slowloris), and a connection that sends
+nothing for ``idle_timeout_s`` while it has nothing to answer is closed. The clock is read once per
+``data_received``; one sweep a second looks at every connection (no timer per request).
 """
 
 from __future__ import annotations
@@ -9,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl as ssl_module
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
+import orjson
 
 log = logging.getLogger("inferd.http")
 
@@ -21,16 +31,44 @@ _REASONS = {
     100: "Continue",
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Payload Too Large",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
 }
+_JSON = "application/json"
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in _REASONS.items()}
 _MAX_PIPELINE = 64  # requests waiting behind the one being answered before reading pauses
+_SWEEP_S = 1.0  # how often the server looks for connections past a timeout
+
+
+@dataclass(slots=True, frozen=True)
+class HttpLimits:
+    """What one client may make the server hold (``ServerOptions`` sets them; 0 turns a timeout off)."""
+
+    max_body: int = 1 << 26
+    max_url: int = 16384
+    max_header_bytes: int = 65536
+    max_headers: int = 100
+    max_connections: int = 10000
+    header_timeout_s: float = 30.0
+    idle_timeout_s: float = 300.0
+
+
+class _Reject(Exception):
+    """A request over a limit: answer ``status`` with ``message`` and close the connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 @dataclass(slots=True)
@@ -137,14 +175,21 @@ App = Callable[[HttpRequest, Responder], Any]
 class HttpConnection(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, app: App, connections: set[HttpConnection]) -> None:
+    def __init__(self, app: App, connections: set[HttpConnection], limits: HttpLimits = HttpLimits()) -> None:
         self._app = app
         self._connections = connections
+        self._limits = limits
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._url = b""
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
+        self._header_bytes = 0
+        self._body_bytes = 0
+        #: monotonic time of the last bytes received, and of the start of a request still being read
+        self.last_io = time.monotonic()
+        self.reading_since: float | None = None
+        self._headers_done = False
         # answers ready before the ones ahead of them: written when their turn comes
         self._pending: dict[
             Responder, tuple[int, bytes | list[bytes | memoryview], str, list[tuple[str, str]] | None]
@@ -161,6 +206,11 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        if len(self._connections) >= self._limits.max_connections:
+            self._write(
+                503, b'{"error":"the server has too many connections; try again later"}', _JSON, None, False
+            )
+            return
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -204,36 +254,71 @@ class HttpConnection(asyncio.Protocol):
         return self._write_paused or not self._queue or self._queue[0] is not responder
 
     def data_received(self, data: bytes) -> None:
+        self.last_io = time.monotonic()
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            if isinstance(cause, _Reject):
+                self.reject(cause.status, cause.message)
+            else:
+                log.error("HTTP parser callback failed", exc_info=cause)
+                self.reject(500, "internal server error")
         except httptools.HttpParserUpgrade:
             self._write_simple(400, b'{"error":"protocol upgrade is not supported"}')
         except httptools.HttpParserError:
             self._write_simple(400, b'{"error":"malformed HTTP request"}')
+
+    def reject(self, status: int, message: str) -> None:
+        """Answer a request over a limit and close: what is left of it is never read."""
+        self._body = []
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+        self._write(status, orjson.dumps({"error": message}), _JSON, None, False)
 
     # -- httptools callbacks -----------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = {}
         self._body = []
+        self._header_bytes = 0
+        self._body_bytes = 0
+        self._headers_done = False
+        self.reading_since = self.last_io
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        if len(self._url) > self._limits.max_url:
+            raise _Reject(414, f"the request URL is longer than {self._limits.max_url} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self._limits
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > limits.max_header_bytes:
+            raise _Reject(431, f"the request's header fields are larger than {limits.max_header_bytes} bytes")
         key = name.decode("latin-1").lower()
         v = value.decode("latin-1")
         prev = self._headers.get(key)
+        if prev is None and len(self._headers) >= limits.max_headers:
+            raise _Reject(431, f"the request has more than {limits.max_headers} header fields")
         self._headers[key] = v if prev is None else f"{prev},{v}"
 
     def on_headers_complete(self) -> None:
+        self._headers_done = True
+        length = self._headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > self._limits.max_body:
+            raise _Reject(413, _too_large(int(length), self._limits.max_body))
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self._limits.max_body:
+            raise _Reject(413, _too_large(self._body_bytes, self._limits.max_body))
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self.reading_since = None
         parser = self._parser
         url = self._url.decode("latin-1")
         path, _, query = url.partition("?")
@@ -362,31 +447,75 @@ class HttpConnection(asyncio.Protocol):
         if self._transport is not None and not (only_idle and self._queue):
             self._transport.close()
 
+    def sweep(self, now: float) -> None:
+        """Close this connection if it is past a timeout (called about once a second)."""
+        limits = self._limits
+        since = self.reading_since
+        if since is not None:
+            if not self._headers_done and limits.header_timeout_s and now - since > limits.header_timeout_s:
+                self.reject(408, f"the request's headers did not arrive within {limits.header_timeout_s:g} s")
+                return
+            if limits.idle_timeout_s and now - self.last_io > limits.idle_timeout_s:
+                self.reject(408, f"the request's body stalled for {limits.idle_timeout_s:g} s")
+                return
+        elif not self._queue and limits.idle_timeout_s and now - self.last_io > limits.idle_timeout_s:
+            self.close(only_idle=True)  # keep-alive, idle: nothing owed, nothing coming
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"the request body of {size} bytes is larger than the limit of {limit} bytes; use "
+        "--http-max-input-size to raise it"
+    )
+
 
 class HttpServer:
     """Listens on (host, port) and serves ``app``; ``stop`` closes the listener and idle connections."""
 
-    def __init__(self, app: App, host: str, port: int) -> None:
+    def __init__(
+        self,
+        app: App,
+        host: str,
+        port: int,
+        limits: HttpLimits = HttpLimits(),
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
+        self.limits = limits
+        self.ssl = ssl
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[HttpConnection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HttpConnection(self.app, self._connections),
+            lambda: HttpConnection(self.app, self._connections, self.limits),
             self.host,
             self.port,
             reuse_address=True,
             backlog=1024,
+            ssl=self.ssl,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        if self.limits.header_timeout_s or self.limits.idle_timeout_s:
+            self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = time.monotonic()
+            for c in list(self._connections):
+                c.sweep(now)
 
     def stop_listening(self) -> None:
         """Refuse new connections; close the idle ones (in-flight answers still go out)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
             self._server = None
