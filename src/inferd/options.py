@@ -66,7 +66,9 @@ class ServerOptions:
     http_max_header_size: int = option(65536, "bytes: all header fields of a request together (431 over it)")
     http_max_header_count: int = option(100, "header fields of one request (431 over it)")
     http_header_timeout_secs: float = option(
-        30.0, "seconds a request may take to send its headers (408 and close after: slowloris); 0: no limit"
+        30.0,
+        "seconds a request may take to send its headers (408 and close after: slowloris), and a gRPC "
+        "client its connection preface; 0: no limit",
     )
     http_idle_timeout_secs: float = option(
         300.0, "seconds an idle keep-alive connection (or a stalled body) is kept open; 0: no limit"
@@ -84,8 +86,18 @@ class ServerOptions:
         "compression of gRPC inference responses (served by grpc.aio)",
         choices=("none", "low", "medium", "high"),
     )
-    grpc_keepalive_time: int = option(7_200_000, "ms between keepalive pings (grpc.aio)")
-    grpc_keepalive_timeout: int = option(20_000, "ms to wait for a keepalive ping's answer (grpc.aio)")
+    grpc_max_message_size: int = option(
+        1 << 26,
+        "bytes: the largest gRPC request message, before and after decompression (RESOURCE_EXHAUSTED)",
+    )
+    grpc_max_concurrent_streams: int = option(
+        256, "calls one gRPC connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS)"
+    )
+    grpc_max_header_list_size: int = option(16384, "bytes: the metadata of one gRPC call")
+    grpc_keepalive_time: int = option(
+        7_200_000, "ms a gRPC connection may be silent before the server pings it"
+    )
+    grpc_keepalive_timeout: int = option(20_000, "ms to wait for a keepalive ping's answer before closing")
     grpc_keepalive_permit_without_calls: bool = option(
         False, "allow keepalive pings on connections without calls (grpc.aio)"
     )

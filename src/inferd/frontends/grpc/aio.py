@@ -90,7 +90,9 @@ def server_options(options: ServerOptions) -> list[tuple[str, Any]]:
     """grpcio channel arguments from tritonserver's gRPC flags."""
     opts: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", options.grpc_max_message_size),
+        ("grpc.max_concurrent_streams", options.grpc_max_concurrent_streams),
+        ("grpc.max_metadata_size", options.grpc_max_header_list_size),
         ("grpc.so_reuseport", 1 if options.reuse_grpc_port else 0),
         ("grpc.keepalive_time_ms", options.grpc_keepalive_time),
         ("grpc.keepalive_timeout_ms", options.grpc_keepalive_timeout),

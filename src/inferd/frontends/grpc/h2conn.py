@@ -6,6 +6,11 @@ HEADERS + CONTINUATION with HPACK decoding, DATA with padding, WINDOW_UPDATE, PI
 GOAWAY), keeps both directions' flow-control windows, and queues what it writes so that one loop
 iteration's frames on a connection go out in one system call. A subclass opens streams and
 receives their data through four hooks.
+
+``H2Limits`` bound what one client can make the connection hold: concurrent streams (advertised in
+SETTINGS, the ones over refused with REFUSED_STREAM), the size of a header block, compressed and
+decoded (ENHANCE_YOUR_CALM past it), a preface that does not come, and a peer that stops answering
+the keepalive PINGs the server sends. ``sweep(now)`` checks the timeouts (about once a second).
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import os
 import struct
+import time
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from hpack import Decoder
@@ -43,7 +51,9 @@ from inferd.frontends.grpc.h2wire import (
     RST_STREAM,
     S_ENABLE_PUSH,
     S_INITIAL_WINDOW,
+    S_MAX_CONCURRENT,
     S_MAX_FRAME,
+    S_MAX_HEADER_LIST,
     SETTINGS,
     WINDOW_UPDATE,
     frame,
@@ -53,6 +63,18 @@ log = logging.getLogger("inferd.grpc")
 
 #: received bytes acknowledged with WINDOW_UPDATE once this many are outstanding
 _ACK_AFTER = 1 << 30
+ENHANCE_YOUR_CALM = 0xB
+
+
+@dataclass(slots=True, frozen=True)
+class H2Limits:
+    """What one client may make a connection hold (0 turns a timeout off)."""
+
+    max_concurrent_streams: int = 256
+    max_header_list: int = 16384
+    preface_timeout_s: float = 30.0
+    keepalive_time_s: float = 7200.0
+    keepalive_timeout_s: float = 20.0
 
 
 class H2Stream:
@@ -90,10 +112,18 @@ class H2Connection(asyncio.Protocol, Generic[S]):
     ``end_of_request`` and ``cancel_stream``."""
 
     def __init__(
-        self, connections: set[Any], max_age: tuple[float | None, float | None] = (None, None)
+        self,
+        connections: set[Any],
+        max_age: tuple[float | None, float | None] = (None, None),
+        limits: H2Limits = H2Limits(),
     ) -> None:
         self._connections = connections
         self._max_age = max_age
+        self._limits = limits
+        self._opened_at = time.monotonic()
+        self.last_io = self._opened_at
+        self._ping_sent: float | None = None  # an unanswered keepalive PING went out then
+        self._ping_payload = b""
         self._transport: asyncio.Transport | None = None
         self._buf = b""  # the start of an incomplete frame (b"": none)
         self._chunks: list[bytes] = []
@@ -103,13 +133,15 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._preface = False
         self._decoder = Decoder()
         self._decoder.max_allowed_table_size = 4096
+        self._decoder.max_header_list_size = limits.max_header_list
         self._block_cache: dict[bytes, list[tuple[str, str]]] = {}
         self._table_mark: tuple[int, int, Any] = (0, 0, None)
         self.streams: dict[int, S] = {}
         self._last_sid = 0
         self._headers_sid = 0  # a header block continues in CONTINUATION frames
         self._headers_flags = 0
-        self._headers_block = b""
+        self._headers_block: list[bytes] = []
+        self._headers_size = 0
         self._send_window = 65535
         self._peer_initial_window = 65535
         self._peer_max_frame = 16384
@@ -146,8 +178,19 @@ class H2Connection(asyncio.Protocol, Generic[S]):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._connections.add(self)
+        limits = self._limits
         settings = struct.pack(
-            ">HIHIHI", S_INITIAL_WINDOW, MAX_WINDOW, S_MAX_FRAME, RECV_MAX_FRAME, S_ENABLE_PUSH, 0
+            ">HIHIHIHIHI",
+            S_INITIAL_WINDOW,
+            MAX_WINDOW,
+            S_MAX_FRAME,
+            RECV_MAX_FRAME,
+            S_ENABLE_PUSH,
+            0,
+            S_MAX_CONCURRENT,
+            limits.max_concurrent_streams,
+            S_MAX_HEADER_LIST,
+            limits.max_header_list,
         )
         age, grace = self._max_age
         if age is not None:  # a maximum connection age: GOAWAY, then close after the grace
@@ -190,8 +233,26 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self.close()
         self._buf = b""
 
+    def sweep(self, now: float) -> None:
+        """Close a connection past a timeout; send a keepalive PING when one is due."""
+        if self._dead or self.lost:
+            return
+        limits = self._limits
+        if not self._preface:
+            if limits.preface_timeout_s and now - self._opened_at > limits.preface_timeout_s:
+                self._error(PROTOCOL_ERROR, "no client preface")
+            return
+        if self._ping_sent is not None:
+            if limits.keepalive_timeout_s and now - self._ping_sent > limits.keepalive_timeout_s:
+                self._error(ENHANCE_YOUR_CALM, "keepalive PING not answered")
+        elif limits.keepalive_time_s and now - self.last_io > limits.keepalive_time_s:
+            self._ping_sent = now
+            self._ping_payload = os.urandom(8)
+            self._write(frame(PING, 0, 0, self._ping_payload))
+
     # -- frames in -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        self.last_io = time.monotonic()
         try:
             self._received(data)
         except Exception:  # a bug or a frame we misjudged: this connection ends, the server serves on
@@ -258,6 +319,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
                     return
                 if not flags & ACK:
                     self._write(frame(PING, ACK, 0, payload))
+                elif payload == self._ping_payload:
+                    self._ping_sent = None
             elif ftype == RST_STREAM:
                 st = self.streams.pop(sid, None)
                 if st is not None:
@@ -320,19 +383,27 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._error(PROTOCOL_ERROR, "bad padding")
             return
         block = payload[start:end]
+        if len(block) > self._limits.max_header_list:
+            self._error(ENHANCE_YOUR_CALM, "header block too large")
+            return
         if flags & END_HEADERS:
             self._header_block(flags, sid, block)
         else:
-            self._headers_sid, self._headers_flags, self._headers_block = sid, flags, block
+            self._headers_sid, self._headers_flags = sid, flags
+            self._headers_block, self._headers_size = [block], len(block)
 
     def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
         if sid != self._headers_sid:
             self._error(PROTOCOL_ERROR, "unexpected CONTINUATION")
             return
-        self._headers_block += payload
+        self._headers_size += len(payload)
+        if self._headers_size > self._limits.max_header_list:  # never buffered past the limit
+            self._error(ENHANCE_YOUR_CALM, "header block too large")
+            return
+        self._headers_block.append(payload)
         if flags & END_HEADERS:
-            block, hflags = self._headers_block, self._headers_flags
-            self._headers_sid, self._headers_block = 0, b""
+            block, hflags = b"".join(self._headers_block), self._headers_flags
+            self._headers_sid, self._headers_block, self._headers_size = 0, [], 0
             self._header_block(hflags, sid, block)
 
     def _decode_block(self, block: bytes) -> list[tuple[str, str]] | None:
@@ -370,7 +441,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._error(PROTOCOL_ERROR, "even stream id")
             return
         self._last_sid = sid
-        if self.going_away:
+        if self.going_away or len(self.streams) >= self._limits.max_concurrent_streams:
             self._write(frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
             return
         st = self.open_stream(sid, headers)

@@ -24,7 +24,7 @@ import grpc
 
 from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
-from inferd.frontends.grpc.h2conn import H2Connection, H2Stream
+from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
     DATA,
     END_HEADERS,
@@ -38,7 +38,6 @@ from inferd.frontends.grpc.h2wire import (
 )
 from inferd.frontends.grpc.service import (
     HEALTH_SERVICE,
-    MAX_MESSAGE_BYTES,
     SERVICE,
     UNARY_RPCS,
     InferenceServicer,
@@ -56,6 +55,20 @@ _CODES = {code: code.value[0] for code in grpc.StatusCode}
 _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
 _UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
 _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
+_DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
+#: grpc-timeout units (gRPC over HTTP/2) in seconds
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_SWEEP_S = 1.0
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def parse_timeout(value: str) -> float | None:
+    """A ``grpc-timeout`` header in seconds (None when malformed: the call then has no deadline)."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
 
 
 class _Failure(Exception):
@@ -89,7 +102,20 @@ class _Context:
 class _Call(H2Stream):
     """One HTTP/2 stream: a gRPC call."""
 
-    __slots__ = ("answered", "body", "encoding", "inbox", "metadata", "path", "pending", "response", "task")
+    __slots__ = (
+        "answered",
+        "body",
+        "encoding",
+        "inbox",
+        "metadata",
+        "path",
+        "pending",
+        "received",
+        "response",
+        "task",
+        "timeout",
+        "timer",
+    )
 
     def __init__(self, conn: GrpcConnection, sid: int, path: str, send_window: int) -> None:
         super().__init__(conn, sid, send_window)
@@ -103,6 +129,9 @@ class _Call(H2Stream):
         #: ModelStreamInfer: messages as they arrive (None: the client half-closed)
         self.inbox: asyncio.Queue[bytes | None] | None = None
         self.pending = bytearray()  # bytes of a message not complete yet (streams)
+        self.received = 0  # bytes of the request buffered (unary)
+        self.timeout: float | None = None  # grpc-timeout, seconds
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class _Handlers:
@@ -117,8 +146,18 @@ class _Handlers:
         self.model_infer = f"/{SERVICE}/ModelInfer"
         self.stream_infer = f"/{SERVICE}/ModelStreamInfer"
         self.health_check = f"/{HEALTH_SERVICE}/Check"
-        age = servicer.options.grpc_max_connection_age
-        grace = servicer.options.grpc_max_connection_age_grace
+        options = servicer.options
+        self.max_message = options.grpc_max_message_size
+        self.limits = H2Limits(
+            max_concurrent_streams=options.grpc_max_concurrent_streams,
+            max_header_list=options.grpc_max_header_list_size,
+            preface_timeout_s=options.http_header_timeout_secs,
+            keepalive_time_s=options.grpc_keepalive_time / 1000,
+            keepalive_timeout_s=options.grpc_keepalive_timeout / 1000,
+        )
+        self.max_connections = options.max_connections
+        age = options.grpc_max_connection_age
+        grace = options.grpc_max_connection_age_grace
         #: seconds: connection age before GOAWAY, and the grace after it
         self.max_age = (
             None if age is None else age / 1000,
@@ -130,13 +169,20 @@ class GrpcConnection(H2Connection[_Call]):
     """One client connection: gRPC calls over ``H2Connection``'s streams."""
 
     def __init__(self, handlers: _Handlers, connections: set[GrpcConnection]) -> None:
-        super().__init__(connections, handlers.max_age)
+        super().__init__(connections, handlers.max_age, handlers.limits)
         self._h = handlers
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        over = len(self._connections) >= self._h.max_connections
+        super().connection_made(transport)
+        if over:
+            self._error(ENHANCE_YOUR_CALM, "the server has too many connections")
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, sid: int, headers: list[tuple[str, str]]) -> _Call:
         path = ""
         encoding = ""
+        timeout = None
         metadata = []
         for name, value in headers:
             if name[0] == ":":
@@ -144,15 +190,20 @@ class GrpcConnection(H2Connection[_Call]):
                     path = value
             elif name == "grpc-encoding":
                 encoding = value
+            elif name == "grpc-timeout":
+                timeout = parse_timeout(value)
             elif name not in ("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"):
                 metadata.append((name, value))
         st = _Call(self, sid, path, self._peer_initial_window)
         st.encoding = encoding
         st.metadata = tuple(metadata)
+        st.timeout = timeout
         return st
 
     def started(self, st: _Call) -> None:
         h = self._h
+        if st.timeout is not None:
+            st.timer = asyncio.get_running_loop().call_later(st.timeout, self._deadline, st)
         if st.path == h.stream_infer:
             st.inbox = asyncio.Queue()
             st.task = asyncio.get_running_loop().create_task(self._run_stream(st))
@@ -162,14 +213,39 @@ class GrpcConnection(H2Connection[_Call]):
     def stream_data(self, st: _Call, data: bytes) -> None:
         if st.inbox is not None:
             self._feed(st, data)
-        elif data:
+        elif data and not st.answered:
+            st.received += len(data)
+            if st.received > self._h.max_message + 5:  # never buffered past the limit
+                st.body = []
+                self.finish(st, _RESOURCE_EXHAUSTED, self._too_large(st.received - 5))
+                return
             st.body.append(data)
 
     def cancel_stream(self, st: _Call) -> None:
         st.answered = True
+        self._stop_timer(st)
         if st.response is not None:
             st.response.cancel("the client reset the stream")  # the model may check is_cancelled()
         self._cancel_task(st)
+
+    def _deadline(self, st: _Call) -> None:
+        """The call's grpc-timeout passed: DEADLINE_EXCEEDED, and the request is cancelled."""
+        st.timer = None
+        if st.closed:
+            return
+        if st.response is not None:
+            st.response.cancel("the call's deadline passed")
+        self._cancel_task(st)
+        self.finish(st, _DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    @staticmethod
+    def _stop_timer(st: _Call) -> None:
+        if st.timer is not None:
+            st.timer.cancel()
+            st.timer = None
+
+    def _too_large(self, size: int) -> str:
+        return f"Received message larger than max ({size} vs. {self._h.max_message})"
 
     # -- requests --------------------------------------------------------------------------------
     def _feed(self, st: _Call, payload: bytes) -> None:
@@ -179,6 +255,11 @@ class GrpcConnection(H2Connection[_Call]):
         assert st.inbox is not None
         while len(buf) >= 5:
             n = int.from_bytes(buf[1:5], "big")
+            if n > self._h.max_message:  # refused before it is buffered
+                buf.clear()
+                self._cancel_task(st)
+                self.finish(st, _RESOURCE_EXHAUSTED, self._too_large(n))
+                return
             if len(buf) < 5 + n:
                 break
             try:
@@ -191,15 +272,24 @@ class GrpcConnection(H2Connection[_Call]):
             st.inbox.put_nowait(message)
 
     def _message(self, st: _Call, compressed: int, data: bytes) -> bytes:
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise _Failure(_RESOURCE_EXHAUSTED, "Received message larger than max")
+        limit = self._h.max_message
+        if len(data) > limit:
+            raise _Failure(_RESOURCE_EXHAUSTED, self._too_large(len(data)))
         if not compressed:
             return data
-        if st.encoding == "gzip":
-            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-        if st.encoding == "deflate":
-            return zlib.decompress(data)
-        raise _Failure(_UNIMPLEMENTED, f"Compression algorithm '{st.encoding}' is not supported")
+        wbits = _WBITS.get(st.encoding)
+        if wbits is None:
+            raise _Failure(_UNIMPLEMENTED, f"Compression algorithm '{st.encoding}' is not supported")
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(data, limit + 1)
+        except zlib.error as e:
+            raise _Failure(_INTERNAL, f"Failed to decompress the message: {e}") from e
+        if len(out) > limit or d.unconsumed_tail:
+            raise _Failure(
+                _RESOURCE_EXHAUSTED, f"Received message larger than max (decompressed: over {limit} bytes)"
+            )
+        return out
 
     def end_of_request(self, st: _Call) -> None:
         if st.inbox is not None:
@@ -266,6 +356,8 @@ class GrpcConnection(H2Connection[_Call]):
         if st.answered:
             return
         st.answered = True
+        if st.timer is not None:
+            self._stop_timer(st)
         msg = length_prefixed(message)
         n = len(msg)
         if (
@@ -297,6 +389,8 @@ class GrpcConnection(H2Connection[_Call]):
         if st.closed:
             return
         st.answered = True
+        if st.timer is not None:
+            self._stop_timer(st)
         if not st.headers_sent and not st.outq:
             st.headers_sent = True
             block = RESPONSE_HEADERS + status_block(code, message)
@@ -331,6 +425,7 @@ class LeanGrpcServer:
         self._connections: set[GrpcConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._deadline: float | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Bind and serve; ``port`` 0 picks a free one. OSError when the address cannot be bound."""
@@ -343,9 +438,20 @@ class LeanGrpcServer:
             backlog=1024,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = time.monotonic()
+            for c in list(self._connections):
+                c.sweep(now)
 
     async def stop(self, grace: float | None = None) -> None:
         """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         for c in list(self._connections):

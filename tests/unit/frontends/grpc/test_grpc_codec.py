@@ -433,7 +433,9 @@ def test_server_options_follow_tritonservers_flags() -> None:
             )
         )
     )
-    assert opts["grpc.max_send_message_length"] == opts["grpc.max_receive_message_length"] == 2**31 - 1
+    assert opts["grpc.max_send_message_length"] == 2**31 - 1
+    assert opts["grpc.max_receive_message_length"] == 1 << 26  # --grpc-max-message-size
+    assert opts["grpc.max_concurrent_streams"] == 256
     assert opts["grpc.keepalive_time_ms"] == 1000 and opts["grpc.keepalive_timeout_ms"] == 20000
     assert opts["grpc.max_connection_age_ms"] == 5 and opts["grpc.so_reuseport"] == 1
     assert opts["grpc.default_compression_level"] == 3

@@ -39,8 +39,8 @@ class FakeServicer(InferenceServicer):
     metadata, ModelMetadata answers big, slow and unknown models, ModelStreamInfer echoes every
     message, then ends OK. The RPCs not overridden fail (the fake core has none of them)."""
 
-    def __init__(self) -> None:
-        super().__init__(FakeCore(), ServerOptions())  # type: ignore[arg-type]
+    def __init__(self, **options: Any) -> None:
+        super().__init__(FakeCore(), ServerOptions(**options))  # type: ignore[arg-type]
         self.metadata: Any = None
         self.stream_cancelled = False
         self.release = asyncio.Event()
