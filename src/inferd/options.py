@@ -73,6 +73,11 @@ class ServerOptions:
     http_idle_timeout_secs: float = option(
         300.0, "seconds an idle keep-alive connection (or a stalled body) is kept open; 0: no limit"
     )
+    allow_client_shm: bool = option(
+        True,
+        "let clients register system shared memory (2.51 behaviour; newer reference releases default to "
+        "false: turn it off when clients do not share the host)",
+    )
     max_connections: int = option(10000, "open connections per port; the ones over get 503 and are closed")
     allow_grpc: bool = option(True, "serve the gRPC API")
     grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")

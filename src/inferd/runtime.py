@@ -19,7 +19,7 @@ from inferd.core.server import ServerCore
 from inferd.errors import InferdError
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.options import ServerOptions
-from inferd.shm.system import SharedMemoryManager
+from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
 log = logging.getLogger("inferd")
 
@@ -50,8 +50,9 @@ class Runtime:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core = ServerCore(options)
-        #: client shared-memory regions: one registry for every front end
-        self.shm = SharedMemoryManager()
+        #: client shared-memory regions: one registry (of each kind) for every front end
+        self.shm = SharedMemoryManager(options.allow_client_shm)
+        self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
         self.http: Any = None
         self.grpc: Any = None
         self.metrics: Any = None
@@ -69,7 +70,7 @@ class Runtime:
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
 
-                grpc_server = make_grpc_server(self.core, options, self.shm)
+                grpc_server = make_grpc_server(self.core, options, self.shm, self.cuda_shm)
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -82,7 +83,7 @@ class Runtime:
                 from inferd.frontends.http.app import HttpApp
                 from inferd.frontends.http.protocol import HttpServer
 
-                app = HttpApp(self.core, self.shm, max_input_size=options.http_max_input_size)
+                app = HttpApp(self.core, self.shm, self.cuda_shm, max_input_size=options.http_max_input_size)
                 http = HttpServer(app, options.http_address, options.http_port, http_limits(options))
                 try:
                     await http.start()

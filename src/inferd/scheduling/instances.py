@@ -218,8 +218,14 @@ class InstancePool:
                         self._drain_scheduled = True
                         self._loop.call_soon_threadsafe(self._drain)
                 # answers cross back after the count dropped: a caller that sees its answer sees it
-                for answered, responses in out:
-                    self._loop.call_soon_threadsafe(_deliver, answered, responses)
+                self._send_back(out)
+                # an idle worker holds nothing: the last batch's tensors may be views over a client's
+                # shared memory, which cannot be unregistered while they live
+                del batch, out
+
+    def _send_back(self, out: list[tuple[list[InferRequest], list[InferResponse]]]) -> None:
+        for answered, responses in out:
+            self._loop.call_soon_threadsafe(_deliver, answered, responses)
 
     def _drain(self) -> None:
         """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""

@@ -3,12 +3,22 @@
 Both frontends resolve ``shared_memory_region`` parameters here; inputs become views over the
 mapping (no copy) and outputs are written straight into it. Bounds are checked before any byte
 is read or written. Texts are the reference's.
+
+Safety: a key is opened with ``O_NOFOLLOW`` and must name a regular shared-memory object (a
+symlink in /dev/shm cannot point a region at another file); the registered window must lie in
+the object as it is, and is checked again against the object's size on every request (a client
+that shrinks its object afterwards gets an error, not a server killed by SIGBUS, except in the
+moment between that check and the copy). A region some request still uses (any view over its
+mapping is alive) is not unregistered: the reference 2.51's answer, "it is currently in use".
+``allow_client_shm=False`` refuses registrations altogether, as newer reference releases do by
+default.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +29,17 @@ from inferd.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    UnsupportedError,
 )
 
 #: where POSIX shm_open keys live on Linux
 SHM_DIR = "/dev/shm"
 #: sizeof(cudaIpcMemHandle_t)
 CUDA_IPC_HANDLE_SIZE = 64
+#: newer reference releases' answer when client shared memory is off
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
 
 
 @dataclass(slots=True)
@@ -37,28 +52,36 @@ class SystemRegion:
     byte_size: int
     mapping: mmap.mmap
     view: memoryview  # the registered window [offset, offset + byte_size)
+    fd: int  # kept open: the object's size is checked again per request
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Unmap; False (and still mapped) while a request holds a view over the mapping."""
         self.view.release()
         try:
             self.mapping.close()
         except BufferError:
-            pass  # an in-flight request still holds a view: the mapping closes when it is released
+            self.view = memoryview(self.mapping)[self.offset : self.offset + self.byte_size]
+            return False
+        os.close(self.fd)
+        return True
 
 
 class SharedMemoryManager:
     """The system shared-memory regions of one server (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, allow_client_shm: bool = True) -> None:
         self._regions: dict[str, SystemRegion] = {}
         self._lock = threading.Lock()
+        self.allow_client_shm = allow_client_shm
 
     # -- extension endpoints ---------------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes at ``offset`` of the shm object ``key`` under ``name``."""
+        if not self.allow_client_shm:
+            raise UnsupportedError(CLIENT_SHM_DISABLED)
         with self._lock:
             if name in self._regions:
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
@@ -66,18 +89,22 @@ class SharedMemoryManager:
         if "/" in key.lstrip("/") or not key.strip("/"):
             raise InternalError(f"Unable to open shared memory region: '{key}'")
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
             raise InternalError(f"Unable to open shared memory region: '{key}'") from e
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO, a device, a directory: not a shm object
+                raise InternalError(f"Invalid shared memory region: '{key}'")
+            size = st.st_size
             if offset < 0 or byte_size <= 0 or offset + byte_size > size:
                 raise InvalidArgumentError(f"failed to register shared memory region '{name}': invalid args")
             mapping = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
         region = SystemRegion(
-            name, key, offset, byte_size, mapping, memoryview(mapping)[offset : offset + byte_size]
+            name, key, offset, byte_size, mapping, memoryview(mapping)[offset : offset + byte_size], fd
         )
         with self._lock:
             if name in self._regions:
@@ -86,15 +113,24 @@ class SharedMemoryManager:
             self._regions[name] = region
 
     def unregister(self, name: str = "") -> None:
-        """Forget one region (unknown names are fine, as the reference) or, with no name, all."""
+        """Forget one region (unknown names are fine, as the reference) or, with no name, all; a
+        region a request still uses stays (INTERNAL, the reference 2.51's texts)."""
         with self._lock:
             if name:
-                regions = [r for r in [self._regions.pop(name, None)] if r is not None]
-            else:
-                regions = list(self._regions.values())
-                self._regions.clear()
-        for r in regions:
-            r.close()
+                r = self._regions.get(name)
+                if r is not None and not r.close():
+                    raise InternalError(
+                        f"Cannot unregister shared memory region '{name}', it is currently in use."
+                    )
+                self._regions.pop(name, None)
+                return
+            busy = [n for n, r in self._regions.items() if not r.close()]
+            self._regions = {n: r for n, r in self._regions.items() if n in busy}
+        if busy:
+            raise InternalError(
+                "Failed to unregister the following system shared memory regions: "
+                + "".join(f"{n} ," for n in busy)
+            )
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         with self._lock:
@@ -106,7 +142,12 @@ class SharedMemoryManager:
             return [r.status() for r in self._regions.values()]
 
     def close(self) -> None:
-        self.unregister()
+        """At shutdown: unmap what can be unmapped (a mapping still in use goes with its last view)."""
+        with self._lock:
+            regions, self._regions = list(self._regions.values()), {}
+        for r in regions:
+            if not r.close():
+                r.view.release()
 
     # -- request side ------------------------------------------------------------------------------
     def resolve(self, name: str, offset: int, byte_size: int | None) -> memoryview:
@@ -117,16 +158,27 @@ class SharedMemoryManager:
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
         if byte_size is None or byte_size <= 0 or offset < 0 or offset + byte_size > r.byte_size:
             raise InvalidArgumentError(f"Invalid offset + byte size for shared memory region: '{name}'")
+        try:
+            size = os.fstat(r.fd).st_size
+        except OSError:
+            size = -1
+        if r.offset + offset + byte_size > size:  # the client shrank its object: reading would SIGBUS
+            raise InvalidArgumentError(
+                f"shared memory region '{name}' is smaller than when it was registered ({size} bytes)"
+            )
         return r.view[offset : offset + byte_size]
 
 
 class CudaSharedMemoryManager:
     """CUDA IPC regions. Without a GPU every registration fails as the reference's does."""
 
-    def __init__(self) -> None:
+    def __init__(self, allow_client_shm: bool = True) -> None:
         self._regions: dict[str, dict[str, Any]] = {}
+        self.allow_client_shm = allow_client_shm
 
     def register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        if not self.allow_client_shm:
+            raise UnsupportedError(CLIENT_SHM_DISABLED)
         if len(raw_handle) != CUDA_IPC_HANDLE_SIZE:
             raise InvalidArgumentError("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
         # No CUDA runtime here: opening the IPC handle is impossible (the reference's answer).

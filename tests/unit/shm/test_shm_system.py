@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
+from inferd.errors import (
+    AlreadyExistsError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnsupportedError,
+)
 from inferd.shm.system import SHM_DIR, CudaSharedMemoryManager, SharedMemoryManager
 
 
@@ -81,14 +87,65 @@ def test_resolve_bounds_are_checked_before_any_byte(key: str, offset: int, size:
     m.close()
 
 
-def test_unregister_while_a_view_is_held(key: str) -> None:
+def test_a_region_in_use_is_not_unregistered(key: str) -> None:
+    """As the reference 2.51: unmapping under a running request would be a memory-safety bug."""
     m = SharedMemoryManager()
     m.register("r", key, 0, 128)
     view = m.resolve("r", 0, 8)
-    m.unregister()  # the mapping stays alive for the holder of the view
-    assert bytes(view) == bytes(8)
+    with pytest.raises(
+        InternalError, match="Failed to unregister the following system shared memory regions: r ,"
+    ):
+        m.unregister()
+    with pytest.raises(
+        InternalError, match="Cannot unregister shared memory region 'r', it is currently in use"
+    ):
+        m.unregister("r")
+    assert bytes(view) == bytes(8)  # still mapped
+    assert [r["name"] for r in m.status()] == ["r"]
     view.release()
+    m.unregister("r")
+    assert m.status() == []
     assert os.path.exists(Path(SHM_DIR) / key.lstrip("/"))  # the client's object is the client's
+
+
+def test_symlinks_and_other_files_are_refused(key: str, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 128)
+    link = Path(SHM_DIR) / f"inferd_link_{os.getpid()}"
+    link.symlink_to(secret)
+    fifo = Path(SHM_DIR) / f"inferd_fifo_{os.getpid()}"
+    os.mkfifo(fifo)
+    try:
+        m = SharedMemoryManager()
+        with pytest.raises(InternalError, match="Unable to open shared memory region"):
+            m.register("l", "/" + link.name, 0, 64)
+        with pytest.raises(InternalError, match="Invalid shared memory region"):
+            m.register("f", "/" + fifo.name, 0, 64)
+        assert m.status() == []
+    finally:
+        link.unlink()
+        fifo.unlink()
+
+
+def test_client_shared_memory_can_be_turned_off(key: str) -> None:
+    with pytest.raises(UnsupportedError, match="Client shared memory is disabled"):
+        SharedMemoryManager(allow_client_shm=False).register("r", key, 0, 128)
+    with pytest.raises(UnsupportedError, match="--allow-client-shm=true"):
+        CudaSharedMemoryManager(allow_client_shm=False).register("c", b"\x00" * 64, 0, 64)
+
+
+def test_an_object_shrunk_after_registration_is_refused_not_read(key: str) -> None:
+    m = SharedMemoryManager()
+    m.register("r", key, 0, 128)
+    fd = os.open(Path(SHM_DIR) / key.lstrip("/"), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 16)
+    finally:
+        os.close(fd)
+    with pytest.raises(InvalidArgumentError, match="smaller than when it was registered"):
+        m.resolve("r", 64, 64)
+    assert len(m.resolve("r", 0, 16)) == 16
+    m.unregister()
 
 
 def test_cuda_without_gpu() -> None:

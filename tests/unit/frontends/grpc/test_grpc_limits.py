@@ -48,7 +48,11 @@ def test_streams_over_the_limit_are_refused() -> None:
         assert all(sid in p.conn.streams for sid in sids)
         # a client library queues a third call; a client that ignores SETTINGS is refused
         block = p.h2.encoder.encode(
-            [(":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ServerLive")]
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", "/inference.GRPCInferenceService/ServerLive"),
+            ]
         )
         p.conn.data_received(frame(1, 0x4 | 0x1, 5, block))
         await asyncio.sleep(0)
