@@ -14,6 +14,7 @@ import time
 import typing
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from inferd import __version__
@@ -63,16 +64,21 @@ def _add_option(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], hint
         kwargs["choices"] = meta["choices"]
     base = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
     kind = base[0] if len(base) == 1 else hint
-    if typing.get_origin(hint) is list:  # --model-repository: repeated, required
-        kwargs.update(
-            action="append", default=[], required=True, type=typing.get_args(hint)[0], metavar="PATH"
-        )
+    if typing.get_origin(hint) is list:  # repeatable flags
+        item = typing.get_args(hint)[0]
+        required = bool(meta.get("required"))
+        kwargs.update(action="append", default=[], required=required, type=item)
+        kwargs["metavar"] = "PATH" if item is Path else "SETTING"
+        if not required:
+            kwargs["help"] += " (default: none)"
     elif kind is bool:
         kwargs.update(type=_bool, nargs="?", const=True, metavar="BOOL")
     elif kind is int:
         kwargs.update(type=int, metavar="N")
     elif kind is float:
         kwargs.update(type=float, metavar="SECONDS")
+    elif kind is Path:
+        kwargs.update(type=Path, metavar="PATH")
     elif "choices" not in meta:
         kwargs["metavar"] = "TEXT"
     parser.add_argument(*flags, **kwargs)
@@ -114,6 +120,7 @@ def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> s
 
 async def serve(options: ServerOptions) -> int:
     """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code."""
+    from inferd.frontends.access import AccessConfigError
     from inferd.runtime import FrontendError, Runtime
 
     t0 = time.monotonic()
@@ -127,7 +134,11 @@ async def serve(options: ServerOptions) -> int:
             log.error("failed to stat file %s", repo)
             print(f"error: creating server: Internal - failed to stat file {repo}", file=sys.stderr)
             return 1
-    runtime = Runtime(options)
+    try:
+        runtime = Runtime(options)
+    except AccessConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     await runtime.load()
     # What loading created lives as long as the server: keep the cyclic GC from walking it on
     # every full collection (tens of ms on the request path otherwise).

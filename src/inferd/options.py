@@ -26,6 +26,7 @@ class ServerOptions:
         metadata={
             "help": "a model repository folder (repeat the flag for several)",
             "flags": ("--model-repository", "--model-store"),
+            "required": True,
         },
     )
     id: str = option("triton", "the server's name in the server metadata")
@@ -72,6 +73,32 @@ class ServerOptions:
     )
     http_idle_timeout_secs: float = option(
         300.0, "seconds an idle keep-alive connection (or a stalled body) is kept open; 0: no limit"
+    )
+    http_restricted_api: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<categories>:<header>=<value>: those API categories (health, metadata, inference, "
+            "shared-memory, model-config, model-repository, statistics, trace, logging) answer 403 unless "
+            "the request carries the header with that value (the reference's flag; repeatable)"
+        },
+    )
+    grpc_restricted_protocol: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<categories>:<key>=<value>: those gRPC categories answer UNAVAILABLE unless the call's "
+            "metadata has triton-grpc-protocol-<key> with that value (the reference's flag; repeatable)"
+        },
+    )
+    api_keys_file: Path | None = field(
+        default=None,
+        metadata={
+            "help": "a file of API keys, one per line as '<key>: <categories>' ('all' for every category); "
+            "requests then need 'Authorization: Bearer <key>' (HTTP, and gRPC metadata). Keys may also come "
+            "from $INFERD_API_KEYS; never put one on the command line"
+        },
+    )
+    api_keys_exempt: str = option(
+        "health", "API categories open without a key when API keys are on (comma-separated, or '')"
     )
     allow_client_shm: bool = option(
         True,

@@ -17,6 +17,13 @@ from typing import Any
 
 from inferd.core.server import ServerCore
 from inferd.errors import InferdError
+from inferd.frontends.access import (
+    GRPC_RESTRICTED_PREFIX,
+    AccessPolicy,
+    load_keys,
+    parse_categories,
+    parse_restrictions,
+)
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
@@ -53,6 +60,22 @@ class Runtime:
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
+        keys = load_keys(options.api_keys_file)
+        exempt = parse_categories(options.api_keys_exempt) if keys else frozenset()
+        #: who may use which API, per front end (restrictions differ; the keys are the same)
+        self.http_access = AccessPolicy(
+            parse_restrictions(options.http_restricted_api, "http-restricted-api"), keys, exempt
+        )
+        self.grpc_access = AccessPolicy(
+            parse_restrictions(
+                options.grpc_restricted_protocol,
+                "grpc-restricted-protocol",
+                GRPC_RESTRICTED_PREFIX,
+                "protocol",
+            ),
+            keys,
+            exempt,
+        )
         self.http: Any = None
         self.grpc: Any = None
         self.metrics: Any = None
@@ -70,7 +93,7 @@ class Runtime:
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
 
-                grpc_server = make_grpc_server(self.core, options, self.shm, self.cuda_shm)
+                grpc_server = make_grpc_server(self.core, options, self.shm, self.cuda_shm, self.grpc_access)
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -83,7 +106,13 @@ class Runtime:
                 from inferd.frontends.http.app import HttpApp
                 from inferd.frontends.http.protocol import HttpServer
 
-                app = HttpApp(self.core, self.shm, self.cuda_shm, max_input_size=options.http_max_input_size)
+                app = HttpApp(
+                    self.core,
+                    self.shm,
+                    self.cuda_shm,
+                    max_input_size=options.http_max_input_size,
+                    access=self.http_access,
+                )
                 http = HttpServer(app, options.http_address, options.http_port, http_limits(options))
                 try:
                     await http.start()

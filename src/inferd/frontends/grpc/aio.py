@@ -78,7 +78,7 @@ def health_handlers(servicer: InferenceServicer) -> dict[str, grpc.RpcMethodHand
 
     async def check(data: bytes, context: Context) -> bytes:
         try:
-            return servicer.health_check(data)
+            return servicer.health_check(data, context.invocation_metadata())
         except RpcError as e:
             await context.abort(e.code, e.message)
         raise AssertionError("unreachable: abort raises")

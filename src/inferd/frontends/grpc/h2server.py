@@ -24,6 +24,7 @@ import grpc
 
 from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
+from inferd.frontends.access import AccessPolicy
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
     DATA,
@@ -317,7 +318,7 @@ class GrpcConnection(H2Connection[_Call]):
             )
         elif st.path == h.health_check:
             try:
-                self.answer(st, h.servicer.health_check(payload))
+                self.answer(st, h.servicer.health_check(payload, st.metadata))
             except RpcError as e:
                 self._fail(st, e)
         else:
@@ -472,9 +473,10 @@ def make_grpc_server(
     options: ServerOptions,
     shm: SharedMemoryManager | None = None,
     cuda_shm: CudaSharedMemoryManager | None = None,
+    access: AccessPolicy | None = None,
 ) -> Any:
     """The gRPC endpoint ``--grpc-server`` names; TLS and compressed responses always on grpc.aio."""
-    servicer = InferenceServicer(core, options, shm, cuda_shm)
+    servicer = InferenceServicer(core, options, shm, cuda_shm, access)
     lean = options.grpc_server == "lean"
     if lean and not options.grpc_use_ssl and options.grpc_infer_response_compression_level == "none":
         return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port)

@@ -27,6 +27,7 @@ from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, UnsupportedError
+from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.codec import (
     FINAL_FALSE,
@@ -113,6 +114,31 @@ UNARY_RPCS = (
 )
 
 
+#: the API category of every RPC (the reference's)
+RPC_CATEGORY: dict[str, Category] = {
+    "ServerLive": Category.HEALTH,
+    "ServerReady": Category.HEALTH,
+    "ModelReady": Category.HEALTH,
+    "ServerMetadata": Category.METADATA,
+    "ModelMetadata": Category.METADATA,
+    "ModelInfer": Category.INFERENCE,
+    "ModelStreamInfer": Category.INFERENCE,
+    "ModelConfig": Category.MODEL_CONFIG,
+    "ModelStatistics": Category.STATISTICS,
+    "RepositoryIndex": Category.MODEL_REPOSITORY,
+    "RepositoryModelLoad": Category.MODEL_REPOSITORY,
+    "RepositoryModelUnload": Category.MODEL_REPOSITORY,
+    "SystemSharedMemoryStatus": Category.SHARED_MEMORY,
+    "SystemSharedMemoryRegister": Category.SHARED_MEMORY,
+    "SystemSharedMemoryUnregister": Category.SHARED_MEMORY,
+    "CudaSharedMemoryStatus": Category.SHARED_MEMORY,
+    "CudaSharedMemoryRegister": Category.SHARED_MEMORY,
+    "CudaSharedMemoryUnregister": Category.SHARED_MEMORY,
+    "TraceSetting": Category.TRACE,
+    "LogSettings": Category.LOGGING,
+}
+
+
 class InferenceServicer:
     """Every RPC of GRPCInferenceService over one core."""
 
@@ -122,9 +148,11 @@ class InferenceServicer:
         options: ServerOptions,
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.core = core
         self.options = options
+        self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.encoder = ResponseEncoder()
@@ -133,8 +161,32 @@ class InferenceServicer:
         self._requests = {name: getattr(pb, f"{name}Request") for name in UNARY_RPCS}
 
     # -- the transports' entry points ------------------------------------------------------------
+    def authorize(self, rpc: str, metadata: Metadata | None) -> None:
+        """RpcError unless the call's metadata may use ``rpc`` (restrictions, API keys)."""
+        access = self.access
+        if access is None:
+            return
+        category = RPC_CATEGORY[rpc]
+        headers = {k.lower(): v if isinstance(v, str) else v.decode("latin-1") for k, v in (metadata or ())}
+        denied = access.check(category, headers)
+        if denied is None:
+            return
+        why, header = denied
+        if why is Denial.RESTRICTED:
+            raise RpcError(
+                grpc.StatusCode.UNAVAILABLE, f"This protocol is restricted, expecting header '{header}'"
+            )
+        if why is Denial.UNAUTHENTICATED:
+            raise RpcError(
+                grpc.StatusCode.UNAUTHENTICATED, "this API needs an API key: 'authorization: Bearer <key>'"
+            )
+        raise RpcError(
+            grpc.StatusCode.PERMISSION_DENIED, f"the API key does not grant the '{category.value}' APIs"
+        )
+
     async def call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
         """A unary RPC (not ModelInfer): the request's bytes in, the answer's bytes out; RpcError."""
+        self.authorize(rpc, context.invocation_metadata())
         try:
             try:
                 request = self._requests[rpc].FromString(payload)
@@ -147,8 +199,9 @@ class InferenceServicer:
         except Exception as e:
             raise rpc_error(e) from e
 
-    def health_check(self, payload: bytes) -> bytes:
+    def health_check(self, payload: bytes, metadata: Metadata | None = None) -> bytes:
         """``grpc.health.v1.Health/Check``: SERVING iff the server is ready (any service name)."""
+        self.authorize("ServerReady", metadata)
         if not well_formed(payload):
             raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR)
         return _HEALTH[self.core.ready()]
@@ -163,6 +216,7 @@ class InferenceServicer:
         """ModelInfer without a task: the answer (or the failure) comes through a callback, on the
         loop; the returned stream is what to cancel when the client goes away."""
         try:
+            self.authorize("ModelInfer", metadata)
             try:
                 msg = pb.ModelInferRequest.FromString(payload)
             except DecodeError:
@@ -217,6 +271,7 @@ class InferenceServicer:
     async def stream_infer(self, messages: AsyncIterator[bytes], context: Context) -> RpcError | None:
         """ModelStreamInfer to its end: None when it ends OK, else the status to end it with."""
         try:
+            self.authorize("ModelStreamInfer", context.invocation_metadata())
             await self.ModelStreamInfer(messages, context)
         except asyncio.CancelledError:
             raise

@@ -18,6 +18,7 @@ from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
+from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
@@ -114,8 +115,10 @@ class HttpApp:
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
         max_input_size: int = 1 << 26,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.core = core
+        self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.headers = HeaderCache(shm=self.shm)
@@ -127,6 +130,8 @@ class HttpApp:
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
+        if self.access is not None and not self._allowed(req, resp):
+            return
         if path.startswith("/v2/models/"):
             if path == "/v2/models/stats":
                 self._get_only(req, resp, lambda: self._json(resp, self.core.statistics()))
@@ -159,6 +164,28 @@ class HttpApp:
             self._shared_memory(req, resp)
         else:
             resp.send(404, _NOT_FOUND, _TEXT)
+
+    # -- access ----------------------------------------------------------------------------------
+    def _allowed(self, req: HttpRequest, resp: Responder) -> bool:
+        """Whether the request may go on; if not, it was answered (401/403)."""
+        assert self.access is not None
+        category = route_category(req.path)
+        if category is None:
+            return True  # no such route: 404 as for anyone
+        denied = self.access.check(category, req.headers)
+        if denied is None:
+            return True
+        why, header = denied
+        if why is Denial.RESTRICTED:  # the reference's answer
+            body = orjson.dumps({"error": f"This API is restricted, expecting header '{header}'"})
+            resp.send(403, body, _TEXT)
+        elif why is Denial.UNAUTHENTICATED:
+            body = orjson.dumps({"error": "this API needs an API key: 'Authorization: Bearer <key>'"})
+            resp.send(401, body, _JSON, [("WWW-Authenticate", 'Bearer realm="inferd"')])
+        else:
+            body = orjson.dumps({"error": f"the API key does not grant the '{category.value}' APIs"})
+            resp.send(403, body, _JSON)
+        return False
 
     # -- helpers ---------------------------------------------------------------------------------
     @staticmethod
@@ -341,6 +368,40 @@ class HttpApp:
             return
         resp.on_close = stream.cancel_on_close
         stream.set_callback(call.answer)
+
+
+_ACTION_CATEGORY = {
+    None: Category.METADATA,
+    "ready": Category.HEALTH,
+    "config": Category.MODEL_CONFIG,
+    "stats": Category.STATISTICS,
+    "infer": Category.INFERENCE,
+    "generate": Category.INFERENCE,
+    "generate_stream": Category.INFERENCE,
+    "trace/setting": Category.TRACE,
+}
+
+
+def route_category(path: str) -> Category | None:
+    """The API category of a route (None: no such route)."""
+    if path.startswith("/v2/models/"):
+        if path == "/v2/models/stats":
+            return Category.STATISTICS
+        m = _MODEL_RE.match(path)
+        return None if m is None else _ACTION_CATEGORY[m.group(3)]
+    if path.startswith("/v2/health/"):
+        return Category.HEALTH
+    if path in ("/v2", "/v2/openapi.json"):
+        return Category.METADATA
+    if path.startswith("/v2/repository"):
+        return Category.MODEL_REPOSITORY
+    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
+        return Category.SHARED_MEMORY
+    if path.startswith("/v2/trace"):
+        return Category.TRACE
+    if path.startswith("/v2/logging"):
+        return Category.LOGGING
+    return None
 
 
 class _InferCall:

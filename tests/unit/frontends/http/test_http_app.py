@@ -13,6 +13,7 @@ from tritonclient.http import InferenceServerClient, InferInput
 
 from inferd.core.response import InferResponse
 from inferd.errors import InvalidArgumentError
+from inferd.frontends.access import AccessPolicy, Category, parse_restrictions
 from inferd.frontends.http.app import HttpApp
 
 JSON_BODY = json.dumps(
@@ -164,3 +165,44 @@ def test_unknown_routes_and_methods(core: Any) -> None:
         request("PUT", "/v2/health/live"),
     )
     assert [a[0] for a in answers] == [404, 405, 405]
+
+
+# -- access control (tests/unit/frontends/test_access.py has the policy itself) ----------------------
+def run_http(app: HttpApp, *raw: bytes) -> list[tuple[int, str, Any, dict[str, str]]]:
+    async def main() -> list[tuple[int, str, Any, dict[str, str]]]:
+        c = Client(app)
+        for r in raw:
+            c.send(r)
+        return [
+            (a.status, a.headers.get("content-type", ""), json.loads(a.body) if a.body else None, a.headers)
+            for a in await c.answers()
+        ]
+
+    return asyncio.run(main())
+
+
+def test_http_answers(core: Any) -> None:
+    restricted = HttpApp(
+        core, access=AccessPolicy(parse_restrictions(["metadata:X-Key=v"], "http-restricted-api"))
+    )
+    [(status, ctype, body, _)] = run_http(restricted, request("GET", "/v2"))
+    assert (status, ctype, body) == (
+        403,
+        "text/plain",
+        {"error": "This API is restricted, expecting header 'x-key'"},
+    )
+    assert run_http(restricted, request("GET", "/v2", headers={"X-Key": "v"}))[0][0] == 200
+    keyed = HttpApp(
+        core, access=AccessPolicy({}, {"k": frozenset({Category.METADATA})}, frozenset({Category.HEALTH}))
+    )
+    answers = run_http(
+        keyed,
+        request("GET", "/v2"),
+        request("GET", "/v2", headers={"Authorization": "Bearer k"}),
+        request("GET", "/v2/models/identity_fp32/config", headers={"Authorization": "Bearer k"}),
+        request("GET", "/v2/health/ready"),
+        request("GET", "/v2/nothing"),
+    )
+    assert [a[0] for a in answers] == [401, 200, 403, 200, 404]
+    assert answers[0][3]["www-authenticate"].startswith("Bearer")
+    assert answers[2][2] == {"error": "the API key does not grant the 'model-config' APIs"}

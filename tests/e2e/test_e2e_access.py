@@ -1,0 +1,96 @@
+"""Access control on a real server, with real clients: the reference's restricted APIs (HTTP and
+gRPC), and API keys from the environment (tritonclient sending ``Authorization: Bearer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+def _inputs(module: Any) -> list[Any]:
+    return [module.InferInput("INPUT0", [2], "FP32").set_data_from_numpy(np.array([1, 2], np.float32))]
+
+
+def test_restricted_apis_answer_as_the_reference(start_server: Callable[..., Any]) -> None:
+    server = start_server(
+        "--http-restricted-api=inference:infer-key=s3cret",
+        "--grpc-restricted-protocol=inference,health:grpc-key=0th3r",
+    )
+    r = server.infer(
+        "identity_fp32", {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1]}]}
+    )
+    assert (r.status, r.content_type) == (403, "text/plain")
+    assert r.json() == {"error": "This API is restricted, expecting header 'infer-key'"}
+    http = httpclient.InferenceServerClient(server.url)
+    try:
+        assert http.is_server_live()  # health is not restricted on HTTP
+        out = http.infer("identity_fp32", _inputs(httpclient), headers={"infer-key": "s3cret"})
+        assert out.as_numpy("OUTPUT0").tolist() == [1, 2]
+    finally:
+        http.close()
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            g.is_server_live()
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        assert (
+            "This protocol is restricted, expecting header 'triton-grpc-protocol-grpc-key'"
+            in info.value.message()
+        )
+        headers = {"triton-grpc-protocol-grpc-key": "0th3r"}
+        assert g.is_server_live(headers=headers)
+        out = g.infer("identity_fp32", _inputs(grpcclient), headers=headers)
+        assert out.as_numpy("OUTPUT0").tolist() == [1, 2]
+        assert g.get_model_metadata("identity_fp32").name == "identity_fp32"  # metadata is open
+    finally:
+        g.close()
+    ok = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1]}]}
+    assert server.infer("identity_fp32", ok, {"infer-key": "s3cret"}).status == 200
+
+
+def test_api_keys_from_the_environment(
+    start_server: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFERD_API_KEYS", "k-infer: inference, metadata; k-admin: all")
+    server = start_server()
+    bare = server.request("GET", "/v2/models/identity_fp32")
+    assert bare.status == 401 and "API key" in bare.error
+    assert server.request("GET", "/v2/health/live").status == 200  # health stays open for probes
+    http = httpclient.InferenceServerClient(server.url)
+    try:
+        out = http.infer("identity_fp32", _inputs(httpclient), headers={"Authorization": "Bearer k-infer"})
+        assert out.as_numpy("OUTPUT0").tolist() == [1, 2]
+        with pytest.raises(InferenceServerException) as info:
+            http.get_inference_statistics(headers={"Authorization": "Bearer k-infer"})
+        assert info.value.status() == "403"
+        assert http.get_inference_statistics(headers={"Authorization": "Bearer k-admin"})["model_stats"]
+        with pytest.raises(InferenceServerException) as info:
+            http.infer("identity_fp32", _inputs(httpclient), headers={"Authorization": "Bearer wrong"})
+        assert info.value.status() == "401"
+    finally:
+        http.close()
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            g.infer("identity_fp32", _inputs(grpcclient))
+        assert info.value.status() == "StatusCode.UNAUTHENTICATED"
+        out = g.infer("identity_fp32", _inputs(grpcclient), headers={"authorization": "Bearer k-infer"})
+        assert out.as_numpy("OUTPUT0").tolist() == [1, 2]
+        with pytest.raises(InferenceServerException) as info:
+            g.get_model_repository_index(headers={"authorization": "Bearer k-infer"})
+        assert info.value.status() == "StatusCode.PERMISSION_DENIED"
+    finally:
+        g.close()
+
+
+def test_a_bad_restriction_stops_the_server_with_the_references_message(
+    start_server: Callable[..., Any],
+) -> None:
+    with pytest.raises(RuntimeError, match="unknown restricted api 'everything'"):
+        start_server("--http-restricted-api=everything:k=v")
