@@ -60,6 +60,13 @@ class ServerOptions:
     allow_http: bool = option(True, "serve the HTTP/REST API")
     http_address: str = option("0.0.0.0", "address the HTTP API listens on")
     http_port: int = option(8000, "port of the HTTP API (0: any free port)")
+    http_ssl_cert: str | None = option(
+        None, "PEM certificate: serve HTTP (and metrics) over TLS (with --http-ssl-key)"
+    )
+    http_ssl_key: str | None = option(None, "PEM private key of --http-ssl-cert")
+    http_ssl_root_cert: str | None = option(
+        None, "PEM CA certificate: HTTPS clients must present a certificate it signed (mutual TLS)"
+    )
     http_max_input_size: int = option(
         1 << 26, "bytes: the largest HTTP request body, before and after decompression (413 / 400 over it)"
     )
@@ -146,15 +153,15 @@ class ServerOptions:
     grpc_max_connection_age_grace: int | None = option(
         None, "ms the calls of a connection past its age may still take"
     )
-    grpc_use_ssl: bool = option(False, "serve gRPC over TLS (served by grpc.aio)")
+    grpc_use_ssl: bool = option(False, "serve gRPC over TLS (with --grpc-server-cert and --grpc-server-key)")
     grpc_use_ssl_mutual: bool = option(False, "TLS with client certificates (implies --grpc-use-ssl)")
     grpc_server_cert: str | None = option(None, "PEM file of the gRPC server's certificate")
     grpc_server_key: str | None = option(None, "PEM file of the gRPC server's private key")
     grpc_root_cert: str | None = option(None, "PEM file of the CA that signs client certificates")
     grpc_server: str = option(
         "lean",
-        "gRPC implementation: lean (HTTP/2 framed on the server's loop) or aio (grpc.aio; TLS and "
-        "compression always use it)",
+        "gRPC implementation: lean (HTTP/2 framed on the server's loop) or aio (grpc.aio; compressed "
+        "responses always use it)",
         choices=("lean", "aio"),
     )
     allow_metrics: bool = option(True, "serve Prometheus metrics")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from inferd.frontends.access import (
     parse_restrictions,
 )
 from inferd.frontends.http.protocol import HttpLimits
+from inferd.frontends.tls import server_context
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -113,7 +115,9 @@ class Runtime:
                     max_input_size=options.http_max_input_size,
                     access=self.http_access,
                 )
-                http = HttpServer(app, options.http_address, options.http_port, http_limits(options))
+                http = HttpServer(
+                    app, options.http_address, options.http_port, http_limits(options), self._http_tls()
+                )
                 try:
                     await http.start()
                 except OSError as e:
@@ -122,18 +126,27 @@ class Runtime:
                     ) from e
                 self.http = http
                 log.info("Started HTTPService at %s:%d", options.http_address, http.port)
+            if options.allow_metrics:
+                await self._start_metrics()
         except FrontendError:
             await self.stop(0)
             raise
-        if options.allow_metrics:
-            await self._start_metrics()
+
+    def _http_tls(self) -> ssl.SSLContext | None:
+        options = self.options
+        if not (options.http_ssl_cert or options.http_ssl_key):
+            return None
+        try:
+            return server_context(options.http_ssl_cert, options.http_ssl_key, options.http_ssl_root_cert)
+        except InferdError as e:
+            raise FrontendError(f"failed to start HTTP service: {e}") from e
 
     async def _start_metrics(self) -> None:
         from inferd.metrics.http import metrics_server
 
         options = self.options
         address = options.metrics_address or options.http_address
-        metrics = metrics_server(self.core, address, options.metrics_port)
+        metrics = metrics_server(self.core, address, options.metrics_port, self._http_tls())
         try:
             await metrics.start()
         except OSError as e:

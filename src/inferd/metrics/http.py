@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 from inferd.core.server import ServerCore
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
 from inferd.metrics.collector import render
@@ -25,6 +27,6 @@ class MetricsApp:
             resp.send(200, render(self.core), CONTENT_TYPE)
 
 
-def metrics_server(core: ServerCore, host: str, port: int) -> HttpServer:
-    """An HttpServer serving ``/metrics`` for ``core``."""
-    return HttpServer(MetricsApp(core), host, port)
+def metrics_server(core: ServerCore, host: str, port: int, tls: ssl.SSLContext | None = None) -> HttpServer:
+    """An HttpServer serving ``/metrics`` for ``core`` (over TLS with ``tls``)."""
+    return HttpServer(MetricsApp(core), host, port, ssl=tls)

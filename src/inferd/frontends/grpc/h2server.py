@@ -44,6 +44,7 @@ from inferd.frontends.grpc.service import (
     InferenceServicer,
     RpcError,
 )
+from inferd.frontends.tls import server_context
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -429,14 +430,21 @@ class LeanGrpcServer:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Bind and serve; ``port`` 0 picks a free one. OSError when the address cannot be bound."""
+        """Bind and serve; ``port`` 0 picks a free one. OSError when the address cannot be bound,
+        InvalidArgumentError when the TLS files cannot be used."""
+        options = self.options
+        tls = None
+        if options.grpc_use_ssl:  # ALPN "h2": gRPC clients refuse a TLS peer that does not select it
+            root = options.grpc_root_cert if options.grpc_use_ssl_mutual else None
+            tls = server_context(options.grpc_server_cert, options.grpc_server_key, root, ("h2",))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: GrpcConnection(self._handlers, self._connections),
             self.address or None,
             self.port,
-            reuse_port=self.options.reuse_grpc_port or None,
+            reuse_port=options.reuse_grpc_port or None,
             backlog=1024,
+            ssl=tls,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = loop.create_task(self._sweep())
@@ -475,10 +483,10 @@ def make_grpc_server(
     cuda_shm: CudaSharedMemoryManager | None = None,
     access: AccessPolicy | None = None,
 ) -> Any:
-    """The gRPC endpoint ``--grpc-server`` names; TLS and compressed responses always on grpc.aio."""
+    """The gRPC endpoint ``--grpc-server`` names; compressed responses always on grpc.aio."""
     servicer = InferenceServicer(core, options, shm, cuda_shm, access)
     lean = options.grpc_server == "lean"
-    if lean and not options.grpc_use_ssl and options.grpc_infer_response_compression_level == "none":
+    if lean and options.grpc_infer_response_compression_level == "none":
         return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port)
     from inferd.frontends.grpc.aio import GrpcServer
 

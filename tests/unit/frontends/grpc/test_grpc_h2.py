@@ -500,7 +500,7 @@ def test_garbage_frames_end_only_their_connection(caplog: pytest.LogCaptureFixtu
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # every case handled, none a crash
 
 
-def test_the_lean_server_is_chosen_unless_tls_or_compression() -> None:
+def test_the_lean_server_is_chosen_unless_compression_or_aio() -> None:
     from inferd.frontends.grpc.aio import GrpcServer
     from inferd.frontends.grpc.h2server import make_grpc_server
 
@@ -508,6 +508,6 @@ def test_the_lean_server_is_chosen_unless_tls_or_compression() -> None:
     assert ServerOptions().grpc_server == "lean"
     assert isinstance(make_grpc_server(core, ServerOptions()), LeanGrpcServer)
     assert isinstance(make_grpc_server(core, ServerOptions(grpc_server="aio")), GrpcServer)
-    assert isinstance(make_grpc_server(core, ServerOptions(grpc_use_ssl=True)), GrpcServer)
+    assert isinstance(make_grpc_server(core, ServerOptions(grpc_use_ssl=True)), LeanGrpcServer)  # TLS too
     compressed = ServerOptions(grpc_infer_response_compression_level="high")
     assert isinstance(make_grpc_server(core, compressed), GrpcServer)
