@@ -15,7 +15,7 @@ import typing
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from inferd import __version__
 from inferd.options import ServerOptions
@@ -139,7 +139,15 @@ async def serve(options: ServerOptions) -> int:
     except AccessConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    await runtime.load()
+    loading = loop.create_task(runtime.load())
+    stopped = loop.create_task(stop.wait())
+    await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not loading.done():  # SIGTERM while a model loads (perhaps forever): honoured now
+        log.warning("Stopped while loading models; exiting without waiting for them.")
+        await runtime.stop(0)
+        hard_exit(0)
+    stopped.cancel()
+    loading.result()
     # What loading created lives as long as the server: keep the cyclic GC from walking it on
     # every full collection (tens of ms on the request path otherwise).
     gc.collect()
@@ -161,8 +169,19 @@ async def serve(options: ServerOptions) -> int:
     log.info("inferd %s ready in %.0f ms", __version__, (time.monotonic() - t0) * 1000)
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
-    await runtime.stop()
+    clean = await runtime.stop()
+    if not clean or runtime.core.registry.abandoned_loads:
+        hard_exit(0)  # threads of models that never returned must not hold the exit
     return 0
+
+
+def hard_exit(code: int) -> NoReturn:
+    """Leave the process now: the event loop's shutdown would wait for every worker thread, and a
+    model's thread that never returns (a hung execute, initialize or finalize) would hold it forever."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,10 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(float(os.environ.get("INFERD_SWITCH_INTERVAL", "0.001")))
     try:
         import uvloop
-
-        return uvloop.run(serve(options))
     except ImportError:
         return asyncio.run(serve(options))
+    return uvloop.run(serve(options))
 
 
 if __name__ == "__main__":

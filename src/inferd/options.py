@@ -46,6 +46,11 @@ class ServerOptions:
         30, "seconds to finish the requests in flight after SIGTERM/SIGINT before stopping"
     )
     model_load_thread_count: int = option(4, "models loaded in parallel at start")
+    model_load_timeout_secs: float = option(
+        600.0,
+        "seconds one model version may take to load (initialize included); past it the model is "
+        "UNAVAILABLE and the others serve; 0: no limit",
+    )
     model_config_name: str | None = option(
         None, "read this file of each model folder instead of config.pbtxt (when it exists)"
     )

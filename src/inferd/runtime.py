@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from inferd.core.server import ServerCore
-from inferd.errors import InferdError
+from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
     AccessPolicy,
@@ -34,6 +34,8 @@ log = logging.getLogger("inferd")
 
 #: how often the drain looks at the number of requests in flight
 _DRAIN_POLL_S = 0.02
+#: past the exit deadline, what unloading (finalize) may still take before it is left behind
+_UNLOAD_GRACE_S = 1.0
 
 
 def http_limits(options: ServerOptions) -> HttpLimits:
@@ -156,27 +158,53 @@ class Runtime:
         self.metrics = metrics
         log.info("Started Metrics Service at %s:%d", address, metrics.port)
 
-    async def stop(self, timeout_s: float | None = None) -> None:
-        """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``), unload, close."""
+    async def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``), unload, close.
+
+        A hard bound: requests still open at the deadline are answered UNAVAILABLE (clients get an
+        error, not an empty reply), and models that do not unload by then are left behind. False
+        when that happened (the process should then exit without waiting for their threads).
+        """
         if self._stopped:
-            return
+            return True
         self._stopped = True
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
+        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
         if self.http is not None:
             self.http.stop_listening()
         grpc_stopping = None
         if self.grpc is not None:  # refuses new RPCs from now on; running ones finish while the core drains
-            grpc_stopping = asyncio.get_running_loop().create_task(self.grpc.stop(timeout))
+            grpc_stopping = loop.create_task(self.grpc.stop(timeout))
         core = self.core
         while core.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(_DRAIN_POLL_S)
-        await core.stop(max(0.0, deadline - time.monotonic()))
+        clean = True
+        error = UnavailableError(
+            f"the server is shutting down: the request did not finish within {timeout:g} s"
+        )
+        if core.inflight():  # the deadline passed with executes still running: their clients get an error
+            clean = False
+            log.warning(
+                "%d request(s) still in flight after %g s: answered UNAVAILABLE", core.inflight(), timeout
+            )
+            core.fail_open_requests(error)
+            await asyncio.sleep(0)  # their answers are written before the connections close
+        unloading = loop.create_task(core.stop(max(0.0, deadline - time.monotonic())))
+        done, _ = await asyncio.wait(
+            {unloading}, timeout=max(0.0, deadline - time.monotonic()) + _UNLOAD_GRACE_S
+        )
+        if not done:
+            clean = False
+            log.warning("models did not unload within the exit timeout; leaving them behind")
+        if core.fail_open_requests(error):  # what unloading did not end (a hung finalize)
+            await asyncio.sleep(0)
         if self.grpc is not None and grpc_stopping is not None:
             await self.grpc.stop(0.5)  # what is left are open streams with nothing in flight
-            await grpc_stopping
+            await asyncio.wait({grpc_stopping}, timeout=1.0)
         if self.http is not None:
             await self.http.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         self.shm.close()
+        return clean

@@ -52,6 +52,8 @@ class LoadedModels:
         self.models: dict[str, dict[int, Model]] = {}
         self.failed: dict[str, str] = {}  # model name -> reason, when no version could be made
         self.ready_default: dict[str, Model] = {}  # name -> highest READY version
+        #: loads given up after their timeout whose threads may still run
+        self.abandoned_loads = 0
 
     def add(self, model: Model) -> None:
         self.models.setdefault(model.name, {})[model.version] = model
@@ -119,6 +121,7 @@ def load_version(
     infer_blocking: Callable[[InferRequest], list[InferResponse]],
 ) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
+    log.info("loading: %s:%d", name, version)  # as the reference logs it
     model = Model(name, version, cfg, md.path)
     try:
         backend = get_backend(cfg.backend)
@@ -145,8 +148,13 @@ async def load_repositories(
     config_name: str | None = None,
     default_max_batch_size: int = 4,
     load_threads: int = 4,
+    load_timeout_s: float = 0.0,
 ) -> None:
-    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles."""
+    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles.
+
+    A version whose load takes longer than ``load_timeout_s`` (0: no limit) is UNAVAILABLE with
+    that reason and the others go on; if its load ever finishes, what it made is unloaded.
+    """
     found = scan_repositories(paths)
     sem = asyncio.Semaphore(max(1, load_threads))
     ensembles: list[tuple[ModelDir, Any]] = []
@@ -171,7 +179,10 @@ async def load_repositories(
                 ensembles.append((entry, cfg))
                 return
             for v in versions:
-                registry.add(await asyncio.to_thread(load_version, name, v, entry, cfg, loop, infer_blocking))
+                model = await _load_bounded(name, v, entry, cfg, loop, infer_blocking, load_timeout_s)
+                if model.reason.startswith(_GIVEN_UP):
+                    registry.abandoned_loads += 1
+                registry.add(model)
 
     await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
     registry.refresh_defaults()
@@ -186,6 +197,49 @@ async def load_repositories(
                 model.state, model.reason = ModelState.UNAVAILABLE, e.message
             registry.add(model)
     registry.refresh_defaults()
+
+
+async def _load_bounded(
+    name: str,
+    version: int,
+    md: ModelDir,
+    cfg: Any,
+    loop: asyncio.AbstractEventLoop,
+    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+    timeout_s: float,
+) -> Model:
+    """``load_version`` on a worker thread, given up on after ``timeout_s`` (the thread cannot be
+    stopped: a load that finishes later is unloaded at once)."""
+    future = asyncio.ensure_future(
+        asyncio.to_thread(load_version, name, version, md, cfg, loop, infer_blocking)
+    )
+    if not timeout_s:
+        return await future
+    done, _ = await asyncio.wait({future}, timeout=timeout_s)
+    if done:
+        return future.result()
+    log.error("loading '%s' version %d did not finish within %g s", name, version, timeout_s)
+
+    def late(f: asyncio.Future[Model]) -> None:
+        if f.cancelled() or f.exception() is not None:
+            return
+        model = f.result()
+        if model.scheduler is not None:
+            log.warning("'%s' version %d finished loading after its timeout: unloading it", name, version)
+            task = loop.create_task(model.scheduler.stop(0))
+            _LATE.add(task)
+            task.add_done_callback(_LATE.discard)
+
+    future.add_done_callback(late)
+    model = Model(name, version, cfg, md.path)
+    model.state = ModelState.UNAVAILABLE
+    model.reason = f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)"
+    return model
+
+
+_GIVEN_UP = "Unavailable: loading did not finish within"
+#: unloads of loads that finished after their timeout (owned until they end)
+_LATE: set[asyncio.Task[None]] = set()
 
 
 def check_mode_allows_load(mode: str) -> None:

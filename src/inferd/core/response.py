@@ -33,7 +33,16 @@ class ResponseStream:
     thread; an InferdError it raises becomes that response's error.
     """
 
-    __slots__ = ("_callback", "_cancel_reason", "_done", "_items", "_loop", "_waiter", "postprocess")
+    __slots__ = (
+        "_callback",
+        "_cancel_reason",
+        "_done",
+        "_items",
+        "_loop",
+        "_waiter",
+        "on_final",
+        "postprocess",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -43,6 +52,8 @@ class ResponseStream:
         self._callback: Callable[[InferResponse | None, bool], None] | None = None
         self._cancel_reason: str | None = None
         self.postprocess: Callable[[InferResponse], None] | None = None
+        #: called once, on the loop, when the final flag is delivered (the core's in-flight count)
+        self.on_final: Callable[[ResponseStream], None] | None = None
 
     # -- cancellation ----------------------------------------------------------------------
     def cancel(self, reason: str) -> None:
@@ -84,6 +95,10 @@ class ResponseStream:
             return
         if final:
             self._done = True
+            done = self.on_final
+            if done is not None:
+                self.on_final = None
+                done(self)
         post = self.postprocess
         if post is not None and response is not None and response.error is None:
             try:

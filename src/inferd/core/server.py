@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from functools import partial
 from typing import Any
 
@@ -66,6 +67,8 @@ class ServerCore:
         self._live = False
         self._stopping = False
         self.version = __version__
+        #: streams of the requests submitted and not answered yet (failed at a forced shutdown)
+        self._open: set[ResponseStream] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -83,6 +86,7 @@ class ServerCore:
             config_name=self.options.model_config_name,
             default_max_batch_size=self.options.default_max_batch_size,
             load_threads=self.options.model_load_thread_count,
+            load_timeout_s=self.options.model_load_timeout_secs,
         )
 
     async def stop(self, timeout_s: float | None = None) -> None:
@@ -91,12 +95,13 @@ class ServerCore:
             return
         self._stopping = True
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout  # one deadline for all: not one timeout per model
         models = [m for versions in self.registry.models.values() for m in versions.values()]
         # ensembles first: they feed the others
         models.sort(key=lambda m: 0 if m.platform == "ensemble" else 1)
         for m in models:
             if m.scheduler is not None:
-                await m.scheduler.stop(timeout)
+                await m.scheduler.stop(max(0.0, deadline - time.monotonic()))
             m.state = ModelState.UNAVAILABLE
             m.reason = "unloaded"
         self.registry.refresh_defaults()
@@ -221,8 +226,23 @@ class ServerCore:
             if wanted:
                 stream.postprocess = partial(_apply_classification, wanted, model)
         request.stream = stream
-        model.scheduler.enqueue(request)
+        self._open.add(stream)
+        stream.on_final = self._open.discard
+        try:
+            model.scheduler.enqueue(request)
+        except BaseException:
+            self._open.discard(stream)
+            raise
         return stream
+
+    def fail_open_requests(self, error: InferdError) -> int:
+        """Answer every request still open with ``error`` (a shutdown past its exit timeout: an error
+        answer, not an empty reply); the number answered."""
+        streams = list(self._open)
+        for s in streams:
+            s.cancel(error.message)
+            s.deliver(InferResponse("", "", error=error), True)
+        return len(streams)
 
     @staticmethod
     def _validate(request: InferRequest, model: Model) -> None:
