@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
+import os
 import sys
 import threading
 import time
@@ -30,6 +32,8 @@ from inferd.errors import (
 
 pb_utils.install()
 
+log = logging.getLogger("inferd.python")
+
 _CODE_BY_PB = {
     pb_utils.TritonError.UNKNOWN: ErrorCode.UNKNOWN,
     pb_utils.TritonError.INTERNAL: ErrorCode.INTERNAL,
@@ -53,10 +57,16 @@ def _send(stream: ResponseStream, response: InferResponse | None, final: bool) -
         stream.send(response, final)
 
 
+#: inferd's own source folder: its frames never reach a client (the full traceback goes to the log)
+_OWN_SOURCES = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
 def format_exception(e: BaseException) -> str:
     """``Type: message\\n\\nAt:\\n  file(line): function`` as Triton's stub prints a Python error."""
-    # the model's frames only: Triton's stub calls into model.py from C++
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
+    # the model's frames only: Triton's stub calls into model.py from C++, and the server's own
+    # files are nobody's business but the log's
+    log.debug("a Python model raised", exc_info=e)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_OWN_SOURCES)]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(e).__name__}: {e}\n\nAt:\n{at}"
 

@@ -1,0 +1,30 @@
+"""What a model's exception tells a client: the model's message and frames, none of the server's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferd.backends.python import pb_utils
+from inferd.backends.python.backend import format_exception
+
+
+def test_the_servers_own_frames_stay_in_the_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import triton_python_backend_utils as pb_utils\n"
+        "def execute():\n"
+        "    return pb_utils.get_input_tensor_by_name(object(), 'X')\n"
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(model.read_text(), str(model), "exec"), namespace)  # the model's own frame
+    assert pb_utils is sys.modules["triton_python_backend_utils"]
+    with pytest.raises(Exception) as info:
+        namespace["execute"]()  # type: ignore[operator]
+    caplog.set_level("DEBUG", logger="inferd.python")
+    text = format_exception(info.value)
+    assert f"{model}(3): execute" in text  # the model's frame, as the reference shows it
+    assert "pb_utils" not in text and "/inferd/" not in text.split("At:")[1]
+    assert "pb_utils" in caplog.text  # the whole traceback is in the log
