@@ -13,34 +13,16 @@ import sys
 import time
 import typing
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from inferd import __version__
+from inferd.logs import LogSettings, TritonFormatter
 from inferd.options import ServerOptions
 
+__all__ = ["TritonFormatter", "build_parser", "format_table", "main", "options_from_args", "serve"]
+
 log = logging.getLogger("inferd")
-
-
-class TritonFormatter(logging.Formatter):
-    """``I1121 22:25:21.857837 8959 file.py:13] message`` as tritonserver logs."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        ts = datetime.fromtimestamp(record.created)
-        sev = record.levelname[0] if record.levelname != "DEBUG" else "I"
-        msg = record.getMessage()
-        if record.exc_info:
-            msg += "\n" + self.formatException(record.exc_info)
-        return f"{sev}{ts:%m%d %H:%M:%S.%f} {record.process} {record.filename}:{record.lineno}] {msg}"
-
-
-def setup_logging(verbose: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(TritonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
 
 
 def _bool(text: str) -> bool:
@@ -118,7 +100,7 @@ def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> s
     return "\n".join(lines)
 
 
-async def serve(options: ServerOptions) -> int:
+async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code."""
     from inferd.frontends.access import AccessConfigError
     from inferd.runtime import FrontendError, Runtime
@@ -135,7 +117,7 @@ async def serve(options: ServerOptions) -> int:
             print(f"error: creating server: Internal - failed to stat file {repo}", file=sys.stderr)
             return 1
     try:
-        runtime = Runtime(options)
+        runtime = Runtime(options, logs)
     except AccessConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -186,15 +168,22 @@ def hard_exit(code: int) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(args.log_verbose)
     options = options_from_args(args)
+    logs = LogSettings(
+        log_file=options.log_file,
+        log_format=options.log_format,
+        verbose=options.log_verbose,
+        info=options.log_info,
+        warning=options.log_warning,
+        error=options.log_error,
+    )
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.
     sys.setswitchinterval(float(os.environ.get("INFERD_SWITCH_INTERVAL", "0.001")))
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(serve(options))
-    return uvloop.run(serve(options))
+        return asyncio.run(serve(options, logs))
+    return uvloop.run(serve(options, logs))
 
 
 if __name__ == "__main__":

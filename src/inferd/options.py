@@ -60,7 +60,18 @@ class ServerOptions:
         "--backend-config=default-max-batch-size)",
         cli=False,
     )
-    log_verbose: int = option(0, "verbose logging level (0: off)")
+    log_verbose: int = option(
+        0, "verbose logging: 1 adds model load steps with timings and every failed request, 2 every request"
+    )
+    log_file: str | None = option(None, "write the log to this file instead of stderr")
+    log_format: str = option(
+        "default",
+        "log line format: default (tritonserver's), ISO8601, or json (one object a line, for log shippers)",
+        choices=("default", "ISO8601", "json"),
+    )
+    log_info: bool = option(True, "log INFO lines (and verbose ones)")
+    log_warning: bool = option(True, "log WARNING lines")
+    log_error: bool = option(True, "log ERROR lines")
     # frontends
     allow_http: bool = option(True, "serve the HTTP/REST API")
     http_address: str = option("0.0.0.0", "address the HTTP API listens on")

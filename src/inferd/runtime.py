@@ -27,6 +27,7 @@ from inferd.frontends.access import (
 )
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.frontends.tls import server_context
+from inferd.logs import LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -51,6 +52,20 @@ def http_limits(options: ServerOptions) -> HttpLimits:
     )
 
 
+def _embedded_logs(options: ServerOptions) -> LogSettings:
+    """An embedded server's logs: its program's own handlers, unless the options name a file."""
+    return LogSettings(
+        log_file=options.log_file,
+        log_format=options.log_format,
+        verbose=options.log_verbose,
+        info=options.log_info,
+        warning=options.log_warning,
+        error=options.log_error,
+        logger=logging.getLogger("inferd") if options.log_file else None,
+        attach=bool(options.log_file),
+    )
+
+
 class FrontendError(Exception):
     """A front end could not start; the message is what ``inferd serve`` prints."""
 
@@ -58,8 +73,11 @@ class FrontendError(Exception):
 class Runtime:
     """One server: its core and the front ends the options ask for."""
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, logs: LogSettings | None = None) -> None:
         self.options = options
+        #: the log switches (the logging extension changes them); an embedding program keeps its
+        #: own handlers unless it hands one over
+        self.logs = logs if logs is not None else _embedded_logs(options)
         self.core = ServerCore(options)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
@@ -96,8 +114,12 @@ class Runtime:
         try:
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
+                from inferd.frontends.grpc.service import InferenceServicer
 
-                grpc_server = make_grpc_server(self.core, options, self.shm, self.cuda_shm, self.grpc_access)
+                servicer = InferenceServicer(
+                    self.core, options, self.shm, self.cuda_shm, self.grpc_access, self.logs
+                )
+                grpc_server = make_grpc_server(servicer)
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -116,6 +138,7 @@ class Runtime:
                     self.cuda_shm,
                     max_input_size=options.http_max_input_size,
                     access=self.http_access,
+                    logs=self.logs,
                 )
                 http = HttpServer(
                     app, options.http_address, options.http_port, http_limits(options), self._http_tls()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError
+from inferd.logs import VERBOSE1
 from inferd.repository import (
     DuplicateModel,
     ModelDir,
@@ -122,6 +124,7 @@ def load_version(
 ) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
+    t0 = time.monotonic()
     model = Model(name, version, cfg, md.path)
     try:
         backend = get_backend(cfg.backend)
@@ -130,6 +133,16 @@ def load_version(
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
         model.scheduler = InstancePool(name, str(version), instances, _policy(cfg), model.stats, loop)
         model.state = ModelState.READY
+        log.info("successfully loaded '%s' version %d", name, version)
+        log.log(
+            VERBOSE1,
+            "'%s' version %d: backend %s, %d instance(s), loaded in %.0f ms",
+            name,
+            version,
+            cfg.backend,
+            len(instances),
+            (time.monotonic() - t0) * 1000,
+        )
     except InferdError as e:  # the reason reads as Triton prints a Status: "Internal: <message>"
         model.state, model.reason = ModelState.UNAVAILABLE, f"{_STATUS_TEXT[e.code]}: {e.message}"
     except Exception as e:  # a model's own import or initialize error: keep the others serving

@@ -45,6 +45,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 )
 
 

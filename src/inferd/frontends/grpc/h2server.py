@@ -5,9 +5,10 @@ system calls and 16 futex wake-ups per unary RPC). Here ``h2conn.H2Connection`` 
 ``data_received`` and writes each loop iteration's frames in one system call; this module is the
 gRPC half: calls by ``:path``, length-prefixed messages (gzip/deflate accepted), answers with fixed
 header blocks and trailers (``grpc-status``, percent-encoded ``grpc-message``), serving the same
-``InferenceServicer`` as the grpc.aio server. ModelInfer runs on the ResponseStream callback, with
-no task per request; the other unary RPCs and ModelStreamInfer run the servicer's coroutines.
-TLS and compressed responses stay on grpc.aio (``make_grpc_server`` picks).
+``InferenceServicer`` as the grpc.aio server through its entry points: ``model_infer`` answers on
+the ResponseStream callback, with no task per request; ``call_unary`` and ``stream_infer`` run as
+tasks; ``health_check``. TLS is served here too (ALPN ``h2``); compressed responses stay on grpc.aio
+(``make_grpc_server`` picks). Limits and timeouts: see ``h2conn.H2Limits`` and ``_Handlers``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ from typing import Any
 
 import grpc
 
-from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
-from inferd.frontends.access import AccessPolicy
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
     DATA,
@@ -45,8 +44,7 @@ from inferd.frontends.grpc.service import (
     RpcError,
 )
 from inferd.frontends.tls import server_context
-from inferd.options import ServerOptions
-from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.logs import VERBOSE2
 
 log = logging.getLogger("inferd.grpc")
 
@@ -204,6 +202,8 @@ class GrpcConnection(H2Connection[_Call]):
 
     def started(self, st: _Call) -> None:
         h = self._h
+        if log.isEnabledFor(VERBOSE2):  # verbose level 2: every call
+            log.log(VERBOSE2, "gRPC call: %s", st.path)
         if st.timeout is not None:
             st.timer = asyncio.get_running_loop().call_later(st.timeout, self._deadline, st)
         if st.path == h.stream_infer:
@@ -476,17 +476,10 @@ class LeanGrpcServer:
             c.close()
 
 
-def make_grpc_server(
-    core: Core,
-    options: ServerOptions,
-    shm: SharedMemoryManager | None = None,
-    cuda_shm: CudaSharedMemoryManager | None = None,
-    access: AccessPolicy | None = None,
-) -> Any:
-    """The gRPC endpoint ``--grpc-server`` names; compressed responses always on grpc.aio."""
-    servicer = InferenceServicer(core, options, shm, cuda_shm, access)
-    lean = options.grpc_server == "lean"
-    if lean and options.grpc_infer_response_compression_level == "none":
+def make_grpc_server(servicer: InferenceServicer) -> Any:
+    """The gRPC endpoint ``--grpc-server`` names for ``servicer``; compressed responses always on grpc.aio."""
+    options = servicer.options
+    if options.grpc_server == "lean" and options.grpc_infer_response_compression_level == "none":
         return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port)
     from inferd.frontends.grpc.aio import GrpcServer
 

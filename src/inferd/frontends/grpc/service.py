@@ -26,7 +26,7 @@ from inferd.core.facade import Core
 from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.errors import ErrorCode, InferdError, UnsupportedError
+from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.codec import (
@@ -40,6 +40,8 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
+from inferd.logs import FORMATS as LOG_FORMATS
+from inferd.logs import VERBOSE1, LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -75,11 +77,15 @@ def rpc_error(e: BaseException) -> RpcError:
     """The one error mapping: an InferdError as Triton's gRPC status and its message; anything
     else (a bug of ours) logged and INTERNAL, so the server keeps serving."""
     if isinstance(e, RpcError):
-        return e
-    if isinstance(e, InferdError):
-        return RpcError(_STATUS[e.code], e.message)
-    log.error("gRPC call failed", exc_info=e)
-    return RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+        error = e
+    elif isinstance(e, InferdError):
+        error = RpcError(_STATUS[e.code], e.message)
+    else:
+        log.error("gRPC call failed", exc_info=e)
+        return RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+    if log.isEnabledFor(VERBOSE1):  # verbose level 1: every failed request, with its reason
+        log.log(VERBOSE1, "gRPC %s: %s", error.code.name, error.message)
+    return error
 
 
 class Context(Protocol):
@@ -149,9 +155,11 @@ class InferenceServicer:
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
         access: AccessPolicy | None = None,
+        logs: LogSettings | None = None,
     ) -> None:
         self.core = core
         self.options = options
+        self.logs = logs
         self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
@@ -365,7 +373,42 @@ class InferenceServicer:
         raise UnsupportedError("the trace extension is not supported by this server")
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("the logging extension is not supported by this server")
+        """The logging extension: each setting applied in the reference's order, with its checks."""
+        logs = self.logs
+        if logs is None:
+            raise UnavailableError("the server does not support dynamic logging")
+        settings = request.settings
+        if "log_file" in settings:
+            raise UnsupportedError("log file location can not be updated through network protocol")
+        for key in ("log_info", "log_warning", "log_error"):
+            if key in settings:
+                value = settings[key]
+                if value.WhichOneof("parameter_choice") != "bool_param":
+                    raise InvalidArgumentError(f"expect boolean for '{key}'")
+                logs.set_severities(**{key.removeprefix("log_"): value.bool_param})
+        if "log_verbose_level" in settings:
+            value = settings["log_verbose_level"]
+            if value.WhichOneof("parameter_choice") != "uint32_param":
+                raise InvalidArgumentError("expect int32 for 'log_verbose_level'")
+            logs.set_verbose(value.uint32_param)
+        if "log_format" in settings:
+            value = settings["log_format"]
+            if value.WhichOneof("parameter_choice") != "string_param":
+                raise InvalidArgumentError("expect string for 'log_format'")
+            if value.string_param not in LOG_FORMATS:
+                raise InvalidArgumentError(f"invalid argument for log_format, got: {value.string_param}")
+            logs.set_format(value.string_param)
+        resp = pb.LogSettingsResponse()
+        for key, current in logs.settings().items():
+            field = (
+                "bool_param"
+                if isinstance(current, bool)
+                else "uint32_param"
+                if isinstance(current, int)
+                else "string_param"
+            )
+            setattr(resp.settings[key], field, current)
+        return resp
 
     # -- inference -------------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Context) -> bytes:

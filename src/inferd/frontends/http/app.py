@@ -17,7 +17,7 @@ from inferd.core.facade import Core
 from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
-from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
@@ -27,6 +27,8 @@ from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.logs import FORMATS as LOG_FORMATS
+from inferd.logs import LogSettings
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
 log = logging.getLogger("inferd.http")
@@ -116,8 +118,10 @@ class HttpApp:
         cuda_shm: CudaSharedMemoryManager | None = None,
         max_input_size: int = 1 << 26,
         access: AccessPolicy | None = None,
+        logs: LogSettings | None = None,
     ) -> None:
         self.core = core
+        self.logs = logs
         self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
@@ -160,6 +164,8 @@ class HttpApp:
                 self._json(resp, self.core.metadata())
         elif path.startswith("/v2/repository"):
             self._repository(req, resp)
+        elif path == "/v2/logging":
+            self._logging(req, resp)
         elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
             self._shared_memory(req, resp)
         else:
@@ -271,6 +277,24 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
 
+    # -- logging ---------------------------------------------------------------------------------
+    def _logging(self, req: HttpRequest, resp: Responder) -> None:
+        """The logging extension: settings applied in the reference's order (and kept up to an error)."""
+        if req.method not in ("GET", "POST"):
+            resp.send(405, _NOT_ALLOWED, _JSON)
+            return
+        logs = self.logs
+        try:
+            if logs is None:
+                raise UnavailableError("the server does not support dynamic logging")
+            if req.method == "POST":
+                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                if isinstance(doc, dict):
+                    _apply_log_settings(logs, doc)
+            self._json(resp, logs.settings())
+        except InferdError as e:
+            _error(resp, e)
+
     # -- shared memory ---------------------------------------------------------------------------
     def _shared_memory(self, req: HttpRequest, resp: Responder) -> None:
         m = _SHM_RE.match(req.path)
@@ -368,6 +392,30 @@ class HttpApp:
             return
         resp.on_close = stream.cancel_on_close
         stream.set_callback(call.answer)
+
+
+def _apply_log_settings(logs: LogSettings, doc: dict[str, Any]) -> None:
+    """A logging POST body onto ``logs`` (``null`` leaves a setting as it is), with TritonJson's texts."""
+    if doc.get("log_file") is not None:
+        raise UnsupportedError("log file location can not be updated through network protocol")
+    for key in ("log_info", "log_warning", "log_error"):
+        value = doc.get(key)
+        if value is not None:
+            if type(value) is not bool:
+                raise InternalError("attempt to access JSON non-boolean as boolean")
+            logs.set_severities(**{key.removeprefix("log_"): value})
+    level = doc.get("log_verbose_level")
+    if level is not None:
+        if type(level) is not int or level < 0:
+            raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        logs.set_verbose(level)
+    fmt = doc.get("log_format")
+    if fmt is not None:
+        if not isinstance(fmt, str):
+            raise InternalError("attempt to access JSON non-string as string")
+        if fmt not in LOG_FORMATS:
+            raise UnavailableError(f"invalid argument for --log_format, got: {fmt}")
+        logs.set_format(fmt)
 
 
 _ACTION_CATEGORY = {

@@ -25,6 +25,8 @@ from typing import Any
 import httptools
 import orjson
 
+from inferd.logs import VERBOSE2
+
 log = logging.getLogger("inferd.http")
 
 _REASONS = {
@@ -324,6 +326,8 @@ class HttpConnection(asyncio.Protocol):
         path, _, query = url.partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = parser.get_method().decode("latin-1")
+        if log.isEnabledFor(VERBOSE2):  # verbose level 2: every request
+            log.log(VERBOSE2, "HTTP request: %s %s", method, url)
         responder = Responder(self, parser.should_keep_alive(), parser.get_http_version() != "1.0")
         self._queue.append(responder)
         if len(self._queue) > _MAX_PIPELINE and self._transport is not None and not self._paused:

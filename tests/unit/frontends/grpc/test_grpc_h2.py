@@ -505,9 +505,12 @@ def test_the_lean_server_is_chosen_unless_compression_or_aio() -> None:
     from inferd.frontends.grpc.h2server import make_grpc_server
 
     core: Any = FakeCore()
+
+    def make(**options: Any) -> Any:
+        return make_grpc_server(InferenceServicer(core, ServerOptions(**options)))
+
     assert ServerOptions().grpc_server == "lean"
-    assert isinstance(make_grpc_server(core, ServerOptions()), LeanGrpcServer)
-    assert isinstance(make_grpc_server(core, ServerOptions(grpc_server="aio")), GrpcServer)
-    assert isinstance(make_grpc_server(core, ServerOptions(grpc_use_ssl=True)), LeanGrpcServer)  # TLS too
-    compressed = ServerOptions(grpc_infer_response_compression_level="high")
-    assert isinstance(make_grpc_server(core, compressed), GrpcServer)
+    assert isinstance(make(), LeanGrpcServer)
+    assert isinstance(make(grpc_server="aio"), GrpcServer)
+    assert isinstance(make(grpc_use_ssl=True), LeanGrpcServer)  # TLS too
+    assert isinstance(make(grpc_infer_response_compression_level="high"), GrpcServer)

@@ -1,0 +1,173 @@
+"""Logging: tritonserver's line formats, its switches, and the logging extension's settings.
+
+One ``LogSettings`` per server owns the handler of the ``inferd`` loggers (the root logger under
+``inferd serve``, so the frameworks' warnings read the same): where lines go (stderr or
+``--log-file``), their format (``default``: ``I1121 22:25:21.857837 8959 file.py:13] message``;
+``ISO8601``: ``2024-11-21T22:25:21Z I 8959 file.py:13] message``; beyond the reference, ``json``: one
+JSON object a line for log shippers), which severities pass (``log_info``, ``log_warning``,
+``log_error``) and the verbose level. Verbose lines are logged at ``VERBOSE1`` (model load steps
+with their timings, every failed request with its reason) and ``VERBOSE2`` (every request);
+``verbose(n)`` tells whether level n is on, so the hot path asks once and pays nothing when off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+#: logging levels of the verbose levels (below DEBUG's 10: nothing else logs there)
+VERBOSE1 = logging.DEBUG
+VERBOSE2 = 5
+logging.addLevelName(VERBOSE2, "VERBOSE2")
+
+FORMATS = ("default", "ISO8601", "json")
+
+
+def _severity(record: logging.LogRecord) -> str:
+    return "I" if record.levelno < logging.WARNING else record.levelname[0]
+
+
+class TritonFormatter(logging.Formatter):
+    """``I1121 22:25:21.857837 8959 file.py:13] message`` as tritonserver logs."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created)
+        return f"{_severity(record)}{ts:%m%d %H:%M:%S.%f} {record.process} {_where(record)}] {_message(self, record)}"
+
+
+class Iso8601Formatter(logging.Formatter):
+    """``2024-11-21T22:25:21Z I 8959 file.py:13] message`` (tritonserver's ``--log-format ISO8601``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, UTC)
+        return f"{ts:%Y-%m-%dT%H:%M:%SZ} {_severity(record)} {record.process} {_where(record)}] {_message(self, record)}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time`` (ISO 8601, microseconds), ``level``, ``logger``, ``pid``,
+    ``file``, ``line``, ``message`` and, after an exception, ``exception``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="microseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "file": record.filename,
+            "line": record.lineno,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def _where(record: logging.LogRecord) -> str:
+    return f"{record.filename}:{record.lineno}"
+
+
+def _message(fmt: logging.Formatter, record: logging.LogRecord) -> str:
+    msg = record.getMessage()
+    if record.exc_info:
+        msg += "\n" + fmt.formatException(record.exc_info)
+    return msg
+
+
+_FORMATTERS: dict[str, type[logging.Formatter]] = {
+    "default": TritonFormatter,
+    "ISO8601": Iso8601Formatter,
+    "json": JsonFormatter,
+}
+
+
+class _Severities(logging.Filter):
+    """Drops the severities switched off (``log_info`` covers the verbose levels too, as Triton)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info = self.warning = self.error = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return self.error
+        if record.levelno >= logging.WARNING:
+            return self.warning
+        return self.info
+
+
+class LogSettings:
+    """The log switches of one server (the logging extension reads and changes them)."""
+
+    def __init__(
+        self,
+        *,
+        log_file: str | None = None,
+        log_format: str = "default",
+        verbose: int = 0,
+        info: bool = True,
+        warning: bool = True,
+        error: bool = True,
+        logger: logging.Logger | None = None,
+        attach: bool = True,
+    ) -> None:
+        """``attach`` False (an embedding program keeps its own logging): the switches are kept and
+        the verbose level applies to the ``inferd`` loggers, but no handler is installed."""
+        if log_format not in FORMATS:
+            raise ValueError(f"invalid argument for --log-format, got: {log_format}")
+        self.log_file = log_file or ""
+        self.logger = logger if logger is not None else logging.getLogger()
+        stream: TextIO = open(log_file, "a", buffering=1) if log_file else sys.stderr  # noqa: SIM115
+        self.handler = logging.StreamHandler(stream)
+        self._severities = _Severities()
+        self.handler.addFilter(self._severities)
+        self.handler.setLevel(VERBOSE2)
+        if attach:
+            self.logger.handlers[:] = [self.handler]
+        else:
+            self.logger = logging.getLogger("inferd")
+        self.format = ""
+        self.verbose_level = 0
+        self.set_format(log_format)
+        self.set_verbose(verbose)
+        self.set_severities(info=info, warning=warning, error=error)
+
+    def close(self) -> None:
+        if self.log_file:
+            self.handler.close()
+
+    # -- switches ----------------------------------------------------------------------------------
+    def set_format(self, name: str) -> None:
+        self.handler.setFormatter(_FORMATTERS[name]())
+        self.format = name
+
+    def set_verbose(self, level: int) -> None:
+        self.verbose_level = level
+        self.logger.setLevel(logging.INFO if level <= 0 else VERBOSE1 if level == 1 else VERBOSE2)
+
+    def set_severities(
+        self, *, info: bool | None = None, warning: bool | None = None, error: bool | None = None
+    ) -> None:
+        s = self._severities
+        s.info = s.info if info is None else info
+        s.warning = s.warning if warning is None else warning
+        s.error = s.error if error is None else error
+
+    def settings(self) -> dict[str, Any]:
+        """The extension's view, in the reference's member order."""
+        s = self._severities
+        return {
+            "log_file": self.log_file,
+            "log_info": s.info,
+            "log_warning": s.warning,
+            "log_error": s.error,
+            "log_verbose_level": self.verbose_level,
+            "log_format": self.format,
+        }
+
+
+def verbose(level: int, logger: logging.Logger = logging.getLogger("inferd")) -> bool:
+    """Whether verbose level ``level`` (1 or 2) is on."""
+    return logger.isEnabledFor(VERBOSE1 if level <= 1 else VERBOSE2)

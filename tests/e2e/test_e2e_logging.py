@@ -1,0 +1,115 @@
+"""The logging extension on a real server, with tritonclient over HTTP and gRPC, the reference's
+answers and errors, and what the log then holds (a log file, JSON lines, verbose levels)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+DEFAULTS = {
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
+
+
+def _wait_for_line(path: Path, needle: str) -> list[str]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines()
+        if any(needle in line for line in lines):
+            return lines
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never logged; log:\n{path.read_text()[-3000:]}")
+
+
+def test_settings_over_http_and_grpc(start_server: Callable[..., Any], tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    server = start_server(f"--log-file={log}")
+    http = httpclient.InferenceServerClient(server.url)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        assert http.get_log_settings() == {"log_file": str(log), **DEFAULTS}
+        changed = http.update_log_settings({"log_verbose_level": 2, "log_format": "json"})
+        assert changed["log_verbose_level"] == 2 and changed["log_format"] == "json"
+        # every request at verbose level 2, as one JSON object a line
+        assert http.is_model_ready("identity_fp32")
+        lines = _wait_for_line(log, "HTTP request: GET /v2/models/identity_fp32/ready")
+        doc = json.loads(next(line for line in lines if "identity_fp32/ready" in line))
+        assert doc["level"] == "VERBOSE2" and doc["logger"] == "inferd.http"
+        # a failed request, with its reason, at level 1
+        r = server.infer("nope", {"inputs": []})
+        assert r.status == 404
+        _wait_for_line(log, "Request for unknown model: 'nope' is not found")
+        grpc_settings = g.get_log_settings(as_json=True)["settings"]
+        assert grpc_settings["log_verbose_level"] == {"uint32_param": 2}
+        assert grpc_settings["log_format"] == {"string_param": "json"}
+        back = g.update_log_settings({"log_verbose_level": 0, "log_format": "default"}, as_json=True)
+        assert back["settings"]["log_verbose_level"] == {"uint32_param": 0}
+        assert http.get_log_settings()["log_format"] == "default"
+    finally:
+        http.close()
+        g.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({"log_file": "/tmp/x"}, 501, "log file location can not be updated through network protocol"),
+        ({"log_info": "yes"}, 500, "attempt to access JSON non-boolean as boolean"),
+        ({"log_verbose_level": -1}, 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ({"log_format": "xml"}, 503, "invalid argument for --log_format, got: xml"),
+    ],
+)
+def test_http_errors_are_the_references(server: Any, body: dict[str, Any], status: int, error: str) -> None:
+    r = server.request("POST", "/v2/logging", body)
+    assert (r.status, r.error) == (status, error)
+    assert server.request("PUT", "/v2/logging").status == 405
+    assert server.request("GET", "/v2/logging").json()["log_verbose_level"] == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "kind", "value", "code", "error"),
+    [
+        (
+            "log_file",
+            "string_param",
+            "x",
+            "UNIMPLEMENTED",
+            "log file location can not be updated through network protocol",
+        ),
+        ("log_info", "string_param", "yes", "INVALID_ARGUMENT", "expect boolean for 'log_info'"),
+        ("log_verbose_level", "bool_param", True, "INVALID_ARGUMENT", "expect int32 for 'log_verbose_level'"),
+        (
+            "log_format",
+            "string_param",
+            "xml",
+            "INVALID_ARGUMENT",
+            "invalid argument for log_format, got: xml",
+        ),
+    ],
+)
+def test_grpc_errors_are_the_references(
+    server: Any, field: str, kind: str, value: Any, code: str, error: str
+) -> None:
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.LogSettingsRequest()
+        setattr(request.settings[field], kind, value)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.LogSettings(request, timeout=10)
+        assert (info.value.code().name, info.value.details()) == (code, error)
+    finally:
+        channel.close()

@@ -1,0 +1,87 @@
+"""Log lines and switches: tritonserver's formats, ISO8601, JSON lines; severities; verbose levels."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from inferd.logs import VERBOSE1, VERBOSE2, LogSettings, verbose
+
+
+@pytest.fixture
+def logger() -> logging.Logger:
+    lg = logging.getLogger(f"inferd.test_logs.{id(object())}")
+    lg.propagate = False
+    return lg
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def test_formats(tmp_path: Path, logger: logging.Logger) -> None:
+    path = tmp_path / "log"
+    logs = LogSettings(log_file=str(path), logger=logger)
+    logger.info("hello %s", "there")
+    logs.set_format("ISO8601")
+    logger.warning("careful")
+    logs.set_format("json")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("failed")
+    logs.close()
+    default, iso, js = _lines(path)[:3]
+    assert re.fullmatch(r"I\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ test_logs\.py:\d+\] hello there", default)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ W \d+ test_logs\.py:\d+\] careful", iso)
+    doc = json.loads(js)
+    assert (doc["level"], doc["message"], doc["file"]) == ("ERROR", "failed", "test_logs.py")
+    assert "ValueError: boom" in doc["exception"] and doc["time"].endswith("+00:00")
+    assert logs.settings() == {
+        "log_file": str(path),
+        "log_info": True,
+        "log_warning": True,
+        "log_error": True,
+        "log_verbose_level": 0,
+        "log_format": "json",
+    }
+
+
+def test_severities_and_verbose_levels(tmp_path: Path, logger: logging.Logger) -> None:
+    path = tmp_path / "log"
+    logs = LogSettings(log_file=str(path), logger=logger)
+    logger.log(VERBOSE1, "v1 hidden")
+    logs.set_verbose(1)
+    logger.log(VERBOSE1, "v1 shown")
+    logger.log(VERBOSE2, "v2 hidden")
+    logs.set_verbose(2)
+    logger.log(VERBOSE2, "v2 shown")
+    logs.set_severities(info=False, error=False)
+    logger.info("info hidden")
+    logger.log(VERBOSE1, "verbose hidden with info off")
+    logger.warning("warning shown")
+    logger.error("error hidden")
+    logs.close()
+    messages = [line.split("] ", 1)[1] for line in _lines(path)]
+    assert messages == ["v1 shown", "v2 shown", "warning shown"]
+
+
+def test_verbose_asks_the_inferd_logger() -> None:
+    inferd = logging.getLogger("inferd")
+    old = inferd.level
+    try:
+        inferd.setLevel(VERBOSE1)
+        assert verbose(1) and not verbose(2)
+        inferd.setLevel(logging.INFO)
+        assert not verbose(1)
+    finally:
+        inferd.setLevel(old)
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid argument for --log-format, got: xml"):
+        LogSettings(log_format="xml", attach=False)
