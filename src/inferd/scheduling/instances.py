@@ -40,7 +40,7 @@ from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
-from inferd.errors import CancelledError, InferdError, InternalError, UnavailableError
+from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -396,7 +396,7 @@ class InstancePool:
         now = self._clock()
         for r in gone:
             self._stats.record_request(False, now - r.t_start_ns, "CANCELED")
-        responses = [self._error_response(r, CancelledError("Request was cancelled")) for r in gone]
+        responses = [self._error_response(r, RequestCancelledError("Request was cancelled")) for r in gone]
         self._hand_back(gone, responses, inline, out)
         return keep, sum(r.batch_size for r in keep)
 

@@ -25,9 +25,9 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.core.tensor import Tensor
 from inferd.errors import (
-    CancelledError,
     InternalError,
     NotFoundError,
+    RequestCancelledError,
     UnavailableError,
 )
 from inferd.repository import load_model_config, normalize_config
@@ -562,7 +562,7 @@ def test_pool_skips_requests_cancelled_while_queued_and_counts_decoupled_success
 
     inst, stats, firsts = run(main())
     assert inst.executed == ["0", "2"]
-    assert isinstance(firsts[1].error, CancelledError)
+    assert isinstance(firsts[1].error, RequestCancelledError)
     assert firsts[1].error.message == "Request was cancelled"
     doc = stats.to_json("m", "1")
     assert doc["inference_stats"]["success"]["count"] == 2  # decoupled: counted when execute returns
