@@ -40,6 +40,11 @@ class IOSpec(Protocol):
 class BatchedInstance(ABC):
     """Base of a native backend's instance. Subclasses set ``model`` and call ``_init_batched``."""
 
+    #: the pool may run short executes on the loop (it keeps long ones in their threads); a backend
+    #: whose every run costs more than a thread hand-off leaves this False
+    inline_ok: bool = False
+    #: a native model never calls another model
+    uses_bls: bool = False
     model: Any  # the backend's model: has ``version_str``
 
     def _init_batched(self, max_batch_size: int, output_names: list[str]) -> None:

@@ -350,6 +350,9 @@ class TorchModel:
 class TorchInstance(BatchedInstance):
     """One module on one device; ``execute`` runs in the instance's worker thread."""
 
+    #: never inline: inline mode is opt-in, on measurement, and torch modules were not measured for it
+    inline_ok = False
+
     def __init__(self, model: TorchModel, program: _Program, name: str, device: str) -> None:
         assert model.input_plan is not None
         self.model = model

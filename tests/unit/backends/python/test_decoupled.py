@@ -521,6 +521,10 @@ def test_on_the_loop_thread_responses_are_delivered_at_once_and_in_order() -> No
 class _Gate:
     """A BackendInstance whose execute waits for a gate, then answers through the streams."""
 
+    inline_ok = False
+    uses_bls = False
+    last_timings = None
+
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.started = threading.Event()
