@@ -5,12 +5,12 @@ __version__ = "0.1.0"
 from inferd.api import Server
 from inferd.errors import (
     AlreadyExistsError,
-    CancelledError,
     ErrorCode,
     InferdError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    RequestCancelledError,
     UnavailableError,
     UnknownError,
     UnsupportedError,
@@ -19,12 +19,12 @@ from inferd.options import ServerOptions
 
 __all__ = [
     "AlreadyExistsError",
-    "CancelledError",
     "ErrorCode",
     "InferdError",
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
+    "RequestCancelledError",
     "Server",
     "ServerOptions",
     "UnavailableError",

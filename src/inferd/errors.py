@@ -8,7 +8,7 @@ InferdError
  ├── UnavailableError      UNAVAILABLE     HTTP 503  gRPC UNAVAILABLE
  ├── UnsupportedError      UNSUPPORTED     HTTP 501  gRPC UNIMPLEMENTED
  ├── AlreadyExistsError    ALREADY_EXISTS  HTTP 400  gRPC ALREADY_EXISTS
- └── CancelledError        CANCELLED       HTTP 400  gRPC CANCELLED
+ └── RequestCancelledError CANCELLED       HTTP 400  gRPC CANCELLED
 
 The codes and their statuses are Triton's (``HttpCodeFromError`` / ``CodeToStatus``).
 This module imports nothing from the rest of the package.
@@ -97,7 +97,7 @@ class AlreadyExistsError(InferdError):
     code = ErrorCode.ALREADY_EXISTS
 
 
-class CancelledError(InferdError):
+class RequestCancelledError(InferdError):
     """Triton CANCELLED."""
 
     code = ErrorCode.CANCELLED
@@ -111,7 +111,7 @@ _BY_CODE: dict[ErrorCode, type[InferdError]] = {
     ErrorCode.UNAVAILABLE: UnavailableError,
     ErrorCode.UNSUPPORTED: UnsupportedError,
     ErrorCode.ALREADY_EXISTS: AlreadyExistsError,
-    ErrorCode.CANCELLED: CancelledError,
+    ErrorCode.CANCELLED: RequestCancelledError,
 }
 
 

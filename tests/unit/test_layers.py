@@ -184,14 +184,13 @@ def test_core_data_modules_import_only_errors_and_each_other() -> None:
     )
 
 
-def test_backends_import_only_errors_repository_core_data_batch_and_themselves() -> None:
+def test_backends_import_only_errors_repository_core_data_and_themselves() -> None:
     assert (
         _violations(
             lambda m: _in(m, "inferd.backends"),
             lambda e: (
                 e.target in CORE_DATA
                 or e.target == "inferd.core"  # the (empty) package of the data modules
-                or e.target == "inferd.scheduling.batch"  # pure batch arithmetic for native backends
                 or _in(e.target, "inferd.errors", "inferd.repository", "inferd.backends")
             ),
         )
@@ -214,15 +213,20 @@ def test_signature_modules_import_no_framework(module: str) -> None:
     assert [str(e) for e in EDGES if e.module == module and e.target not in allowed] == []
 
 
-def test_batch_arithmetic_imports_only_errors_and_core_data() -> None:
-    """Backends may import ``scheduling.batch`` only because it imports nothing above them."""
-    assert (
-        _violations(
-            lambda m: m == "inferd.scheduling.batch",
-            lambda e: e.target in CORE_DATA or e.target == "inferd.errors",
-        )
-        == []
-    )
+def test_native_backends_shared_modules_import_no_framework() -> None:
+    """``batched`` (stack, run once, split) and ``native`` (the load preamble) serve every native
+    backend: numpy at most, never one backend's framework or another backend's package."""
+    for module in ("inferd.backends.batched", "inferd.backends.native"):
+        tree = ast.parse(MODULES[module].read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {
+            n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level
+        }
+        outside = {n.partition(".")[0] for n in names} - set(sys.stdlib_module_names) - {ROOT}
+        assert outside <= {"numpy"}, (module, outside)
+        allowed = {"inferd.errors", *CORE_DATA, "inferd.backends.base", "inferd.backends.signature"}
+        allowed |= {"inferd.backends.batched", "inferd.backends.native"}
+        assert [str(e) for e in EDGES if e.module == module and e.target not in allowed] == []
 
 
 def _scheduling_allows(e: Edge) -> bool:

@@ -67,6 +67,16 @@ def test_errors_are_exported() -> None:
         assert issubclass(cls, InferdError)
 
 
+def test_no_error_shadows_a_builtin_or_asyncio_name() -> None:
+    """``except CancelledError`` next to asyncio code must mean asyncio's: ours is RequestCancelledError."""
+    import asyncio
+    import builtins
+
+    assert inferd.RequestCancelledError.code is ErrorCode.CANCELLED
+    errors = {n for n in inferd.__all__ if n.endswith("Error")}
+    assert errors.isdisjoint(dir(asyncio)) and errors.isdisjoint(dir(builtins))
+
+
 def test_version() -> None:
     assert inferd.__version__ == importlib.metadata.version("inferd")
 

@@ -34,7 +34,29 @@ class LoadContext:
 
 
 class BackendInstance(Protocol):
-    """One instance: executes a batch of requests in its own worker thread."""
+    """One instance: executes a batch of requests in its own worker thread.
+
+    Besides ``execute`` and ``unload`` an instance tells the pool (``scheduling/instances.py``)
+    three things, each read after every execute; every backend's instance declares them.
+    """
+
+    @property
+    def inline_ok(self) -> bool:
+        """The pool may run this instance's short executes on the event loop; it decides on
+        measurement (see inline mode in ``scheduling/instances.py``) and never moves a long one there."""
+        ...
+
+    @property
+    def uses_bls(self) -> bool:
+        """True once an execute called another model (BLS): it may wait on the event loop, so the
+        pool never runs this instance inline again."""
+        ...
+
+    @property
+    def last_timings(self) -> tuple[int, int, int] | None:
+        """(input, infer, output) nanoseconds of the last execute, for the statistics; None: the
+        pool counts the whole execute as infer."""
+        ...
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         """Responses in request order, or None when the instance answers through request streams."""

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.core.lifecycle import ModelState
 from inferd.core.stats import ModelStats
-from inferd.core.types import BY_CONFIG_VALUE, DataType
+from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from inferd.scheduling.base import Scheduler
-
-
-@dataclass(slots=True, frozen=True)
-class TensorSpec:
-    """An input or output of the model, copied out of the ModelConfig at load."""
-
-    name: str
-    datatype: DataType
-    dims: tuple[int, ...]  # config dims, without the batch dimension
-    optional: bool = False
-    labels: tuple[str, ...] = ()
-
-    def full_shape(self, max_batch_size: int) -> list[int]:
-        """Shape as metadata shows it: -1 batch dimension first when the model batches."""
-        return ([-1] if max_batch_size > 0 else []) + list(self.dims)
 
 
 def _labels(model_dir: Path, filename: str) -> tuple[str, ...]:
@@ -42,17 +26,9 @@ def _labels(model_dir: Path, filename: str) -> tuple[str, ...]:
 
 
 def tensor_specs(config: Any, model_dir: Path) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
-    """Inputs and outputs of a ModelConfig as TensorSpecs (reshape: the API shape is ``dims``)."""
-    inputs = {
-        i.name: TensorSpec(i.name, BY_CONFIG_VALUE[i.data_type], tuple(i.dims), i.optional)
-        for i in config.input
-    }
-    outputs = {
-        o.name: TensorSpec(
-            o.name, BY_CONFIG_VALUE[o.data_type], tuple(o.dims), False, _labels(model_dir, o.label_filename)
-        )
-        for o in config.output
-    }
+    """Inputs and outputs of a ModelConfig as TensorSpecs, outputs with their labels."""
+    inputs = {i.name: TensorSpec.from_config(i) for i in config.input}
+    outputs = {o.name: TensorSpec.from_config(o, _labels(model_dir, o.label_filename)) for o in config.output}
     return inputs, outputs
 
 

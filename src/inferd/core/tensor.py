@@ -1,14 +1,19 @@
-"""Tensor: a named, typed, shaped numpy array; zero-copy from received buffers; the BYTES codec."""
+"""Tensor: a named, typed, shaped numpy array; zero-copy from received buffers; the BYTES codec.
+
+TensorSpec: an input or output as the ModelConfig describes it, the one tensor description the
+core (validation, metadata) and the native backends (reshape) read.
+"""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from inferd.core.types import BYTES, DataType, from_numpy
+from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType, from_numpy
 
 _LEN = struct.Struct("<I")
 
@@ -95,6 +100,34 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.datatype.wire}, {list(self.shape)})"
+
+
+@dataclass(slots=True, frozen=True)
+class TensorSpec:
+    """An input or output of a model, copied out of its ModelConfig at load.
+
+    ``dims`` is the API shape without the batch dimension; ``reshape`` the framework's shape
+    when the config gives one (``reshape: { shape: [...] }``), which native backends apply to
+    inputs and undo on outputs.
+    """
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+    labels: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, io: Any, labels: tuple[str, ...] = ()) -> TensorSpec:
+        """The spec of a ``ModelInput`` or ``ModelOutput`` (an output is never optional)."""
+        reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+        optional = bool(getattr(io, "optional", False))
+        return cls(io.name, BY_CONFIG_VALUE[io.data_type], tuple(io.dims), reshape, optional, labels)
+
+    def full_shape(self, max_batch_size: int) -> list[int]:
+        """Shape as metadata shows it: -1 batch dimension first when the model batches."""
+        return ([-1] if max_batch_size > 0 else []) + list(self.dims)
 
 
 def _as_bytes(v: Any) -> bytes:

@@ -40,7 +40,7 @@ from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
-from inferd.errors import CancelledError, InferdError, InternalError, UnavailableError
+from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -110,9 +110,7 @@ class InstancePool:
         self._instances = instances
         # inline mode (see the module docstring)
         # a queue delay means waiting for more requests: that needs a thread that may block
-        self._inline_capable = policy.max_queue_delay_ns == 0 and all(
-            getattr(inst, "inline_ok", False) for _, inst in instances
-        )
+        self._inline_capable = policy.max_queue_delay_ns == 0 and all(inst.inline_ok for _, inst in instances)
         self._inline = False
         self._drain_scheduled = False
         self._ewma_ns = 0.0
@@ -252,7 +250,7 @@ class InstancePool:
         """Track execute time (inline: the loop thread's CPU; threaded: wall); switch modes (see above)."""
         if not self._inline_capable:
             return
-        if getattr(instance, "uses_bls", False):
+        if instance.uses_bls:
             self._inline_capable = False
             self._set_inline(False)
             return
@@ -349,7 +347,7 @@ class InstancePool:
             self._observe(instance, cpu, blocked, True)
         else:
             self._observe(instance, t3 - t0, False, False)  # threaded: wall time
-        timings = getattr(instance, "last_timings", None)
+        timings = instance.last_timings
         if timings is not None:
             in_ns, infer_ns, out_ns = timings
         else:
@@ -402,7 +400,7 @@ class InstancePool:
         now = self._clock()
         for r in gone:
             self._stats.record_request(False, now - r.t_start_ns, "CANCELED")
-        responses = [self._error_response(r, CancelledError("Request was cancelled")) for r in gone]
+        responses = [self._error_response(r, RequestCancelledError("Request was cancelled")) for r in gone]
         self._hand_back(gone, responses, inline, out)
         return keep, sum(r.batch_size for r in keep)
 

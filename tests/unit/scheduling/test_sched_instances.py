@@ -25,14 +25,16 @@ WAIT_S = 10  # generous: only a broken pool ever waits this long
 class FakeInstance:
     """A BackendInstance that records its batches (request ids and thread) and answers each request."""
 
+    uses_bls = False
+    last_timings: tuple[int, int, int] | None = None  # the pool times the execute
+
     def __init__(
         self, fn: Callable[[list[InferRequest]], None] | None = None, inline_ok: bool = False
     ) -> None:
         self.fn = fn
         self.calls: list[tuple[list[str], int]] = []
         self.unloaded = False
-        if inline_ok:
-            self.inline_ok = True
+        self.inline_ok = inline_ok
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
         self.calls.append(([r.id for r in requests], threading.get_ident()))
@@ -589,6 +591,8 @@ def test_long_threaded_executes_never_probe_inline() -> None:
 
     class Slow:
         inline_ok = True
+        uses_bls = False
+        last_timings = None
 
         def execute(self, requests: list[InferRequest]) -> list[object]:
             _time.sleep(0.003)  # longer than INLINE_MAX_NS

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,16 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.backends.base import InstanceSpec, LoadContext
-from inferd.backends.batched import BatchedInstance
+from inferd.backends.batched import BatchedInstance, split, unreshape_shape
+from inferd.backends.native import NativeBackend, NativeModel
 from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
 from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
-from inferd.backends.signature import complete_config
+from inferd.backends.signature import GraphTensor
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.core.tensor import Tensor
-from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.core.tensor import Tensor, TensorSpec
+from inferd.core.types import BYTES
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
-from inferd.scheduling import batch as batching
 
 log = logging.getLogger("inferd.backends.onnxruntime")
 
@@ -85,61 +84,14 @@ def _open_session(path: Path, options: Any, providers: list[Any], what: str) -> 
 # The backend
 
 
-class OnnxRuntimeBackend:
-    """Backend ``onnxruntime``."""
-
-    name = "onnxruntime"
-
-    def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
-    ) -> None:
-        """Triton's auto-complete from the graph; skipped when the config lists inputs and outputs."""
-        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
-            return
-        if version_dir is None:
-            return
-        path = model_path(config, version_dir)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 3
-        session = _open_session(path, options, ["CPUExecutionProvider"], f"failed to load '{path}'")
-        inputs, outputs, _ = graph_signature(session)
-        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
-
-    def load(self, ctx: LoadContext) -> OnnxModel:
-        return OnnxModel(ctx)
-
-
-@dataclass(frozen=True, slots=True)
-class _IO:
-    """An input or output as the instances use it: its datatype and reshape, copied from the config."""
-
-    name: str
-    datatype: DataType
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
-
-
-def _io(io: Any) -> _IO:
-    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
-    return _IO(io.name, BY_CONFIG_VALUE[io.data_type], tuple(io.dims), reshape)
-
-
-class OnnxModel:
+class OnnxModel(NativeModel):
     """A loaded model.onnx version: checks it against the config, then makes a session per instance."""
 
+    find = staticmethod(model_path)
+
     def __init__(self, ctx: LoadContext) -> None:
-        config = ctx.config
-        self.ctx = ctx
-        self.name = ctx.model_name
-        self.version_str = str(ctx.version)
-        self.path = model_path(config, ctx.version_dir)
-        self.max_batch_size = int(config.max_batch_size)
-        self.inputs = [_io(i) for i in config.input]
-        self.outputs = [_io(o) for o in config.output]
-        count = sum(max(1, g.count) for g in config.instance_group) or 1
-        self.settings = session_settings(config, count)
+        super().__init__(ctx)
+        self.settings = session_settings(ctx.config, self.instance_count)
         self.available = list(ort.get_available_providers())
         self._checked = False
         self._lock = threading.Lock()
@@ -168,18 +120,33 @@ class OnnxModel:
         """Nothing held here: each instance owns its session and drops it at its own unload."""
 
 
+class OnnxRuntimeBackend(NativeBackend):
+    """Backend ``onnxruntime``: auto-complete from the graph (Triton's rules), a session per instance."""
+
+    name = "onnxruntime"
+    model_type = OnnxModel
+
+    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+        """The graph's inputs and outputs, read from a session that only loads it (no optimisation)."""
+        path = model_path(config, version_dir)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        session = _open_session(path, options, ["CPUExecutionProvider"], f"failed to load '{path}'")
+        inputs, outputs, _ = graph_signature(session)
+        return inputs, outputs
+
+
 class OnnxInstance(BatchedInstance):
     """One InferenceSession; ``execute`` runs in the instance's worker thread (the GIL is released)."""
 
     #: the pool may run very short graphs on the loop (it keeps long ones in their threads)
     inline_ok = True
+    model: OnnxModel
 
     def __init__(self, model: OnnxModel, session: Any, name: str) -> None:
-        self.model = model
-        self.name = name
-        self._outputs = {o.name: o for o in model.outputs}
-        self._output_names = list(self._outputs)
-        self._init_batched(model.max_batch_size, self._output_names)
+        super().__init__(model, name)
         self._run_options: Any = None
         if model.settings.run_entries:
             self._run_options = ort.RunOptions()
@@ -231,11 +198,9 @@ class OnnxInstance(BatchedInstance):
                 spec = self._outputs[name]
                 arr = self._output_array(spec, arr)
                 if self._batching and (arr.ndim == 0 or arr.shape[0] != r.batch_size):
-                    batching.split(arr, [r.batch_size], name)  # raises: the batch is not dimension 0
+                    split(arr, [r.batch_size], name)  # raises: the batch is not dimension 0
                 if spec.reshape is not None:
-                    arr = arr.reshape(
-                        batching.unreshape_shape(arr.shape, spec.dims, spec.reshape, self._batching)
-                    )
+                    arr = arr.reshape(unreshape_shape(arr.shape, spec.dims, spec.reshape, self._batching))
                 outputs.append(Tensor(name, spec.datatype, arr.shape, array=arr))
         except InferdError as e:
             self.last_timings = (0, clock() - t0, 0)
@@ -275,7 +240,7 @@ class OnnxInstance(BatchedInstance):
             feed[spec.name] = arr
         return feed
 
-    def _output_array(self, spec: _IO, arr: Any) -> np.ndarray[Any, Any]:
+    def _output_array(self, spec: TensorSpec, arr: Any) -> np.ndarray[Any, Any]:
         if not isinstance(arr, np.ndarray):
             raise InternalError(f"output '{spec.name}' of model '{self.model.name}' is not a tensor")
         if spec.datatype is BYTES:

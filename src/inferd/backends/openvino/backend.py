@@ -12,17 +12,15 @@ ports, as Triton's openvino backend does, with the rules of the ONNX Runtime bac
 it UNAVAILABLE with a reason naming the tensor. Each instance owns a compiled model and an infer
 request and runs them in its worker thread (OpenVINO releases the GIL while it infers); the
 requests of one execute are stacked on the batch dimension, run once and split back
-(``scheduling/batch.py``). OpenVINO exceptions become inferd errors where they enter
+(``backends/batched.py``). OpenVINO exceptions become inferd errors where they enter
 (:func:`_load_error`, :meth:`OpenVinoInstance._infer`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +28,13 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
+from inferd.backends.native import NativeBackend, NativeModel, import_lazily
 from inferd.backends.openvino.settings import compile_properties
 from inferd.backends.openvino.signature import check_config_against_model, model_signature
-from inferd.backends.signature import complete_config
+from inferd.backends.signature import GraphTensor
 from inferd.core.request import InferRequest
-from inferd.core.tensor import Tensor
-from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.core.tensor import Tensor, TensorSpec
+from inferd.core.types import BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger("inferd.backends.openvino")
@@ -47,13 +46,8 @@ _core: Any = None
 
 
 def _openvino() -> Any:
-    """openvino, imported on first use (``Any``: inferd type-checks without its stubs)."""
-    try:
-        return importlib.import_module("openvino")
-    except ImportError as e:
-        raise UnavailableError(
-            f"the openvino backend needs openvino, which is not installed ({e}): pip install 'inferd[openvino]'"
-        ) from e
+    """openvino, imported on first use."""
+    return import_lazily("openvino", "openvino", "openvino")
 
 
 def _get_core() -> Any:
@@ -106,63 +100,22 @@ def _read_model(path: Path, model: str) -> Any:
 # The backend
 
 
-class OpenVinoBackend:
-    """Backend ``openvino``."""
-
-    name = "openvino"
-
-    def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
-    ) -> None:
-        """Inputs, outputs and batching from the model's ports; skipped when the config lists them."""
-        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
-            return
-        if version_dir is None:
-            return
-        path = model_path(config, version_dir)
-        inputs, outputs = model_signature(_read_model(path, config.name), config.name)
-        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
-
-    def load(self, ctx: LoadContext) -> OpenVinoModel:
-        return OpenVinoModel(ctx)
-
-
-@dataclass(frozen=True, slots=True)
-class _IO:
-    name: str
-    datatype: DataType
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
-
-
-def _io(io: Any, model: str, kind: str) -> _IO:
-    datatype = BY_CONFIG_VALUE[io.data_type]
-    if datatype is BYTES:
-        raise InvalidArgumentError(
-            f"unable to load model '{model}': {kind} '{io.name}' is TYPE_STRING, which the openvino backend "
-            "does not serve"
-        )
-    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
-    return _IO(io.name, datatype, tuple(io.dims), reshape)
-
-
-class OpenVinoModel:
+class OpenVinoModel(NativeModel):
     """A loaded OpenVINO version: reads the model once, checks it, then compiles it per instance."""
 
-    def __init__(self, ctx: LoadContext) -> None:
-        config = ctx.config
-        self.ctx = ctx
-        self.name = ctx.model_name
-        self.version_str = str(ctx.version)
-        self.path = model_path(config, ctx.version_dir)
+    find = staticmethod(model_path)
+
+    def import_framework(self) -> None:
         self.core = _get_core()
-        self.max_batch_size = int(config.max_batch_size)
-        self.inputs = [_io(i, self.name, "input") for i in config.input]
-        self.outputs = [_io(o, self.name, "output") for o in config.output]
-        count = sum(max(1, g.count) for g in config.instance_group) or 1
-        self.properties = compile_properties(config, count)
+
+    def unserved(self, datatype: DataType) -> str | None:
+        return "is TYPE_STRING, which the openvino backend does not serve" if datatype is BYTES else None
+
+    def __init__(self, ctx: LoadContext) -> None:
+        super().__init__(ctx)
+        self.properties = compile_properties(ctx.config, self.instance_count)
         self.model: Any = _read_model(self.path, self.name)
-        check_config_against_model(config, *model_signature(self.model, self.name))
+        check_config_against_model(ctx.config, *model_signature(self.model, self.name))
         self._lock = threading.Lock()
         self.compiled = 0
 
@@ -202,20 +155,28 @@ class OpenVinoModel:
         self.model = None
 
 
+class OpenVinoBackend(NativeBackend):
+    """Backend ``openvino``: auto-complete from the model's ports, a compiled model per instance."""
+
+    name = "openvino"
+    model_type = OpenVinoModel
+
+    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+        path = model_path(config, version_dir)
+        return model_signature(_read_model(path, config.name), config.name)
+
+
 class OpenVinoInstance(BatchedInstance):
     """One compiled model and infer request; ``execute`` runs in the instance's worker thread."""
 
     #: the pool may run very short models on the loop (it keeps long ones in their threads)
     inline_ok = True
+    model: OpenVinoModel
 
     def __init__(self, model: OpenVinoModel, compiled: Any, request: Any, name: str) -> None:
-        self.model = model
+        super().__init__(model, name)
         self.compiled = compiled
         self.request = request
-        self.name = name
-        self._outputs = {o.name: o for o in model.outputs}
-        self._output_names = list(self._outputs)
-        self._init_batched(model.max_batch_size, self._output_names)
         self._ports = {name: compiled.output(name) for name in self._output_names}
 
     def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> dict[str, Any]:
@@ -249,7 +210,7 @@ class OpenVinoInstance(BatchedInstance):
 
     def _output_arrays(
         self, results: dict[str, Any], wanted: list[frozenset[str]]
-    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
+    ) -> Iterator[tuple[TensorSpec, np.ndarray[Any, Any]]]:
         """The outputs some request of the group asked for, in config order."""
         for name in self._output_names:
             if not any(name in w for w in wanted):

@@ -14,7 +14,7 @@ dimensions too) fails the load with a reason naming the tensor, not every reques
 Each instance loads its own module on its device (``KIND_CPU``; ``KIND_GPU`` on CUDA when torch
 sees a device) and runs it in its worker thread under ``torch.inference_mode`` (torch releases
 the GIL inside operators). The requests of one execute are stacked on the batch dimension, run
-once and split back (``scheduling/batch.py``). TYPE_STRING travels as ``List[str]``, flattened, as
+once and split back (``backends/batched.py``). TYPE_STRING travels as ``List[str]``, flattened, as
 in Triton. torch exceptions become inferd errors where they
 enter (:func:`_load_error`, :meth:`TorchInstance._call`).
 """
@@ -22,7 +22,6 @@ enter (:func:`_load_error`, :meth:`TorchInstance._call`).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -34,12 +33,13 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
+from inferd.backends.native import NativeBackend, NativeModel, import_lazily
 from inferd.backends.pytorch.naming import InputPlan, plan_inputs, plan_outputs
 from inferd.backends.pytorch.settings import set_interop_threads, torch_settings
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.core.tensor import Tensor
-from inferd.core.types import BF16, BY_CONFIG_VALUE, BYTES, DataType
+from inferd.core.tensor import Tensor, TensorSpec
+from inferd.core.types import BF16, BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger("inferd.backends.pytorch")
@@ -64,13 +64,8 @@ _TORCH_DTYPES = {
 
 
 def _torch() -> Any:
-    """torch, imported on first use (``Any``: inferd type-checks without torch's stubs)."""
-    try:
-        return importlib.import_module("torch")
-    except ImportError as e:
-        raise UnavailableError(
-            f"the pytorch backend needs torch, which is not installed ({e}): pip install 'inferd[torch]'"
-        ) from e
+    """torch, imported on first use."""
+    return import_lazily("torch", "pytorch", "torch")
 
 
 def model_path(config: Any, version_dir: Path) -> Path:
@@ -109,27 +104,6 @@ def _load_error(e: Exception, path: Path, model: str) -> InferdError:
 
 # --------------------------------------------------------------------------------------------------
 # The module and its signature
-
-
-@dataclass(frozen=True, slots=True)
-class _IO:
-    name: str
-    datatype: DataType
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
-    optional: bool
-
-
-def _io(io: Any, model: str, kind: str) -> _IO:
-    datatype = BY_CONFIG_VALUE[io.data_type]
-    if datatype.wire not in _TORCH_DTYPES:
-        raise InvalidArgumentError(
-            f"unable to load model '{model}': {kind} '{io.name}' has datatype {datatype.config}, which the "
-            "pytorch backend does not serve (it serves TYPE_BOOL, TYPE_UINT8, TYPE_INT8 to TYPE_INT64, "
-            "TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_BF16 and TYPE_STRING)"
-        )
-    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
-    return _IO(io.name, datatype, tuple(io.dims), reshape, bool(getattr(io, "optional", False)))
 
 
 @dataclass(slots=True)
@@ -197,7 +171,7 @@ def _export_signature(torch: Any, ep: Any, module: Any) -> _Program:
 
 
 def _check_exported_inputs(
-    torch: Any, model: str, program: _Program, inputs: list[_IO], plan: InputPlan, batching_on: bool
+    torch: Any, model: str, program: _Program, inputs: list[TensorSpec], plan: InputPlan, batching_on: bool
 ) -> None:
     """An exported program records dtypes and shapes: a config that contradicts them fails the load."""
     for spec in inputs:
@@ -238,42 +212,25 @@ def _check_exported_inputs(
 # The backend
 
 
-class PyTorchBackend:
-    """Backend ``pytorch``."""
-
-    name = "pytorch"
-
-    def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
-    ) -> None:
-        """Nothing to complete from a TorchScript module (as Triton): inputs and outputs must be listed."""
-        for kind, listed in (("input", len(config.input)), ("output", len(config.output))):
-            if listed == 0:
-                raise InvalidArgumentError(
-                    f"model configuration for '{config.name}' must specify one or more '{kind}': the pytorch "
-                    "backend cannot read tensors from a TorchScript module; list them in config.pbtxt, named "
-                    "after the arguments of forward() or INPUT__0, INPUT__1, ... and OUTPUT__0, OUTPUT__1, ..."
-                )
-
-    def load(self, ctx: LoadContext) -> TorchModel:
-        return TorchModel(ctx)
-
-
-class TorchModel:
+class TorchModel(NativeModel):
     """A loaded model.pt / model.pt2 version: checks the config, then loads a module per instance."""
 
-    def __init__(self, ctx: LoadContext) -> None:
-        config = ctx.config
-        self.ctx = ctx
-        self.name = ctx.model_name
-        self.version_str = str(ctx.version)
-        self.path = model_path(config, ctx.version_dir)
+    find = staticmethod(model_path)
+
+    def import_framework(self) -> None:
         self.torch = _torch()
-        self.max_batch_size = int(config.max_batch_size)
-        self.inputs = [_io(i, self.name, "input") for i in config.input]
-        self.outputs = [_io(o, self.name, "output") for o in config.output]
-        count = sum(max(1, g.count) for g in config.instance_group) or 1
-        self.settings = torch_settings(config, count)
+
+    def unserved(self, datatype: DataType) -> str | None:
+        if datatype.wire in _TORCH_DTYPES:
+            return None
+        return (
+            f"has datatype {datatype.config}, which the pytorch backend does not serve (it serves TYPE_BOOL, "
+            "TYPE_UINT8, TYPE_INT8 to TYPE_INT64, TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_BF16 and TYPE_STRING)"
+        )
+
+    def __init__(self, ctx: LoadContext) -> None:
+        super().__init__(ctx)
+        self.settings = torch_settings(ctx.config, self.instance_count)
         if self.settings.inter_op_threads is not None:
             set_interop_threads(self.torch, self.settings.inter_op_threads)
         self.input_plan: InputPlan | None = None
@@ -347,20 +304,39 @@ class TorchModel:
         """Nothing held here: each instance owns its module and drops it at its own unload."""
 
 
+class PyTorchBackend(NativeBackend):
+    """Backend ``pytorch``."""
+
+    name = "pytorch"
+    model_type = TorchModel
+
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """Nothing to complete from a TorchScript module (as Triton): inputs and outputs must be listed."""
+        for kind, listed in (("input", len(config.input)), ("output", len(config.output))):
+            if listed == 0:
+                raise InvalidArgumentError(
+                    f"model configuration for '{config.name}' must specify one or more '{kind}': the pytorch "
+                    "backend cannot read tensors from a TorchScript module; list them in config.pbtxt, named "
+                    "after the arguments of forward() or INPUT__0, INPUT__1, ... and OUTPUT__0, OUTPUT__1, ..."
+                )
+
+
 class TorchInstance(BatchedInstance):
     """One module on one device; ``execute`` runs in the instance's worker thread."""
 
+    #: never inline: inline mode is opt-in, on measurement, and torch modules were not measured for it
+    inline_ok = False
+    model: TorchModel
+
     def __init__(self, model: TorchModel, program: _Program, name: str, device: str) -> None:
         assert model.input_plan is not None
-        self.model = model
+        super().__init__(model, name)
         self.program = program
-        self.name = name
         self.device = device
         self.torch = model.torch
         self._plan = model.input_plan
-        self._outputs = {o.name: o for o in model.outputs}
-        self._output_names = list(self._outputs)
-        self._init_batched(model.max_batch_size, self._output_names)
         self._dtypes = {
             s.name: getattr(self.torch, _TORCH_DTYPES[s.datatype.wire])
             for s in model.inputs + model.outputs
@@ -476,7 +452,7 @@ class TorchInstance(BatchedInstance):
 
     def _output_arrays(
         self, requests: list[InferRequest], result: Any, wanted: list[frozenset[str]]
-    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
+    ) -> Iterator[tuple[TensorSpec, np.ndarray[Any, Any]]]:
         """The outputs some request of the group asked for, in config order, as numpy."""
         total = sum(r.batch_size for r in requests)
         for name in self._output_names:
@@ -484,7 +460,7 @@ class TorchInstance(BatchedInstance):
                 continue
             yield self._outputs[name], self._to_numpy(name, self._pick(result, name), total)
 
-    def _from_strings(self, spec: _IO, value: Any, batch: int) -> np.ndarray[Any, Any]:
+    def _from_strings(self, spec: TensorSpec, value: Any, batch: int) -> np.ndarray[Any, Any]:
         """A returned List[str] as a BYTES array of the config's shape (the batch first)."""
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, bytes)) for v in value):
             raise InternalError(

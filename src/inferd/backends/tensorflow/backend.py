@@ -14,17 +14,15 @@ tensor. The SavedModel is read once per model version and its signature shared b
 (a concrete function is safe to call from several threads; Triton's ``MAX_SESSION_SHARE_COUNT``
 set to the instance count): each instance calls it in its worker thread, and TensorFlow releases
 the GIL while it runs. The requests of one execute are stacked on the batch dimension, run once and
-split back (``scheduling/batch.py``). TYPE_STRING is ``tf.string`` both ways. TensorFlow exceptions
+split back (``backends/batched.py``). TYPE_STRING is ``tf.string`` both ways. TensorFlow exceptions
 become inferd errors where they enter (:func:`_load_error`, :func:`_run_error`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +30,13 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance
-from inferd.backends.signature import complete_config
+from inferd.backends.native import NativeBackend, NativeModel, import_lazily
+from inferd.backends.signature import GraphTensor
 from inferd.backends.tensorflow.settings import TfSettings, apply_threads, tf_settings
 from inferd.backends.tensorflow.signature import check_config_against_signature, signature_tensors
 from inferd.core.request import InferRequest
-from inferd.core.tensor import Tensor
-from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
+from inferd.core.tensor import Tensor, TensorSpec
+from inferd.core.types import BYTES
 from inferd.errors import (
     InferdError,
     InternalError,
@@ -53,16 +52,10 @@ _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 def _tensorflow() -> Any:
-    """tensorflow, imported on first use (``Any``: inferd type-checks without its stubs)."""
+    """tensorflow, imported on first use."""
     # TensorFlow's C++ INFO and WARNING lines (oneDNN, CPU features) would fill the server's log
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        return importlib.import_module("tensorflow")
-    except ImportError as e:
-        raise UnavailableError(
-            f"the tensorflow backend needs tensorflow, which is not installed ({e}): "
-            "pip install 'inferd[tensorflow]'"
-        ) from e
+    return import_lazily("tensorflow", "tensorflow", "tensorflow")
 
 
 def model_path(config: Any, version_dir: Path) -> Path:
@@ -149,56 +142,23 @@ def load_signature(path: Path, settings: TfSettings, model: str) -> tuple[Any, A
 # The backend
 
 
-class TensorFlowBackend:
-    """Backend ``tensorflow`` (platform ``tensorflow_savedmodel``)."""
-
-    name = "tensorflow"
-
-    def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
-    ) -> None:
-        """Inputs, outputs and batching from the signature; skipped when the config lists them."""
-        if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
-            return
-        if version_dir is None:
-            return
-        settings = tf_settings(config)
-        _, fn = load_signature(model_path(config, version_dir), settings, config.name)
-        inputs, outputs = signature_tensors(fn, config.name)
-        complete_config(config, inputs, outputs, default_max_batch_size, log=log)
-
-    def load(self, ctx: LoadContext) -> TensorFlowModel:
-        return TensorFlowModel(ctx)
-
-
-@dataclass(frozen=True, slots=True)
-class _IO:
-    """An input or output as the instances use it; ``scalar``: the signature's tensor has rank 0."""
-
-    name: str
-    datatype: DataType
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None
-    scalar: bool
-
-
-class TensorFlowModel:
+class TensorFlowModel(NativeModel):
     """A loaded SavedModel version: reads it once, checks its signature, shares it among instances."""
 
-    def __init__(self, ctx: LoadContext) -> None:
-        config = ctx.config
-        self.name = ctx.model_name
-        self.version_str = str(ctx.version)
-        self.settings = tf_settings(config)
-        self.path = model_path(config, ctx.version_dir)
-        self.max_batch_size = int(config.max_batch_size)
+    find = staticmethod(model_path)
+
+    def import_framework(self) -> None:
         self.tf = _tensorflow()
+
+    def __init__(self, ctx: LoadContext) -> None:
+        self.settings = tf_settings(ctx.config)  # first: a bad parameter is reported before the path
+        super().__init__(ctx)
         self.loaded, self.fn = load_signature(self.path, self.settings, self.name)
         inputs, outputs = signature_tensors(self.fn, self.name)
-        check_config_against_signature(config, inputs, outputs, self.settings.signature_def)
+        check_config_against_signature(ctx.config, inputs, outputs, self.settings.signature_def)
         ranks = {t.name: len(t.dims) for t in (*inputs, *outputs)}
-        self.inputs = [_io(i, ranks) for i in config.input]
-        self.outputs = [_io(o, ranks) for o in config.output]
+        #: config tensors whose signature tensor has rank 0 (served as dims [1] when not batching)
+        self.scalars = frozenset(s.name for s in (*self.inputs, *self.outputs) if ranks.get(s.name) == 0)
 
     def device_for(self, spec: InstanceSpec) -> str:
         """The TensorFlow device of an instance: ``/CPU:0``, or ``/GPU:<id>`` for ``KIND_GPU``."""
@@ -221,23 +181,31 @@ class TensorFlowModel:
         self.loaded = None
 
 
-def _io(io: Any, ranks: dict[str, int]) -> _IO:
-    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
-    return _IO(io.name, BY_CONFIG_VALUE[io.data_type], tuple(io.dims), reshape, ranks.get(io.name) == 0)
+class TensorFlowBackend(NativeBackend):
+    """Backend ``tensorflow`` (platform ``tensorflow_savedmodel``)."""
+
+    name = "tensorflow"
+    model_type = TensorFlowModel
+
+    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+        settings = tf_settings(config)
+        _, fn = load_signature(model_path(config, version_dir), settings, config.name)
+        return signature_tensors(fn, config.name)
 
 
 class TensorFlowInstance(BatchedInstance):
     """Calls the model's signature on one device; ``execute`` runs in the instance's worker thread."""
 
+    #: a signature call costs more than a thread hand-off (about 0.7 ms for a [1,4] add_sub here)
+    inline_ok = False
+    model: TensorFlowModel
+
     def __init__(self, model: TensorFlowModel, device: str, name: str) -> None:
-        self.model = model
-        self.name = name
+        super().__init__(model, name)
         self.device = device
         self.tf = model.tf
         self.fn = model.fn
-        self._outputs = {o.name: o for o in model.outputs}
-        self._output_names = list(self._outputs)
-        self._init_batched(model.max_batch_size, self._output_names)
+        self._scalars = model.scalars
 
     def _group_inputs(
         self, requests: list[InferRequest], wanted: list[frozenset[str]]
@@ -264,10 +232,10 @@ class TensorFlowInstance(BatchedInstance):
 
     def _output_arrays(
         self, result: dict[str, np.ndarray[Any, Any]]
-    ) -> Iterator[tuple[_IO, np.ndarray[Any, Any]]]:
+    ) -> Iterator[tuple[TensorSpec, np.ndarray[Any, Any]]]:
         for name, arr in result.items():
             spec = self._outputs[name]
-            if spec.scalar and not self._batching and spec.reshape is None:
+            if name in self._scalars and not self._batching and spec.reshape is None:
                 arr = arr.reshape(spec.dims)  # a rank-0 output served as dims [1]
             yield spec, arr
 
@@ -278,7 +246,7 @@ class TensorFlowInstance(BatchedInstance):
         for spec in self.model.inputs:
             arr = self._stacked(requests, spec)
             assert arr is not None  # optional inputs are refused at load: every input is here
-            if spec.reshape is None and spec.scalar and not self._batching:
+            if spec.reshape is None and spec.name in self._scalars and not self._batching:
                 arr = arr.reshape(())  # a rank-0 input served as dims [1]
             try:
                 feed[spec.name] = (

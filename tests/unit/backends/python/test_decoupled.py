@@ -25,9 +25,9 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.core.tensor import Tensor
 from inferd.errors import (
-    CancelledError,
     InternalError,
     NotFoundError,
+    RequestCancelledError,
     UnavailableError,
 )
 from inferd.repository import load_model_config, normalize_config
@@ -521,6 +521,10 @@ def test_on_the_loop_thread_responses_are_delivered_at_once_and_in_order() -> No
 class _Gate:
     """A BackendInstance whose execute waits for a gate, then answers through the streams."""
 
+    inline_ok = False
+    uses_bls = False
+    last_timings = None
+
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.started = threading.Event()
@@ -562,7 +566,7 @@ def test_pool_skips_requests_cancelled_while_queued_and_counts_decoupled_success
 
     inst, stats, firsts = run(main())
     assert inst.executed == ["0", "2"]
-    assert isinstance(firsts[1].error, CancelledError)
+    assert isinstance(firsts[1].error, RequestCancelledError)
     assert firsts[1].error.message == "Request was cancelled"
     doc = stats.to_json("m", "1")
     assert doc["inference_stats"]["success"]["count"] == 2  # decoupled: counted when execute returns

@@ -21,11 +21,11 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
 from inferd.errors import (
     AlreadyExistsError,
-    CancelledError,
     InferdError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    RequestCancelledError,
     UnavailableError,
     UnknownError,
     UnsupportedError,
@@ -329,7 +329,7 @@ class TritonPythonModel:
         (pb_utils.TritonError.UNAVAILABLE, UnavailableError),
         (pb_utils.TritonError.UNSUPPORTED, UnsupportedError),
         (pb_utils.TritonError.ALREADY_EXISTS, AlreadyExistsError),
-        (pb_utils.TritonError.CANCELLED, CancelledError),
+        (pb_utils.TritonError.CANCELLED, RequestCancelledError),
         (99, InternalError),
     ],
 )

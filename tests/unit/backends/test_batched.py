@@ -1,14 +1,11 @@
-"""Batch arithmetic for native backends: grouping, stacking, splitting, reshape both ways."""
+"""Batch arithmetic for native backends (backends/batched.py): grouping, stacking, splitting, reshape both ways."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from inferd.core.request import InferRequest
-from inferd.core.tensor import Tensor
-from inferd.errors import InternalError
-from inferd.scheduling.batch import (
+from inferd.backends.batched import (
     group_compatible,
     reshape_shape,
     shape_key,
@@ -16,6 +13,9 @@ from inferd.scheduling.batch import (
     stack,
     unreshape_shape,
 )
+from inferd.core.request import InferRequest
+from inferd.core.tensor import Tensor
+from inferd.errors import InternalError
 
 
 def _request(**shapes: tuple[int, ...]) -> InferRequest:
