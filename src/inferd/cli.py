@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from inferd import __version__
-from inferd.logs import LogSettings, TritonFormatter
+from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
 
 __all__ = ["TritonFormatter", "build_parser", "format_table", "main", "options_from_args", "serve"]
@@ -169,14 +169,7 @@ def hard_exit(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
-    logs = LogSettings(
-        log_file=options.log_file,
-        log_format=options.log_format,
-        verbose=options.log_verbose,
-        info=options.log_info,
-        warning=options.log_warning,
-        error=options.log_error,
-    )
+    logs = from_options(options)
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.
     sys.setswitchinterval(float(os.environ.get("INFERD_SWITCH_INTERVAL", "0.001")))
     try:

@@ -16,7 +16,10 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from inferd.options import ServerOptions
 
 #: logging levels of the verbose levels (below DEBUG's 10: nothing else logs there)
 VERBOSE1 = logging.DEBUG
@@ -171,3 +174,17 @@ class LogSettings:
 def verbose(level: int, logger: logging.Logger = logging.getLogger("inferd")) -> bool:
     """Whether verbose level ``level`` (1 or 2) is on."""
     return logger.isEnabledFor(VERBOSE1 if level <= 1 else VERBOSE2)
+
+
+def from_options(options: ServerOptions, *, attach: bool = True) -> LogSettings:
+    """The log switches the options set (``attach`` False: see ``LogSettings``)."""
+    return LogSettings(
+        log_file=options.log_file,
+        log_format=options.log_format,
+        verbose=options.log_verbose,
+        info=options.log_info,
+        warning=options.log_warning,
+        error=options.log_error,
+        logger=logging.getLogger("inferd") if not attach and options.log_file else None,
+        attach=attach or bool(options.log_file),
+    )

@@ -27,7 +27,7 @@ from inferd.frontends.access import (
 )
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.frontends.tls import server_context
-from inferd.logs import LogSettings
+from inferd.logs import LogSettings, from_options
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -52,20 +52,6 @@ def http_limits(options: ServerOptions) -> HttpLimits:
     )
 
 
-def _embedded_logs(options: ServerOptions) -> LogSettings:
-    """An embedded server's logs: its program's own handlers, unless the options name a file."""
-    return LogSettings(
-        log_file=options.log_file,
-        log_format=options.log_format,
-        verbose=options.log_verbose,
-        info=options.log_info,
-        warning=options.log_warning,
-        error=options.log_error,
-        logger=logging.getLogger("inferd") if options.log_file else None,
-        attach=bool(options.log_file),
-    )
-
-
 class FrontendError(Exception):
     """A front end could not start; the message is what ``inferd serve`` prints."""
 
@@ -77,7 +63,8 @@ class Runtime:
         self.options = options
         #: the log switches (the logging extension changes them); an embedding program keeps its
         #: own handlers unless it hands one over
-        self.logs = logs if logs is not None else _embedded_logs(options)
+        # an embedded server logs through its program's own handlers, unless the options name a file
+        self.logs = logs if logs is not None else from_options(options, attach=False)
         self.core = ServerCore(options)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)

@@ -43,6 +43,7 @@ from inferd.frontends.grpc.service import (
     InferenceServicer,
     RpcError,
 )
+from inferd.frontends.sweep import sweep_forever
 from inferd.frontends.tls import server_context
 from inferd.logs import VERBOSE2
 
@@ -58,7 +59,6 @@ _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
 _DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
 #: grpc-timeout units (gRPC over HTTP/2) in seconds
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_SWEEP_S = 1.0
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -447,14 +447,7 @@ class LeanGrpcServer:
             ssl=tls,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._sweeper = loop.create_task(self._sweep())
-
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(_SWEEP_S)
-            now = time.monotonic()
-            for c in list(self._connections):
-                c.sweep(now)
+        self._sweeper = loop.create_task(sweep_forever(self._connections))
 
     async def stop(self, grace: float | None = None) -> None:
         """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end)."""

@@ -25,6 +25,7 @@ from typing import Any
 import httptools
 import orjson
 
+from inferd.frontends.sweep import sweep_forever
 from inferd.logs import VERBOSE2
 
 log = logging.getLogger("inferd.http")
@@ -48,7 +49,6 @@ _REASONS = {
 _JSON = "application/json"
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in _REASONS.items()}
 _MAX_PIPELINE = 64  # requests waiting behind the one being answered before reading pauses
-_SWEEP_S = 1.0  # how often the server looks for connections past a timeout
 
 
 @dataclass(slots=True, frozen=True)
@@ -506,14 +506,7 @@ class HttpServer:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         if self.limits.header_timeout_s or self.limits.idle_timeout_s:
-            self._sweeper = loop.create_task(self._sweep())
-
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(_SWEEP_S)
-            now = time.monotonic()
-            for c in list(self._connections):
-                c.sweep(now)
+            self._sweeper = loop.create_task(sweep_forever(self._connections))
 
     def stop_listening(self) -> None:
         """Refuse new connections; close the idle ones (in-flight answers still go out)."""
