@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from inferd import __version__
+from inferd.errors import InferdError
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
 
@@ -118,7 +119,7 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
             return 1
     try:
         runtime = Runtime(options, logs)
-    except AccessConfigError as e:
+    except (AccessConfigError, InferdError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     loading = loop.create_task(runtime.load())

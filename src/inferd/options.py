@@ -54,6 +54,13 @@ class ServerOptions:
     model_config_name: str | None = option(
         None, "read this file of each model folder instead of config.pbtxt (when it exists)"
     )
+    backend_config: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<backend>,<setting>=<value> (or <setting>=<value> for every backend), tritonserver's "
+            "syntax: e.g. python,execution-mode=process, default-max-batch-size=8 (repeatable)"
+        },
+    )
     default_max_batch_size: int = option(
         4,
         "max_batch_size given to a batching model whose config leaves it out (the reference's "

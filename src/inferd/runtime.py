@@ -16,6 +16,7 @@ import ssl
 import time
 from typing import Any
 
+from inferd.core.repository_manager import parse_backend_config
 from inferd.core.server import ServerCore
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
@@ -65,6 +66,7 @@ class Runtime:
         #: own handlers unless it hands one over
         # an embedded server logs through its program's own handlers, unless the options name a file
         self.logs = logs if logs is not None else from_options(options, attach=False)
+        parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
         self.core = ServerCore(options)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)

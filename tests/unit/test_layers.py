@@ -191,11 +191,16 @@ def test_backends_import_only_errors_repository_core_data_and_themselves() -> No
             lambda e: (
                 e.target in CORE_DATA
                 or e.target == "inferd.core"  # the (empty) package of the data modules
+                or e.target == "inferd.logs"  # a worker process sets up its log lines
                 or _in(e.target, "inferd.errors", "inferd.repository", "inferd.backends")
             ),
         )
         == []
     )
+
+
+def test_logs_imports_nothing_of_inferd_at_run_time() -> None:
+    assert _violations(lambda m: m == "inferd.logs", lambda e: e.type_only) == []
 
 
 SIGNATURE_MODULES = ("inferd.backends.signature", "inferd.backends.onnxruntime.graph")

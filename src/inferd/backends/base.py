@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +31,10 @@ class LoadContext:
     config: Any  # ModelConfig
     #: runs a request on another model of the same server from a worker thread (BLS); None outside a server
     infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
+    #: ``--backend-config=<this backend>,<setting>=<value>`` settings (the global ones too)
+    backend_config: Mapping[str, str] = field(default_factory=dict)
+    #: seconds an instance may take to initialize (0: no limit); a worker process past it is killed
+    load_timeout_s: float = 0.0
 
 
 class BackendInstance(Protocol):

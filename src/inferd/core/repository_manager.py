@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.errors import ErrorCode, InferdError, UnavailableError
+from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import VERBOSE1
 from inferd.repository import (
     DuplicateModel,
@@ -114,24 +115,48 @@ def _instance_specs(cfg: Any) -> list[InstanceSpec]:
     return specs or [InstanceSpec(f"{cfg.name}_0", "CPU", 0)]
 
 
-def load_version(
-    name: str,
-    version: int,
-    md: ModelDir,
-    cfg: Any,
-    loop: asyncio.AbstractEventLoop,
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
-) -> Model:
+@dataclass(slots=True)
+class LoadSettings:
+    """How the server loads models (from its options) and what loaded models get from it."""
+
+    loop: asyncio.AbstractEventLoop
+    #: runs a request through the core (ensembles), and from a worker thread (BLS)
+    infer: Callable[[InferRequest], Any]
+    infer_blocking: Callable[[InferRequest], list[InferResponse]]
+    strict_model_config: bool = False
+    config_name: str | None = None
+    default_max_batch_size: int = 4
+    load_threads: int = 4
+    load_timeout_s: float = 0.0
+    #: backend name -> its ``--backend-config`` settings ("" holds the global ones)
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def for_backend(self, name: str) -> dict[str, str]:
+        return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
+
+
+def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
     t0 = time.monotonic()
     model = Model(name, version, cfg, md.path)
     try:
         backend = get_backend(cfg.backend)
-        ctx = LoadContext(name, version, md.path, md.versions[version], cfg, infer_blocking)
+        ctx = LoadContext(
+            name,
+            version,
+            md.path,
+            md.versions[version],
+            cfg,
+            settings.infer_blocking,
+            settings.for_backend(cfg.backend),
+            settings.load_timeout_s,
+        )
         bmodel = backend.load(ctx)
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
-        model.scheduler = InstancePool(name, str(version), instances, _policy(cfg), model.stats, loop)
+        model.scheduler = InstancePool(
+            name, str(version), instances, _policy(cfg), model.stats, settings.loop
+        )
         model.state = ModelState.READY
         log.info("successfully loaded '%s' version %d", name, version)
         log.log(
@@ -150,26 +175,14 @@ def load_version(
     return model
 
 
-async def load_repositories(
-    paths: list[Path],
-    *,
-    loop: asyncio.AbstractEventLoop,
-    infer: Callable[[InferRequest], Any],
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
-    registry: LoadedModels,
-    strict_model_config: bool = False,
-    config_name: str | None = None,
-    default_max_batch_size: int = 4,
-    load_threads: int = 4,
-    load_timeout_s: float = 0.0,
-) -> None:
+async def load_repositories(paths: list[Path], registry: LoadedModels, settings: LoadSettings) -> None:
     """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles.
 
-    A version whose load takes longer than ``load_timeout_s`` (0: no limit) is UNAVAILABLE with
-    that reason and the others go on; if its load ever finishes, what it made is unloaded.
+    A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
+    with that reason and the others go on; if its load ever finishes, what it made is unloaded.
     """
     found = scan_repositories(paths)
-    sem = asyncio.Semaphore(max(1, load_threads))
+    sem = asyncio.Semaphore(max(1, settings.load_threads))
     ensembles: list[tuple[ModelDir, Any]] = []
 
     async def one(name: str, entry: ModelDir | DuplicateModel) -> None:
@@ -179,7 +192,11 @@ async def load_repositories(
         async with sem:
             try:
                 cfg = await asyncio.to_thread(
-                    _prepare_config, entry, config_name, strict_model_config, default_max_batch_size
+                    _prepare_config,
+                    entry,
+                    settings.config_name,
+                    settings.strict_model_config,
+                    settings.default_max_batch_size,
                 )
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except InferdError as e:
@@ -192,7 +209,7 @@ async def load_repositories(
                 ensembles.append((entry, cfg))
                 return
             for v in versions:
-                model = await _load_bounded(name, v, entry, cfg, loop, infer_blocking, load_timeout_s)
+                model = await _load_bounded(name, v, entry, cfg, settings)
                 if model.reason.startswith(_GIVEN_UP):
                     registry.abandoned_loads += 1
                 registry.add(model)
@@ -204,7 +221,7 @@ async def load_repositories(
         for v in versions:
             model = Model(entry.name, v, cfg, entry.path)
             try:
-                model.scheduler = EnsembleScheduler(model, registry.is_ready, infer)
+                model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.infer)
                 model.state = ModelState.READY
             except InferdError as e:
                 model.state, model.reason = ModelState.UNAVAILABLE, e.message
@@ -212,20 +229,11 @@ async def load_repositories(
     registry.refresh_defaults()
 
 
-async def _load_bounded(
-    name: str,
-    version: int,
-    md: ModelDir,
-    cfg: Any,
-    loop: asyncio.AbstractEventLoop,
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
-    timeout_s: float,
-) -> Model:
-    """``load_version`` on a worker thread, given up on after ``timeout_s`` (the thread cannot be
-    stopped: a load that finishes later is unloaded at once)."""
-    future = asyncio.ensure_future(
-        asyncio.to_thread(load_version, name, version, md, cfg, loop, infer_blocking)
-    )
+async def _load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+    """``load_version`` on a worker thread, given up on after the load timeout (the thread cannot
+    be stopped: a load that finishes later is unloaded at once)."""
+    timeout_s, loop = settings.load_timeout_s, settings.loop
+    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings))
     if not timeout_s:
         return await future
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
@@ -259,3 +267,20 @@ def check_mode_allows_load(mode: str) -> None:
     """Load/unload requests are refused unless the control mode is explicit."""
     if mode != "explicit":
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+
+
+def parse_backend_config(settings: list[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config`` values, tritonserver's syntax: ``<backend>,<setting>=<value>`` for one
+    backend, ``<setting>=<value>`` for all (key ``""``)."""
+    out: dict[str, dict[str, str]] = {}
+    for arg in settings:
+        name, comma, rest = arg.partition(",")
+        if not comma:
+            name, rest = "", arg
+        key, eq, value = rest.partition("=")
+        if not eq or not key or not value:
+            raise InvalidArgumentError(
+                f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {arg}"
+            )
+        out.setdefault(name, {})[key] = value
+    return out

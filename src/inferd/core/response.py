@@ -40,6 +40,7 @@ class ResponseStream:
         "_items",
         "_loop",
         "_waiter",
+        "on_cancel",
         "on_final",
         "postprocess",
     )
@@ -54,6 +55,8 @@ class ResponseStream:
         self.postprocess: Callable[[InferResponse], None] | None = None
         #: called once, on the loop, when the final flag is delivered (the core's in-flight count)
         self.on_final: Callable[[ResponseStream], None] | None = None
+        #: called once when the request is cancelled (a worker process must be told)
+        self.on_cancel: Callable[[str], None] | None = None
 
     # -- cancellation ----------------------------------------------------------------------
     def cancel(self, reason: str) -> None:
@@ -64,6 +67,10 @@ class ResponseStream:
         """
         if self._cancel_reason is None:
             self._cancel_reason = reason
+            hook = self.on_cancel
+            if hook is not None:
+                self.on_cancel = None
+                hook(reason)
 
     def cancel_on_close(self) -> None:
         """``cancel`` for a front end's connection-lost hook."""

@@ -17,7 +17,13 @@ from inferd.core.classification import classify
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
-from inferd.core.repository_manager import LoadedModels, check_mode_allows_load, load_repositories
+from inferd.core.repository_manager import (
+    LoadedModels,
+    LoadSettings,
+    check_mode_allows_load,
+    load_repositories,
+    parse_backend_config,
+)
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.validate import validate_request
@@ -77,18 +83,21 @@ class ServerCore:
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._live = True
-        await load_repositories(
-            [p for p in self.options.model_repository],
+        options = self.options
+        backend_config = parse_backend_config(options.backend_config)
+        default_mbs = backend_config.get("", {}).get("default-max-batch-size")
+        settings = LoadSettings(
             loop=self.loop,
             infer=self.infer,
             infer_blocking=self.infer_blocking,
-            registry=self.registry,
-            strict_model_config=self.options.strict_model_config,
-            config_name=self.options.model_config_name,
-            default_max_batch_size=self.options.default_max_batch_size,
-            load_threads=self.options.model_load_thread_count,
-            load_timeout_s=self.options.model_load_timeout_secs,
+            strict_model_config=options.strict_model_config,
+            config_name=options.model_config_name,
+            default_max_batch_size=int(default_mbs) if default_mbs else options.default_max_batch_size,
+            load_threads=options.model_load_thread_count,
+            load_timeout_s=options.model_load_timeout_secs,
+            backend_config=backend_config,
         )
+        await load_repositories(list(options.model_repository), self.registry, settings)
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish in-flight ones (up to the exit timeout), unload."""

@@ -101,4 +101,27 @@ def render(server: ServerCore) -> bytes:
             stats_fn = getattr(sched, "stats", None)
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
+    _process_events(out, family)
     return ("\n".join(out) + "\n").encode()
+
+
+#: beyond the reference: what happened to the worker processes of Python model instances
+_PROCESS_FAMILIES = (
+    (
+        "exited",
+        "inferd_instance_process_exits",
+        "Worker processes of model instances that exited unexpectedly",
+    ),
+    ("restarted", "inferd_instance_process_restarts", "Worker processes of model instances started again"),
+)
+
+
+def _process_events(out: list[str], family: Any) -> None:
+    from inferd.backends.python.process import EVENTS
+
+    events = dict(EVENTS)
+    models = sorted({(m, v) for m, v, _ in events})
+    for event, fam, doc in _PROCESS_FAMILIES:
+        family(fam, doc, "counter")
+        for m, v in models:
+            out.append(f'{fam}{{model="{_label(m)}",version="{v}"}} {events.get((m, v, event), 0)}')

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
@@ -129,7 +129,11 @@ class PythonBackend:
         except json_format.ParseError as e:
             raise InvalidArgumentError(f"auto_complete_config produced an invalid config: {e}") from e
 
-    def load(self, ctx: LoadContext) -> PythonModel:
+    def load(self, ctx: LoadContext) -> BackendModel:
+        from inferd.backends.python.process import ProcessModel, execution_mode
+
+        if execution_mode(ctx) == "process":  # model.py is imported in the worker processes only
+            return ProcessModel(ctx)
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
         module = _import_model(_model_file(ctx.config, ctx.version_dir), module_name)
         return PythonModel(ctx, module)

@@ -1,0 +1,224 @@
+"""The wire between the server and a Python model's worker process: frames, requests, responses.
+
+A ``Channel`` carries pickled messages over a socketpair, each behind its 8-byte length. Tensors
+travel as their wire bytes (row-major little endian; BYTES length-prefixed, as ``Tensor.to_bytes``
+writes them): small ones inside the message, large ones through a fresh POSIX shared-memory object
+that the sender fills (the one copy) and the receiver maps, then unlinks at once, so an object
+never outlives both sides. The receiver's arrays are views over its mapping (no second copy); the
+mapping goes when the last view does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import pickle
+import socket
+import struct
+import threading
+from typing import Any
+
+from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.response import InferResponse
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_WIRE
+from inferd.errors import ErrorCode, InferdError, InternalError, error_for_code
+
+SHM_DIR = "/dev/shm"
+#: tensors this large or larger go through shared memory, smaller ones inside the message
+INLINE_MAX = 64 * 1024
+_LEN = struct.Struct(">Q")
+
+#: (name, wire datatype, shape, bytes | ("shm", object name, byte size))
+PackedTensor = tuple[str, str, tuple[int, ...], Any]
+
+
+class ChannelClosed(Exception):
+    """The other side is gone (its process exited, or the socket was closed)."""
+
+
+class Channel:
+    """Length-prefixed pickled messages over a socket; ``send`` is thread-safe, ``recv`` is for one
+    reader thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, message: Any) -> None:
+        data = pickle.dumps(message, protocol=5)
+        try:
+            with self._send_lock:
+                self.sock.sendall(_LEN.pack(len(data)) + data)
+        except OSError as e:
+            raise ChannelClosed(str(e)) from e
+
+    def recv(self) -> Any:
+        n = _LEN.unpack(self._exactly(_LEN.size))[0]
+        return pickle.loads(self._exactly(n))
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = self.sock.recv_into(view[got:], n - got)
+            except TimeoutError:
+                raise
+            except OSError as e:
+                raise ChannelClosed(str(e)) from e
+            if k == 0:
+                raise ChannelClosed("the other side closed the channel")
+            got += k
+        return buf
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class ShmNames:
+    """Names of the shared-memory objects one side creates: ``inferd-<pid>-<tag>-<n>``."""
+
+    def __init__(self, tag: str, pid: int = 0) -> None:
+        self.prefix = f"inferd-{pid or os.getpid()}-{tag}-"
+        self._n = itertools.count()
+
+    @classmethod
+    def for_pid(cls, pid: int, tag: str) -> ShmNames:
+        """The names another process creates (to clean up after it died)."""
+        return cls(tag, pid)
+
+    def write(self, data: bytes | memoryview) -> str:
+        """A new object holding ``data`` (the one copy of the tensor); its name."""
+        name = f"{self.prefix}{next(self._n)}"
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data).cast("B")
+            done = 0
+            while done < view.nbytes:
+                done += os.write(fd, view[done:])
+        finally:
+            os.close(fd)
+        return name
+
+    def cleanup(self) -> None:
+        """Remove the objects this side created that nobody mapped (the other side died)."""
+        try:
+            names = os.listdir(SHM_DIR)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(self.prefix):
+                try:
+                    os.unlink(os.path.join(SHM_DIR, name))
+                except OSError:
+                    pass
+
+
+def _map(name: str, size: int) -> memoryview:
+    """Map the object ``name`` and unlink it (the mapping stays valid until its last view goes)."""
+    if "/" in name or not name.startswith("inferd-"):
+        raise InternalError(f"invalid shared-memory object name '{name}'")
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.unlink(path)
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fd, size))
+    finally:
+        os.close(fd)
+
+
+# -- tensors -----------------------------------------------------------------------------------------
+def pack_tensor(t: Tensor, shm: ShmNames) -> PackedTensor:
+    data = t.to_bytes()
+    size = len(data) if isinstance(data, bytes) else data.nbytes
+    if size >= INLINE_MAX:
+        return (t.name, t.datatype.wire, t.shape, ("shm", shm.write(data), size))
+    return (t.name, t.datatype.wire, t.shape, bytes(data))
+
+
+def unpack_tensor(packed: PackedTensor) -> Tensor:
+    name, wire, shape, payload = packed
+    raw: bytes | memoryview = _map(payload[1], payload[2]) if isinstance(payload, tuple) else payload
+    return Tensor(name, BY_WIRE[wire], tuple(shape), raw=raw)
+
+
+def release_unmapped(packed: list[PackedTensor]) -> None:
+    """Unlink the shared-memory objects of tensors the other side will never map."""
+    for _, _, _, payload in packed:
+        if isinstance(payload, tuple):
+            try:
+                os.unlink(os.path.join(SHM_DIR, payload[1]))
+            except OSError:
+                pass
+
+
+# -- requests and responses ----------------------------------------------------------------------------
+def pack_request(key: int, r: InferRequest, shm: ShmNames) -> tuple[Any, ...]:
+    outputs = None if r.outputs is None else [(o.name, o.classification, o.parameters) for o in r.outputs]
+    return (
+        key,
+        r.model_name,
+        r.model_version,
+        r.id,
+        r.parameters,
+        outputs,
+        r.correlation_id,
+        r.flags,
+        r.priority,
+        r.timeout_us,
+        r.batch_size,
+        [pack_tensor(t, shm) for t in r.inputs.values()],
+    )
+
+
+def unpack_request(packed: tuple[Any, ...]) -> tuple[int, InferRequest]:
+    key, name, version, rid, params, outputs, corr, flags, priority, timeout, batch, inputs = packed
+    request = InferRequest(
+        model_name=name,
+        inputs={t.name: t for t in map(unpack_tensor, inputs)},
+        model_version=version,
+        id=rid,
+        parameters=params,
+        outputs=None if outputs is None else [RequestedOutput(n, c, p) for n, c, p in outputs],
+        correlation_id=corr,
+        flags=flags,
+        priority=priority,
+        timeout_us=timeout,
+    )
+    if request.outputs is not None:
+        request.output_names = frozenset(o.name for o in request.outputs)
+    request.batch_size = batch
+    return key, request
+
+
+def pack_response(r: InferResponse, shm: ShmNames) -> tuple[Any, ...]:
+    error = None if r.error is None else (r.error.code.name, r.error.message)
+    return (
+        r.model_name,
+        r.model_version,
+        r.id,
+        [pack_tensor(t, shm) for t in r.outputs],
+        r.parameters,
+        error,
+    )
+
+
+def unpack_response(packed: tuple[Any, ...]) -> InferResponse:
+    name, version, rid, outputs, params, error = packed
+    err: InferdError | None = None if error is None else error_for_code(ErrorCode[error[0]], error[1])
+    return InferResponse(name, version, rid, [unpack_tensor(t) for t in outputs], params, err)
+
+
+def pack_error(e: BaseException) -> tuple[str, str]:
+    if isinstance(e, InferdError):
+        return e.code.name, e.message
+    return ErrorCode.INTERNAL.name, f"{type(e).__name__}: {e}"

@@ -1,0 +1,367 @@
+"""Process instances: a Python model instance in its own worker process (``worker.py``).
+
+Why: Python model instances that are threads share one interpreter lock, so a model whose
+``execute`` is Python work uses one core whatever its ``instance_group`` asks; and a model that
+crashes (``os._exit``, a segfault in an extension) would take the server with it. In a worker
+process an instance has a core of its own, and its death fails only the requests it held.
+
+The server side of one instance is a ``ProcessInstance``: ``execute`` (in the pool's worker thread)
+sends the batch and waits; a reader thread takes what the worker sends: each request's responses
+(response senders, decoupled models; delivered on the request's ResponseStream at once), the
+execute's end (its responses and timings, or its error), and BLS requests (run on a small thread
+pool through the server, answered back). A cancelled request is told to the worker, where the
+model sees ``is_cancelled()``.
+
+Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), the execute in
+flight fails with UNAVAILABLE naming the model, the instance and how the process ended, so do the
+requests still open in it, the event is logged and counted (``EVENTS``, exported on /metrics), and
+the next execute starts a new worker (``initialize`` again) before it runs; a worker that cannot
+start fails the batch with the reason and is tried again a second later. A worker whose
+``initialize`` takes longer than the load timeout is killed. Workers die with the server
+(``PR_SET_PDEATHSIG``), also when it is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.python.ipc import (
+    Channel,
+    ChannelClosed,
+    ShmNames,
+    pack_request,
+    pack_response,
+    release_unmapped,
+    unpack_request,
+    unpack_response,
+)
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, error_for_code
+
+log = logging.getLogger("inferd.python")
+
+#: (model, version, "exited" | "restarted") -> count, read by the metrics collector
+EVENTS: collections.Counter[tuple[str, str, str]] = collections.Counter()
+#: a worker that failed to start is not tried again sooner than this
+RESTART_BACKOFF_S = 1.0
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """The execute in flight: its end, when it comes."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    responses: list[InferResponse] | None = None
+    timings: tuple[int, int, int] | None = None
+    error: InferdError | None = None
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "it stopped answering"
+    if code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+class ProcessInstance:
+    """One model instance in a worker process (a ``BackendInstance``)."""
+
+    def __init__(self, ctx: LoadContext, spec: InstanceSpec, start_timeout_s: float = 0.0) -> None:
+        self._ctx = ctx
+        self._spec = spec
+        self._start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._shm = ShmNames(f"p{id(self):x}")
+        self._keys = itertools.count(1)
+        self._exec_ids = itertools.count(1)
+        #: requests sent to the worker whose final response has not come back: key -> request
+        self._open: dict[int, InferRequest] = {}
+        self._pending: _Pending | None = None
+        self._chan: Channel | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+        self._failed_at = 0.0
+        self._failure: InferdError | None = None
+        self._bls_pool: ThreadPoolExecutor | None = None
+        self._last_timings: tuple[int, int, int] | None = None
+        self._uses_bls = False
+        self.pid = 0
+        self._start()
+
+    # -- BackendInstance ---------------------------------------------------------------------------
+    @property
+    def inline_ok(self) -> bool:
+        return False  # the work is in another process: the loop must never wait for it
+
+    @property
+    def uses_bls(self) -> bool:
+        return self._uses_bls
+
+    @property
+    def last_timings(self) -> tuple[int, int, int] | None:
+        return self._last_timings
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        chan = self._chan if self._chan is not None else self._restart()
+        pending = _Pending()
+        keys = []
+        with self._lock:
+            self._pending = pending
+            for r in requests:
+                key = next(self._keys)
+                self._open[key] = r
+                keys.append(key)
+        for key, r in zip(keys, requests, strict=True):
+            if r.stream is not None:
+                r.stream.on_cancel = partial(self._cancel, chan, key)
+        packed = [pack_request(key, r, self._shm) for key, r in zip(keys, requests, strict=True)]
+        try:
+            chan.send(("exec", next(self._exec_ids), packed))
+        except ChannelClosed:
+            pass  # the reader sees the death and ends ``pending``
+        pending.done.wait()
+        with self._lock:
+            self._pending = None
+        if pending.error is not None:
+            if isinstance(pending.error, UnavailableError):  # died: the worker never mapped them
+                for p in packed:
+                    release_unmapped(p[11])
+            raise pending.error
+        self._last_timings = pending.timings
+        if pending.responses is not None:  # answered by returning: nothing more comes for them
+            with self._lock:
+                for key in keys:
+                    self._open.pop(key, None)
+        return pending.responses
+
+    def unload(self) -> None:
+        """``finalize`` in the worker, then its exit (killed if it takes longer than a few seconds)."""
+        self._stopping = True
+        chan, proc = self._chan, self._proc
+        if chan is not None and proc is not None:
+            try:
+                chan.send(("stop",))
+                proc.wait(STOP_TIMEOUT_S)
+            except (ChannelClosed, subprocess.TimeoutExpired):
+                log.warning("the process of %s did not stop: killing it", self._who())
+                proc.kill()
+                proc.wait()
+        self._fail_open(UnavailableError(f"{self._who()} was unloaded"))
+        if self._bls_pool is not None:
+            self._bls_pool.shutdown(wait=False, cancel_futures=True)
+        self._shm.cleanup()
+
+    # -- the worker process -------------------------------------------------------------------------
+    def _who(self) -> str:
+        return f"model '{self._ctx.model_name}' instance '{self._spec.name}'"
+
+    def _start(self) -> Channel:
+        ctx, spec = self._ctx, self._spec
+        ours, theirs = socket.socketpair()
+        cmd = [sys.executable, "-m", "inferd.backends.python.worker", str(theirs.fileno())]
+        proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        theirs.close()
+        chan = Channel(ours)
+        init = {
+            "model_name": ctx.model_name,
+            "version": ctx.version,
+            "model_dir": str(ctx.model_dir),
+            "version_dir": str(ctx.version_dir),
+            "config": ctx.config.SerializeToString(),
+            "spec": (spec.name, spec.kind, spec.device_id),
+            "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
+        }
+        try:
+            chan.send(("init", init))
+            ours.settimeout(self._start_timeout_s or None)
+            reply = chan.recv()
+            ours.settimeout(None)
+        except (ChannelClosed, TimeoutError, OSError) as e:
+            proc.kill()
+            code = proc.wait()
+            chan.close()
+            if isinstance(e, TimeoutError):
+                raise UnavailableError(
+                    f"{self._who()}: initialize did not finish within {self._start_timeout_s:g} s"
+                ) from e
+            raise UnavailableError(
+                f"the process of {self._who()} ended while it started ({_how_it_ended(code)})"
+            ) from e
+        if reply[0] == "init_error":
+            proc.wait(STOP_TIMEOUT_S)
+            chan.close()
+            code, message = reply[1]
+            raise error_for_code(ErrorCode[code], message)
+        self.pid = int(reply[1])
+        log.info("%s runs in process %d (started in %.0f ms)", self._who(), self.pid, reply[2] * 1000)
+        self._chan, self._proc = chan, proc
+        threading.Thread(
+            target=self._read, args=(chan, proc), name=f"inferd-{spec.name}-reader", daemon=True
+        ).start()
+        return chan
+
+    def _restart(self) -> Channel:
+        """A new worker after the last one died (the caller's batch waits for it)."""
+        with self._lock:
+            if self._chan is not None:
+                return self._chan
+            if self._failure is not None and time.monotonic() - self._failed_at < RESTART_BACKOFF_S:
+                raise self._failure
+        try:
+            chan = self._start()
+        except InferdError as e:
+            self._failed_at, self._failure = time.monotonic(), e
+            raise UnavailableError(f"{self._who()} could not be restarted: {e.message}") from e
+        self._failure = None
+        EVENTS[(self._ctx.model_name, str(self._ctx.version), "restarted")] += 1
+        return chan
+
+    def _cancel(self, chan: Channel, key: int, reason: str) -> None:
+        try:
+            chan.send(("cancel", key, reason))
+        except ChannelClosed:
+            pass
+
+    # -- reader thread -------------------------------------------------------------------------------
+    def _read(self, chan: Channel, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            while True:
+                msg = chan.recv()
+                kind = msg[0]
+                if kind == "resp":
+                    self._response(msg[1], msg[2], msg[3])
+                elif kind == "done":
+                    self._end(
+                        responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],
+                        timings=msg[3],
+                    )
+                elif kind == "exec_error":
+                    code, message = msg[2]
+                    self._end(error=error_for_code(ErrorCode[code], message))
+                elif kind == "bls":
+                    self._uses_bls = True
+                    if self._bls_pool is None:
+                        self._bls_pool = ThreadPoolExecutor(
+                            4, thread_name_prefix=f"inferd-{self._spec.name}-bls"
+                        )
+                    self._bls_pool.submit(self._bls, chan, msg[1], msg[2])
+                elif kind == "stopped":
+                    return
+        except ChannelClosed:
+            pass
+        finally:
+            chan.close()
+        if not self._stopping:
+            self._died(proc)
+
+    def _response(self, key: int, packed: Any, final: bool) -> None:
+        with self._lock:
+            request = self._open.pop(key, None) if final else self._open.get(key)
+        if request is not None and request.stream is not None:
+            request.stream.send(None if packed is None else unpack_response(packed), final)
+
+    def _end(
+        self,
+        responses: list[InferResponse] | None = None,
+        timings: tuple[int, int, int] | None = None,
+        error: InferdError | None = None,
+    ) -> None:
+        with self._lock:
+            pending = self._pending
+        if pending is None:
+            return
+        pending.responses, pending.timings, pending.error = responses, timings, error
+        pending.done.set()
+
+    def _bls(self, chan: Channel, bls_id: int, packed: tuple[Any, ...]) -> None:
+        infer = self._ctx.infer_blocking
+        _, request = unpack_request(packed)
+        try:
+            if infer is None:
+                raise UnavailableError("BLS is not available: the model is not served by a server")
+            responses = infer(request)
+        except InferdError as e:
+            responses = [InferResponse(request.model_name, request.model_version, request.id, error=e)]
+        try:
+            chan.send(("bls_resp", bls_id, [pack_response(r, self._shm) for r in responses]))
+        except ChannelClosed:
+            pass
+
+    def _died(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            code: int | None = proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = None
+        how = _how_it_ended(code)
+        error = UnavailableError(
+            f"the process of {self._who()} exited unexpectedly ({how}); the requests it held failed and "
+            "the instance restarts"
+        )
+        log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
+        EVENTS[(self._ctx.model_name, str(self._ctx.version), "exited")] += 1
+        with self._lock:
+            self._chan = None
+            self._proc = None
+        self._end(error=error)
+        self._fail_open(error)
+        self._shm.cleanup()
+        ShmNames.for_pid(proc.pid, "w").cleanup()
+
+    def _fail_open(self, error: InferdError) -> None:
+        with self._lock:
+            open_requests, self._open = list(self._open.values()), {}
+        for r in open_requests:
+            if r.stream is not None:
+                r.stream.send(InferResponse(r.model_name, str(self._ctx.version), r.id, error=error), True)
+
+
+EXECUTION_MODES = ("auto", "thread", "process")
+#: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
+IN_WORKER = "inferd-in-worker"
+
+
+def execution_mode(ctx: LoadContext) -> str:
+    """The model's ``execution_mode`` parameter, else ``--backend-config=python,execution-mode=...``."""
+    if ctx.backend_config.get(IN_WORKER):
+        return "thread"
+    param = ctx.config.parameters.get("execution_mode")
+    mode = param.string_value if param is not None else ctx.backend_config.get("execution-mode", "auto")
+    if mode not in EXECUTION_MODES:
+        raise InvalidArgumentError(
+            f"execution_mode of model '{ctx.model_name}' must be one of {', '.join(EXECUTION_MODES)}, "
+            f"got '{mode}'"
+        )
+    return mode
+
+
+class ProcessModel:
+    """A Python model whose instances are worker processes (``model.py`` never runs in the server)."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        self.ctx = ctx
+
+    def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
+        return ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
+
+    def unload(self) -> None:
+        """Nothing: each instance's ``unload`` stops its process."""

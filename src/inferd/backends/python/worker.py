@@ -1,0 +1,231 @@
+"""A Python model instance in its own process: ``python -m inferd.backends.python.worker <fd>``.
+
+The server starts one per process instance (``process.py``) with one end of a socketpair as
+``<fd>``. The worker loads ``model.py`` with the same backend that runs it in-process
+(``PythonModel``, ``PythonInstance``, ``pb_utils``), so everything a model does behaves alike in
+both modes; only the edges differ:
+
+- a request's responses (response senders, decoupled models) go to the server through a
+  ``ProxyStream`` standing in for its ResponseStream;
+- BLS requests are sent to the server, which runs them, and their responses come back;
+- the server's ``cancel`` makes ``is_cancelled()`` true.
+
+The main thread reads the channel; executes run one at a time on an execute thread, so BLS
+answers and cancellations are read while a model executes. The worker dies with the server
+(``PR_SET_PDEATHSIG``; and the channel's end of file).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.python.ipc import (
+    Channel,
+    ChannelClosed,
+    ShmNames,
+    pack_error,
+    pack_request,
+    pack_response,
+    unpack_request,
+    unpack_response,
+)
+from inferd.backends.python.process import IN_WORKER
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse, ResponseStream
+
+log = logging.getLogger("inferd.python.worker")
+_PR_SET_PDEATHSIG = 1
+
+
+class ProxyStream(ResponseStream):
+    """A request's ResponseStream in the worker: what the model sends goes to the server."""
+
+    __slots__ = ("_channel", "_key", "_shm")
+
+    def __init__(self, channel: Channel, key: int, shm: ShmNames) -> None:
+        self._loop = None  # type: ignore[assignment]  # no event loop here: senders call deliver
+        self._done = False
+        self._cancel_reason = None
+        self._callback = None
+        self.postprocess = None
+        self.on_final = None
+        self.on_cancel = None
+        self._channel = channel
+        self._key = key
+        self._shm = shm
+
+    def send(self, response: InferResponse | None, final: bool = False) -> None:
+        if self._done:
+            return
+        if final:
+            self._done = True
+        packed = None if response is None else pack_response(response, self._shm)
+        try:
+            self._channel.send(("resp", self._key, packed, final))
+        except ChannelClosed:
+            pass  # the server is gone: this process is about to follow
+
+    def deliver(self, response: InferResponse | None, final: bool) -> None:
+        self.send(response, final)
+
+
+class Worker:
+    """The worker's side of the channel."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.shm = ShmNames("w")
+        self.instance: BackendInstance | None = None
+        self.streams: dict[int, ProxyStream] = {}
+        self.execs: queue.Queue[tuple[int, list[InferRequest]] | None] = queue.Queue()
+        self._bls_ids = iter(range(1, 1 << 62))
+        self._bls_lock = threading.Lock()
+        self._bls: dict[int, tuple[threading.Event, list[Any]]] = {}
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self, init: dict[str, Any]) -> None:
+        from inferd.backends.python.backend import PythonBackend
+        from inferd.repository import ModelConfig
+
+        config = ModelConfig.FromString(init["config"])
+        ctx = LoadContext(
+            init["model_name"],
+            init["version"],
+            Path(init["model_dir"]),
+            Path(init["version_dir"]),
+            config,
+            self.bls,
+            {IN_WORKER: "1"},  # here the instance is a thread of this process
+        )
+        model = PythonBackend().load(ctx)
+        self.instance = model.create_instance(InstanceSpec(*init["spec"]))
+
+    # -- BLS -----------------------------------------------------------------------------------------
+    def bls(self, request: InferRequest) -> list[InferResponse]:
+        """Run ``request`` on the server (the model's thread waits for the answer)."""
+        with self._bls_lock:
+            bls_id = next(self._bls_ids)
+            done = threading.Event()
+            slot: list[Any] = []
+            self._bls[bls_id] = (done, slot)
+        self.channel.send(("bls", bls_id, pack_request(0, request, self.shm)))
+        done.wait()
+        packed = slot[0]
+        return [unpack_response(p) for p in packed]
+
+    # -- the loops -----------------------------------------------------------------------------------
+    def read(self) -> None:
+        """The main thread: messages from the server until it stops us or goes away."""
+        while True:
+            msg = self.channel.recv()
+            kind = msg[0]
+            if kind == "exec":
+                _, exec_id, packed = msg
+                requests = []
+                for p in packed:
+                    key, request = unpack_request(p)
+                    stream = ProxyStream(self.channel, key, self.shm)
+                    self.streams[key] = stream
+                    request.stream = stream
+                    requests.append(request)
+                self.execs.put((exec_id, requests))
+            elif kind == "cancel":
+                target = self.streams.get(msg[1])
+                if target is not None:
+                    target.cancel(msg[2])
+            elif kind == "bls_resp":
+                _, bls_id, packed = msg
+                with self._bls_lock:
+                    done, slot = self._bls.pop(bls_id)
+                slot.append(packed)
+                done.set()
+            elif kind == "stop":
+                self.execs.put(None)
+                return
+
+    def run_executes(self) -> None:
+        """The execute thread: one batch at a time, answered with ``done`` or ``exec_error``."""
+        inst = self.instance
+        assert inst is not None
+        while True:
+            item = self.execs.get()
+            if item is None:
+                return
+            exec_id, requests = item
+            try:
+                responses = inst.execute(requests)
+                packed = None if responses is None else [pack_response(r, self.shm) for r in responses]
+                self.channel.send(("done", exec_id, packed, inst.last_timings))
+            except ChannelClosed:
+                return
+            except BaseException as e:  # SystemExit from a model included: answer, serve on
+                self.channel.send(("exec_error", exec_id, pack_error(e)))
+            finally:
+                for r in requests:  # streams of decoupled requests live until their final flag
+                    s = r.stream
+                    if isinstance(s, ProxyStream) and s.done:
+                        self.streams.pop(s._key, None)
+                del requests, item
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the channel's end of file still ends the worker
+    if os.getppid() == 1:  # the server died before the line above ran
+        os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[1])
+    _die_with_parent()
+    sys.argv = []  # a model sees no server command line (the reference's models see an empty list)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when its workers stop
+    channel = Channel(socket.socket(fileno=fd))
+    try:
+        init = channel.recv()[1]
+        from inferd.logs import LogSettings
+
+        LogSettings(verbose=init.get("log_verbose", 0))
+        worker = Worker(channel)
+        t0 = time.monotonic()
+        try:
+            worker.start(init)
+        except BaseException as e:
+            channel.send(("init_error", pack_error(e)))
+            return 1
+        channel.send(("ready", os.getpid(), time.monotonic() - t0))
+        executor = threading.Thread(target=worker.run_executes, name="inferd-execute", daemon=True)
+        executor.start()
+        try:
+            worker.read()
+        except ChannelClosed:
+            return 0  # the server went away
+        executor.join()
+        inst = worker.instance
+        if inst is not None:
+            inst.unload()  # finalize
+        channel.send(("stopped",))
+    except ChannelClosed:
+        return 0
+    finally:
+        worker_shm = ShmNames("w")
+        worker_shm.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
