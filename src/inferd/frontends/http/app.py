@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import gzip
 import logging
 import re
 import zlib
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -52,6 +54,12 @@ _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction p
 
 
 _error = send_error
+
+
+@functools.cache
+def _openapi() -> bytes:
+    """This API's OpenAPI description (``openapi.json`` beside this module), read once."""
+    return resources.files("inferd.frontends.http").joinpath("openapi.json").read_bytes()
 
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
@@ -157,6 +165,8 @@ class HttpApp:
             self._get_only(req, resp, lambda: self._health(resp, self.core.live()), _TEXT)
         elif path == "/v2/health/ready":
             self._get_only(req, resp, lambda: self._health(resp, self.core.ready()), _TEXT)
+        elif path == "/v2/openapi.json":
+            self._get_only(req, resp, lambda: resp.send(200, _openapi(), _JSON))
         elif path == "/v2":
             if req.method != "GET":
                 resp.send(405, _NOT_ALLOWED, _JSON)
