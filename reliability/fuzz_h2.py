@@ -203,7 +203,7 @@ def huge_header_block(port: int, rng: random.Random, size: int = 1 << 20) -> dic
     return {"closed": out.closed, "goaway": out.goaway, "sent": out.sent_bytes}
 
 
-def continuation_flood(port: int, rng: random.Random, total: int = 32 << 20) -> dict[str, Any]:
+def continuation_flood(port: int, rng: random.Random | None, total: int = 32 << 20) -> dict[str, Any]:
     """HEADERS without END_HEADERS, then CONTINUATION frames of 16 KiB, never ending, up to ``total``."""
     s = _open(port)
     s.send(frame(HEADERS, 0, 1, grpc_headers()))
@@ -217,7 +217,7 @@ def continuation_flood(port: int, rng: random.Random, total: int = 32 << 20) -> 
     return {"closed": out.closed or bool(out.send_error), "goaway": out.goaway, "sent": out.sent_bytes}
 
 
-def too_many_streams(port: int, rng: random.Random, streams: int = 1000) -> dict[str, Any]:
+def too_many_streams(port: int, rng: random.Random | None, streams: int = 1000) -> dict[str, Any]:
     """``streams`` calls opened at once (HEADERS without END_STREAM), none finished."""
     s = _open(port)
     block = grpc_headers("/inference.GRPCInferenceService/ModelInfer")
