@@ -8,7 +8,7 @@ METRICS_PORT ?= 8002
 MODELS := examples/models
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck unit e2e bench models clean
+.PHONY: install run test lint typecheck unit e2e bench fuzz soak models clean
 
 # (re)install only when the project's metadata changed
 $(STAMP): pyproject.toml
@@ -26,8 +26,8 @@ run: install models
 	$(BIN)/inferd serve --model-repository $(MODELS) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples reliability
+	$(BIN)/ruff format --check src tests benchmarks examples reliability
 
 typecheck: install
 	$(BIN)/mypy
@@ -37,6 +37,14 @@ test: lint typecheck
 
 bench: install
 	$(BIN)/python benchmarks/run.py
+
+# reliability suites (issue 10): they rewrite their sections of RELIABILITY.md; ARGS passes options
+# (python -m reliability.fuzz --help); make test runs a short version of each
+fuzz: install
+	$(BIN)/python -m reliability.fuzz $(ARGS)
+
+soak: install
+	$(BIN)/python -m reliability.soak $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(MODELS) .mypy_cache .ruff_cache .pytest_cache

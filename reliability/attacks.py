@@ -28,7 +28,7 @@ from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
 from reliability import fuzz_h2
-from reliability.common import MiB, HealthWatch, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
+from reliability.common import HealthWatch, MiB, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
 
 HEALTH_GOAL_MS = 50.0
 
@@ -83,7 +83,12 @@ class AttackResult:
         return self.health_max_ms < HEALTH_GOAL_MS and self.health_failures == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "over_idle": self.over_idle, "rss_ok": self.rss_ok, "health_ok": self.health_ok}
+        return {
+            **asdict(self),
+            "over_idle": self.over_idle,
+            "rss_ok": self.rss_ok,
+            "health_ok": self.health_ok,
+        }
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -176,7 +181,9 @@ def http_gzip_bomb(server: Server, cfg: AttackConfig, bomb: bytes) -> tuple[str,
 def http_big_body(server: Server, cfg: AttackConfig, chunked: bool) -> tuple[str, bool, str]:
     chunk = b"x" * MiB
     if chunked:
-        head = b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        head = (
+            b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         framed = b"%x\r\n%s\r\n" % (len(chunk), chunk)
         n = cfg.big_body // len(chunk)
         got = _stream_request(server.http_port, head, _repeat(framed, n * len(framed)))
@@ -248,7 +255,9 @@ def slowloris(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
     statuses = Counter(a[0] for a in answers.values())
     left_open = len(socks) - len(answers)
     latest = max((a[1] for a in answers.values()), default=0.0)
-    got = ", ".join(f"{n} x {st}" for st, n in statuses.items()) + (f", {left_open} still open" if left_open else "")
+    got = ", ".join(f"{n} x {st}" for st, n in statuses.items()) + (
+        f", {left_open} still open" if left_open else ""
+    )
     ok = statuses.get("408", 0) == len(socks) and latest <= cfg.header_timeout_s + 2.5
     return f"{got}; the last closed after {latest:.1f} s", ok, f"header timeout {cfg.header_timeout_s:g} s"
 
@@ -327,7 +336,10 @@ def slow_model(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
     other = server.post("/v2/models/identity_fp32/infer", b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}')  # fmt: skip
     out["other"] = f"identity_fp32 {other[0]} in {(time.monotonic() - t1) * 1000:.0f} ms"
     t.join(sleep / 1000 + 40)
-    grpc_ok = out["grpc"].startswith("gRPC DEADLINE_EXCEEDED") and float(out["grpc"].split()[-2]) < cfg.slow_timeout_s + 1
+    grpc_ok = (
+        out["grpc"].startswith("gRPC DEADLINE_EXCEEDED")
+        and float(out["grpc"].split()[-2]) < cfg.slow_timeout_s + 1
+    )
     http_secs = float(out.get("http", "x 999 s").split()[-2])
     http_ok = http_secs < cfg.slow_timeout_s + 2
     got = "; ".join(out[k] for k in ("grpc", "http", "other") if k in out)
@@ -337,7 +349,9 @@ def slow_model(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
 
 def grpc_huge_message(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
     size = max(cfg.grpc_limit + MiB, int(cfg.grpc_limit * 1.5))
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}", options=[("grpc.max_send_message_length", -1)])
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{server.grpc_port}", options=[("grpc.max_send_message_length", -1)]
+    )
     req = service_pb2.ModelInferRequest(model_name="identity_fp32")
     req.inputs.add(name="INPUT0", datatype="FP32", shape=[size // 4])
     req.raw_input_contents.append(bytes(size // 4 * 4))
@@ -362,7 +376,9 @@ def grpc_gzip_bomb(server: Server, cfg: AttackConfig, bomb: bytes) -> tuple[str,
     frames = [fuzz_h2.frame(fuzz_h2.HEADERS, fuzz_h2.END_HEADERS, 1, block)]
     for i in range(0, len(message), 16384):
         last = i + 16384 >= len(message)
-        frames.append(fuzz_h2.frame(fuzz_h2.DATA, fuzz_h2.END_STREAM if last else 0, 1, message[i : i + 16384]))
+        frames.append(
+            fuzz_h2.frame(fuzz_h2.DATA, fuzz_h2.END_STREAM if last else 0, 1, message[i : i + 16384])
+        )
     s.send(b"".join(frames))
     status = "no grpc-status"
     decoder = Decoder()
@@ -402,14 +418,22 @@ def grpc_gzip_bomb(server: Server, cfg: AttackConfig, bomb: bytes) -> tuple[str,
 def continuation_flood(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
     got = fuzz_h2.continuation_flood(server.grpc_port, None, total=cfg.flood_bytes)
     ok = bool(got["closed"]) and "ENHANCE_YOUR_CALM" in got["goaway"]
-    return f"GOAWAY {','.join(got['goaway']) or '-'}, closed: {got['closed']}, {got['sent']:,} bytes sent before", ok, ""
+    return (
+        f"GOAWAY {','.join(got['goaway']) or '-'}, closed: {got['closed']}, {got['sent']:,} bytes sent before",
+        ok,
+        "",
+    )
 
 
 def too_many_streams(server: Server, cfg: AttackConfig) -> tuple[str, bool, str]:
     got = fuzz_h2.too_many_streams(server.grpc_port, None, streams=cfg.streams)
     refused = got["rst"].get("REFUSED_STREAM", 0)
     ok = refused >= cfg.streams - cfg.max_streams
-    return f"{refused:,} of {cfg.streams:,} streams refused (REFUSED_STREAM)", ok, f"max concurrent streams {cfg.max_streams}"
+    return (
+        f"{refused:,} of {cfg.streams:,} streams refused (REFUSED_STREAM)",
+        ok,
+        f"max concurrent streams {cfg.max_streams}",
+    )
 
 
 ATTACKS: dict[str, tuple[str, str, str]] = {
@@ -440,7 +464,9 @@ def _size(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def run(server: Server, cfg: AttackConfig, names: list[str], workdir: Path, progress: bool = False) -> list[AttackResult]:
+def run(
+    server: Server, cfg: AttackConfig, names: list[str], workdir: Path, progress: bool = False
+) -> list[AttackResult]:
     bomb = b""
     if {"gzip_bomb", "grpc_gzip_bomb"} & set(names):
         bomb = gzip_bomb(cfg.bomb_inflated, workdir / f"bomb-{cfg.bomb_inflated}.gz")
@@ -492,8 +518,10 @@ def run(server: Server, cfg: AttackConfig, names: list[str], workdir: Path, prog
             seconds=time.monotonic() - t0, notes=note,
         )  # fmt: skip
         if watch.failures:
-            r.notes = (r.notes + "; " if r.notes else "") + "health check failures: " + ", ".join(
-                f"{n} x {k}" for k, n in Counter(watch.failures).items()
+            r.notes = (
+                (r.notes + "; " if r.notes else "")
+                + "health check failures: "
+                + ", ".join(f"{n} x {k}" for k, n in Counter(watch.failures).items())
             )
         results.append(r)
         if progress:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -551,4 +551,3 @@ def write_json(path: Path | None, doc: Any) -> None:
 
 def mib(n: float) -> str:
     return f"{n / MiB:,.1f} MiB"
-

@@ -42,12 +42,14 @@ RAISING_MODELS = ("raise_error",)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m reliability.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", type=Path, action="append", help="a model repository folder to copy models from (repeatable; default: tests/fixtures/models and the reference models)")  # fmt: skip
-    p.add_argument("--http-requests", type=int, default=100_000, help="fuzzed HTTP requests (default 100,000)")
+    p.add_argument(
+        "--http-requests", type=int, default=100_000, help="fuzzed HTTP requests (default 100,000)"
+    )
     p.add_argument("--grpc-calls", type=int, default=10_000, help="malformed gRPC calls (default 10,000)")
     p.add_argument("--h2-attacks", type=int, default=1_000, help="raw HTTP/2 scenarios (default 1,000)")
     p.add_argument("--minutes", type=float, default=60.0, help="a bound on the whole run's fuzzing time")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default: from the clock)")
-    p.add_argument("--attacks", default="all", help="comma-separated attack names, 'all' or 'none' (%s)" % ", ".join(attacks_mod.ATTACKS))  # fmt: skip
+    p.add_argument("--attacks", default="all", help="comma-separated attack names, 'all' or 'none' ({})".format(", ".join(attacks_mod.ATTACKS)))  # fmt: skip
     # the server's limits (passed to inferd serve, and what the goals are measured against)
     p.add_argument("--http-max-input-size", type=int, default=64 * MiB)
     p.add_argument("--grpc-max-message-size", type=int, default=64 * MiB)
@@ -116,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
                 header_timeout_s=args.http_header_timeout_secs,
                 max_connections=args.max_connections,
                 max_streams=args.grpc_max_concurrent_streams,
-                **{f.name: getattr(args, f.name) for f in fields(attacks_mod.AttackConfig) if hasattr(args, f.name) and f.name not in ("body_limit", "grpc_limit", "header_timeout_s", "max_connections", "max_streams")},  # fmt: skip
+                **{
+                    f.name: getattr(args, f.name)
+                    for f in fields(attacks_mod.AttackConfig)
+                    if hasattr(args, f.name)
+                    and f.name
+                    not in ("body_limit", "grpc_limit", "header_timeout_s", "max_connections", "max_streams")
+                },
             )
             out["attacks"] = [a.to_json() for a in attacks_mod.run(server, cfg, names, work, progress)]
         out["alive_after"] = server.alive()
@@ -146,7 +154,9 @@ def _say(progress: bool, text: str) -> None:
 
 
 def _command(argv: list[str] | None) -> str:
-    return "python -m reliability.fuzz " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    return "python -m reliability.fuzz " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
 
 
 def unexpected_total(out: dict[str, Any]) -> int:
@@ -199,7 +209,9 @@ def render(out: dict[str, Any]) -> str:
         "",
     ]  # fmt: skip
     if http:
-        lines += ["HTTP requests by kind: " + ", ".join(f"{k} {v:,}" for k, v in sorted(http["sent"].items())) + "."]
+        lines += [
+            "HTTP requests by kind: " + ", ".join(f"{k} {v:,}" for k, v in sorted(http["sent"].items())) + "."
+        ]
         lines += ["HTTP statuses: " + ", ".join(f"{k}: {v:,}" for k, v in http["by_status"].items()) + "."]
         if http.get("no_answer_where_none_due"):
             lines += ["Closed without an answer where none was due (garbage, dishonest framing): " + ", ".join(f"{k} {v:,}" for k, v in http["no_answer_where_none_due"].items()) + "."]  # fmt: skip
@@ -209,7 +221,9 @@ def render(out: dict[str, Any]) -> str:
     if h2:
         parts = []
         for name, outcomes in h2["outcomes"].items():
-            parts.append(f"{name} {h2['sent'][name]:,} ({'; '.join(f'{k}: {v}' for k, v in outcomes.items())})")
+            parts.append(
+                f"{name} {h2['sent'][name]:,} ({'; '.join(f'{k}: {v}' for k, v in outcomes.items())})"
+            )
         lines += ["Raw HTTP/2: " + ", ".join(parts) + "."]
     lines.append("")
     found = [*http.get("unexpected", []), *grpc_.get("unexpected", []), *h2.get("unexpected", [])]
@@ -225,7 +239,7 @@ def render(out: dict[str, Any]) -> str:
         lines += [
             "### Attacks",
             "",
-            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC).",  # fmt: skip
+            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC).",
             "",
             "| attack | expected | got | answer as expected | health check max (ms) | peak RSS over idle (goal) | goals met |",
             "| --- | --- | --- | --- | ---: | ---: | --- |",

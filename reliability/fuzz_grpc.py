@@ -156,7 +156,9 @@ def infer_request(data: st.DataObject, model: ModelMeta) -> service_pb2.ModelInf
             req.raw_input_contents.append(raw)
         else:
             c = inp.contents
-            kind = data.draw(st.sampled_from(["fp32", "int", "int64", "uint", "bool", "bytes", "fp64", "none"]))
+            kind = data.draw(
+                st.sampled_from(["fp32", "int", "int64", "uint", "bool", "bytes", "fp64", "none"])
+            )
             if kind == "fp32":
                 c.fp32_contents.extend([1.5] * count)
             elif kind == "int":
@@ -179,7 +181,9 @@ def infer_request(data: st.DataObject, model: ModelMeta) -> service_pb2.ModelInf
             if data.draw(st.booleans()):
                 out.parameters["classification"].int64_param = data.draw(st.integers(-1, 5))
     if data.draw(st.integers(0, 4)) == 0:
-        p = req.parameters[data.draw(st.sampled_from(["priority", "timeout", "sequence_id", "x", "binary_data_output"]))]
+        p = req.parameters[
+            data.draw(st.sampled_from(["priority", "timeout", "sequence_id", "x", "binary_data_output"]))
+        ]
         which = data.draw(st.integers(0, 3))
         if which == 0:
             p.int64_param = data.draw(st.integers(-(2**63), 2**63 - 1))
@@ -240,14 +244,18 @@ def run(
     gen = MessageGen(names)
     model_names = sorted(models)
     unary = {
-        name: channel.unary_unary(f"/{SERVICE.full_name}/{name}", request_serializer=None, response_deserializer=None)
+        name: channel.unary_unary(
+            f"/{SERVICE.full_name}/{name}", request_serializer=None, response_deserializer=None
+        )
         for name, m in METHODS.items()
         if not m.client_streaming
     }
     stream = channel.stream_stream(
         f"/{SERVICE.full_name}/ModelStreamInfer", request_serializer=None, response_deserializer=None
     )
-    health = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)
+    health = channel.unary_unary(
+        "/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None
+    )
     huge_left = 3
     t0 = time.monotonic()
     deadline = t0 + seconds
@@ -326,7 +334,11 @@ def run(
             elif rpc == "ModelMetadata":
                 payloads = [service_pb2.ModelMetadataRequest(name="m" * size).SerializeToString()]
             else:
-                payloads = [service_pb2.SystemSharedMemoryRegisterRequest(name="r", key="k" * size).SerializeToString()]
+                payloads = [
+                    service_pb2.SystemSharedMemoryRegisterRequest(
+                        name="r", key="k" * size
+                    ).SerializeToString()
+                ]
         else:
             rpc = "Nope"
             payloads = [b""]

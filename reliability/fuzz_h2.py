@@ -22,7 +22,9 @@ from hpack import Encoder
 from reliability.common import Server
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
 END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
 ERRORS = {0: "NO_ERROR", 1: "PROTOCOL_ERROR", 2: "INTERNAL_ERROR", 3: "FLOW_CONTROL_ERROR", 4: "SETTINGS_TIMEOUT",
           5: "STREAM_CLOSED", 6: "FRAME_SIZE_ERROR", 7: "REFUSED_STREAM", 8: "CANCEL", 9: "COMPRESSION_ERROR",
@@ -41,10 +43,17 @@ SCENARIOS = {
 
 
 def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid & 0x7FFFFFFF) + payload
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([ftype, flags])
+        + struct.pack(">I", sid & 0x7FFFFFFF)
+        + payload
+    )
 
 
-def grpc_headers(path: str = "/inference.GRPCInferenceService/ServerLive", extra: list[tuple[str, str]] | None = None) -> bytes:
+def grpc_headers(
+    path: str = "/inference.GRPCInferenceService/ServerLive", extra: list[tuple[str, str]] | None = None
+) -> bytes:
     enc = Encoder()
     return enc.encode(
         [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "127.0.0.1"),
@@ -175,7 +184,12 @@ def random_frames(port: int, rng: random.Random) -> dict[str, Any]:
         if not s.send(frame(ftype, flags, sid, payload)):
             break
     if rng.random() < 0.3 and not s.out.send_error:  # a length that lies about what follows
-        s.send(struct.pack(">I", rng.randrange(1 << 24))[1:] + bytes([rng.randrange(10), 0]) + b"\0\0\0\1" + b"x" * 10)
+        s.send(
+            struct.pack(">I", rng.randrange(1 << 24))[1:]
+            + bytes([rng.randrange(10), 0])
+            + b"\0\0\0\1"
+            + b"x" * 10
+        )
     out = s.read()
     s.close()
     return {"closed": out.closed, "goaway": out.goaway, "rst": dict(out.rst)}
@@ -339,7 +353,13 @@ def run(
         if got.get("error"):
             key = "client error " + got["error"]
         result.outcomes.setdefault(name, Counter())[key] += 1
-        if name in ("continuation_flood", "too_many_streams", "huge_header_block", "ping_flood", "rapid_reset"):
+        if name in (
+            "continuation_flood",
+            "too_many_streams",
+            "huge_header_block",
+            "ping_flood",
+            "rapid_reset",
+        ):
             result.floods[name] = got
             why = _flood_failed(name, got, max_streams, max_header_list, flood_bytes)
             if why:
@@ -350,10 +370,11 @@ def run(
     return result
 
 
-def _flood_failed(name: str, got: dict[str, Any], max_streams: int, max_header_list: int, flood: int) -> str | None:
-    if name == "continuation_flood":
-        if got.get("sent", 0) >= flood and not got.get("closed"):
-            return f"{got.get('sent', 0):,} bytes of CONTINUATION accepted without the connection being closed"
+def _flood_failed(
+    name: str, got: dict[str, Any], max_streams: int, max_header_list: int, flood: int
+) -> str | None:
+    if name == "continuation_flood" and got.get("sent", 0) >= flood and not got.get("closed"):
+        return f"{got.get('sent', 0):,} bytes of CONTINUATION accepted without the connection being closed"
     if name == "too_many_streams":
         refused = got.get("rst", {}).get("REFUSED_STREAM", 0)
         if got["streams"] > max_streams and refused < got["streams"] - max_streams and not got.get("goaway"):

@@ -279,7 +279,9 @@ class RequestGen:
         if odd:
             choices = (
                 st.text(max_size=40)
-                | st.sampled_from(["..", ".", "%2e%2e", "%00", "a%2Fb", "x" * 3000, "99999999999999999999999"])
+                | st.sampled_from(
+                    ["..", ".", "%2e%2e", "%00", "a%2Fb", "x" * 3000, "99999999999999999999999"]
+                )
                 | st.from_regex(r"[0-9]{1,40}", fullmatch=True)
             )
         value: str = data.draw(choices)
@@ -433,7 +435,9 @@ class RequestGen:
         headers = [("Content-Type", "application/json")]
         if data.draw(st.integers(0, 5)) == 0:
             headers.append(("Accept-Encoding", data.draw(st.sampled_from(["gzip", "deflate", "br", "*"]))))
-        return FuzzRequest(kind, f"POST {path.split('/')[-1]} {model.name}", http_request("POST", path, body, headers))
+        return FuzzRequest(
+            kind, f"POST {path.split('/')[-1]} {model.name}", http_request("POST", path, body, headers)
+        )
 
     def _binary(self, data: st.DataObject, kind: str) -> FuzzRequest:
         model = self.models[data.draw(st.sampled_from(self.model_names))]
@@ -454,14 +458,18 @@ class RequestGen:
         elif how == 6:
             hlen = str(len(header) + data.draw(st.integers(-20, 20)))
         elif how == 7:
-            hlen = data.draw(st.sampled_from(["-1", "0", " 12", "+5", "1e3", "", "abc", "9" * 30, "9" * 100_000]))
+            hlen = data.draw(
+                st.sampled_from(["-1", "0", " 12", "+5", "1e3", "", "abc", "9" * 30, "9" * 100_000])
+            )
         elif how == 8:
             hlen = str(len(body) + data.draw(st.integers(0, 2**40)))
         else:
             hlen = str(data.draw(st.integers(0, len(body))))
         headers = [("Inference-Header-Content-Length", hlen), ("Content-Type", "application/octet-stream")]
         path = self._infer_path(data, model)
-        return FuzzRequest(kind, f"POST infer (binary) {model.name}", http_request("POST", path, body, headers))
+        return FuzzRequest(
+            kind, f"POST infer (binary) {model.name}", http_request("POST", path, body, headers)
+        )
 
     def _mutated(self, data: st.DataObject, kind: str) -> FuzzRequest:
         if data.draw(st.booleans()):
@@ -474,7 +482,9 @@ class RequestGen:
             path, label = self.path(data, op.template), f"{op.method} {op.template}"
         doc = self.mutate(data, doc)
         body = json.dumps(doc).encode()
-        return FuzzRequest(kind, label, http_request("POST", path, body, [("Content-Type", "application/json")]))
+        return FuzzRequest(
+            kind, label, http_request("POST", path, body, [("Content-Type", "application/json")])
+        )
 
     def mutate(self, data: st.DataObject, doc: Any, depth: int = 0) -> Any:
         """``doc`` with one value (or key) somewhere in it replaced by random JSON."""
@@ -500,15 +510,37 @@ class RequestGen:
         body = json.dumps(data.draw(JSON)).encode()
         if data.draw(st.integers(0, 4)) == 0:  # deep nesting, as a client could send
             depth = data.draw(st.integers(50, 5000))
-            body = b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":' + b"[" * depth + b"1" + b"]" * depth + b"}]}"
+            body = (
+                b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":'
+                + b"[" * depth
+                + b"1"
+                + b"]" * depth
+                + b"}]}"
+            )
         path = self.path(data, op.template)
-        return FuzzRequest(kind, f"{op.method} {op.template}", http_request(op.method, path, body, [("Content-Type", "application/json")]))
+        return FuzzRequest(
+            kind,
+            f"{op.method} {op.template}",
+            http_request(op.method, path, body, [("Content-Type", "application/json")]),
+        )
 
     def _bytes(self, data: st.DataObject, kind: str) -> FuzzRequest:
         op = self._op(data, with_body=True)
         body = data.draw(st.binary(max_size=512))
         if data.draw(st.integers(0, 3)) == 0:  # JSON-looking bytes, cut or with invalid UTF-8
-            body = data.draw(st.sampled_from([b'{"inputs":[', b'{"a":"\xff\xfe"}', b"[1,2", b'"\\ud800"', b"NaN", b"{\"inputs\":[{\"data\":[Infinity]}]}", b"\x00{}"]))
+            body = data.draw(
+                st.sampled_from(
+                    [
+                        b'{"inputs":[',
+                        b'{"a":"\xff\xfe"}',
+                        b"[1,2",
+                        b'"\\ud800"',
+                        b"NaN",
+                        b'{"inputs":[{"data":[Infinity]}]}',
+                        b"\x00{}",
+                    ]
+                )
+            )
         path = self.path(data, op.template)
         ctype = data.draw(st.sampled_from(["application/json", "application/octet-stream", "text/plain", ""]))
         headers = [("Content-Type", ctype)] if ctype else []
@@ -523,7 +555,11 @@ class RequestGen:
         else:
             body = json.dumps(data.draw(self.body_strategies[(op.method, op.template)])).encode()
             path = self.path(data, op.template)
-        enc = data.draw(st.sampled_from(["gzip", "deflate", "gzip", "br", "identity", "x-gzip", "GZIP", "gzip, deflate", ""]))
+        enc = data.draw(
+            st.sampled_from(
+                ["gzip", "deflate", "gzip", "br", "identity", "x-gzip", "GZIP", "gzip, deflate", ""]
+            )
+        )
         how = data.draw(st.integers(0, 4))
         if enc.strip().lower() == "gzip" and how < 3:
             body = gzip.compress(body)
@@ -533,8 +569,26 @@ class RequestGen:
             body = gzip.compress(body)[: data.draw(st.integers(0, 30))]
         headers = [("Content-Encoding", enc)]
         if data.draw(st.booleans()):
-            headers.append(("Content-Type", data.draw(st.sampled_from(["application/json", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain; charset=latin-1"]))))
-        return FuzzRequest(kind, f"{op.method} {op.template} ({enc or 'empty'} encoding)", http_request(op.method, path, body, headers))
+            headers.append(
+                (
+                    "Content-Type",
+                    data.draw(
+                        st.sampled_from(
+                            [
+                                "application/json",
+                                "application/x-www-form-urlencoded",
+                                "multipart/form-data; boundary=x",
+                                "text/plain; charset=latin-1",
+                            ]
+                        )
+                    ),
+                )
+            )
+        return FuzzRequest(
+            kind,
+            f"{op.method} {op.template} ({enc or 'empty'} encoding)",
+            http_request(op.method, path, body, headers),
+        )
 
     def _method(self, data: st.DataObject, kind: str) -> FuzzRequest:
         op = self._op(data)
@@ -559,7 +613,11 @@ class RequestGen:
         op = self._op(data)
         path = self.path(data, op.template)
         body = b"{}" if op.body_schema else b""
-        token = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"), min_size=1, max_size=20)
+        token = st.text(
+            st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"),
+            min_size=1,
+            max_size=20,
+        )
         value = st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=60)
         headers = data.draw(st.lists(st.tuples(token, value), max_size=8))
         dishonest = data.draw(st.integers(0, 3)) == 0
@@ -575,12 +633,19 @@ class RequestGen:
     def _garbage(self, data: st.DataObject, kind: str) -> FuzzRequest:
         raw = data.draw(
             st.binary(min_size=1, max_size=300)
-            | st.sampled_from([
-                b"GET / HTTP/1.1\r\n\r\n", b"GET /v2 HTTP/9.9\r\n\r\n", b"\r\n\r\n", b"GET\r\n\r\n",
-                b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-                b"GET /v2 HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-                b"GET /v2 HTTP/1.1\nX: y\n\n", b"GET /v2 HTTP/1.1\r\n X: folded\r\n\r\n",
-            ])  # fmt: skip
+            | st.sampled_from(
+                [
+                    b"GET / HTTP/1.1\r\n\r\n",
+                    b"GET /v2 HTTP/9.9\r\n\r\n",
+                    b"\r\n\r\n",
+                    b"GET\r\n\r\n",
+                    b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                    b"GET /v2 HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+                    b"GET /v2 HTTP/1.1\nX: y\n\n",
+                    b"GET /v2 HTTP/1.1\r\n X: folded\r\n\r\n",
+                ]
+            )
         )
         return FuzzRequest(kind, "raw bytes", raw, answer_due=False)
 
@@ -663,7 +728,8 @@ def run(
         if progress:
             rate = result.total / max(1e-9, time.monotonic() - t0)
             print(
-                f"  http: {result.total:,} sent, {result.unexpected_count} unexpected, {rate:,.0f}/s", flush=True
+                f"  http: {result.total:,} sent, {result.unexpected_count} unexpected, {rate:,.0f}/s",
+                flush=True,
             )
         if result.total == before or not server.alive():
             break

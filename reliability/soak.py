@@ -51,7 +51,9 @@ _BUCKET = math.log(1.05)  # latency histogram: 5% wide buckets
 
 
 # -- one request and its check ----------------------------------------------------------------------
-def make_case(model: str, rng: random.Random) -> tuple[list[tuple[str, str, list[int], np.ndarray]], dict[str, np.ndarray]]:
+def make_case(
+    model: str, rng: random.Random
+) -> tuple[list[tuple[str, str, list[int], np.ndarray]], dict[str, np.ndarray]]:
     """(inputs as (name, datatype, shape, array), expected outputs) of one request to ``model``."""
     if model in ("add_sub", "mul_fp32", "ensemble_add_sub"):
         a = np.array([rng.uniform(-10, 10) for _ in range(16)], np.float32).reshape(1, 16)
@@ -251,13 +253,23 @@ async def _http_client(port: int, stop: float, tally: Tally, rng: random.Random,
 
 
 #: client-side statuses of a call whose connection broke under it, and of one never accepted
-_BROKEN = ("Socket closed", "Connection reset", "GOAWAY", "Broken pipe", "Stream removed", "RST_STREAM", "EOF")
+_BROKEN = (
+    "Socket closed",
+    "Connection reset",
+    "GOAWAY",
+    "Broken pipe",
+    "Stream removed",
+    "RST_STREAM",
+    "EOF",
+)
 _NOT_ACCEPTED = ("failed to connect", "Connection refused", "connections to all backends failing")
 
 
 async def _grpc_client(port: int, stop: float, tally: Tally, rng: random.Random, sigterm: bool) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = channel.unary_unary(SERVICE + "ModelInfer", request_serializer=None, response_deserializer=None)
+        call = channel.unary_unary(
+            SERVICE + "ModelInfer", request_serializer=None, response_deserializer=None
+        )
         refused = 0
         while time.monotonic() < stop:
             model = rng.choice(MODELS)
@@ -292,7 +304,9 @@ async def _grpc_client(port: int, stop: float, tally: Tally, rng: random.Random,
             tally.outcomes["answered OK"] += 1
 
 
-async def _clients(http_port: int, grpc_port: int, n: int, seconds: float, seed: int, sigterm: bool = False) -> Tally:
+async def _clients(
+    http_port: int, grpc_port: int, n: int, seconds: float, seed: int, sigterm: bool = False
+) -> Tally:
     tally = Tally()
     stop = time.monotonic() + seconds
     tasks = []
@@ -316,14 +330,26 @@ def _worker(http_port: int, grpc_port: int, n: int, seconds: float, seed: int, q
 
 
 # -- the soak ---------------------------------------------------------------------------------------
-def soak(server: Server, minutes: float, concurrency: int, processes: int, warmup_s: float, seed: int, progress: bool) -> dict[str, Any]:
+def soak(
+    server: Server,
+    minutes: float,
+    concurrency: int,
+    processes: int,
+    warmup_s: float,
+    seed: int,
+    progress: bool,
+) -> dict[str, Any]:
     seconds = minutes * 60
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     per = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
     rss_start = server.rss()
     procs = [
-        ctx.Process(target=_worker, args=(server.http_port, server.grpc_port, n, seconds, seed + i, queue), daemon=True)
+        ctx.Process(
+            target=_worker,
+            args=(server.http_port, server.grpc_port, n, seconds, seed + i, queue),
+            daemon=True,
+        )
         for i, n in enumerate(per)
         if n
     ]
@@ -381,7 +407,9 @@ def soak(server: Server, minutes: float, concurrency: int, processes: int, warmu
     }
 
 
-def sigterm_check(repo: Path, work: Path, exit_timeout: int, concurrency: int, load_s: float, seed: int) -> dict[str, Any]:
+def sigterm_check(
+    repo: Path, work: Path, exit_timeout: int, concurrency: int, load_s: float, seed: int
+) -> dict[str, Any]:
     """A fresh server under load at ``concurrency`` plus two requests that outlast the exit timeout;
     SIGTERM after ``load_s`` s; what every request got, and the exit time."""
     server = Server(repo, work / "sigterm.log", ["--exit-timeout-secs", str(exit_timeout)]).start()
@@ -389,19 +417,33 @@ def sigterm_check(repo: Path, work: Path, exit_timeout: int, concurrency: int, l
     long_outcomes: list[str] = []
 
     async def long_request(i: int) -> None:
-        body = json.dumps({"inputs": [{"name": "SLEEP_MS", "shape": [1], "datatype": "INT32", "data": [long_ms]}]}).encode()
+        body = json.dumps(
+            {"inputs": [{"name": "SLEEP_MS", "shape": [1], "datatype": "INT32", "data": [long_ms]}]}
+        ).encode()
         t0 = time.monotonic()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
             writer.write(
-                f"POST /v2/models/parallel_sleep/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+                f"POST /v2/models/parallel_sleep/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
             )
             await writer.drain()
             head = await reader.readuntil(b"\r\n\r\n")
             status = head.split(b" ", 2)[1].decode()
-            length = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), b"0"))
+            length = int(
+                next(
+                    (
+                        ln.split(b":")[1]
+                        for ln in head.split(b"\r\n")
+                        if ln.lower().startswith(b"content-length")
+                    ),
+                    b"0",
+                )
+            )
             data = await reader.readexactly(length)
-            long_outcomes.append(f"HTTP {status} after {time.monotonic() - t0:.1f} s: {data[:120].decode('latin-1')}")
+            long_outcomes.append(
+                f"HTTP {status} after {time.monotonic() - t0:.1f} s: {data[:120].decode('latin-1')}"
+            )
             writer.close()
         except (OSError, asyncio.IncompleteReadError) as e:
             long_outcomes.append(f"empty reply after {time.monotonic() - t0:.1f} s ({type(e).__name__})")
@@ -410,7 +452,16 @@ def sigterm_check(repo: Path, work: Path, exit_timeout: int, concurrency: int, l
 
     async def main() -> Tally:
         longs = [asyncio.create_task(long_request(i)) for i in range(2)]
-        load = asyncio.create_task(_clients(server.http_port, server.grpc_port, concurrency, load_s + exit_timeout + 15, seed, sigterm=True))
+        load = asyncio.create_task(
+            _clients(
+                server.http_port,
+                server.grpc_port,
+                concurrency,
+                load_s + exit_timeout + 15,
+                seed,
+                sigterm=True,
+            )
+        )
         await asyncio.sleep(load_s)
         server.signal(signal.SIGTERM)
         t0 = time.monotonic()
@@ -427,7 +478,9 @@ def sigterm_check(repo: Path, work: Path, exit_timeout: int, concurrency: int, l
         tally = asyncio.run(main())
     finally:
         server.kill()
-    lost = sum(v for k, v in tally.outcomes.items() if k.startswith("empty reply")) + sum(1 for o in long_outcomes if o.startswith("empty"))
+    lost = sum(v for k, v in tally.outcomes.items() if k.startswith("empty reply")) + sum(
+        1 for o in long_outcomes if o.startswith("empty")
+    )
     result.update(
         {
             "exit_timeout": exit_timeout,
@@ -519,7 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     progress = not args.quiet
     work = Path(tempfile.mkdtemp(prefix="inferd-soak-"))
-    repo = build_repository(work / "models", args.models or list(DEFAULT_MODEL_DIRS), (*MODELS, "parallel_sleep"))
+    repo = build_repository(
+        work / "models", args.models or list(DEFAULT_MODEL_DIRS), (*MODELS, "parallel_sleep")
+    )
     out: dict[str, Any] = {"machine": machine(), "command": "python -m reliability.soak " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))}  # fmt: skip
     ok = True
     if not args.no_soak:
@@ -539,7 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_sigterm:
         if progress:
             print("SIGTERM under load", flush=True)
-        t = sigterm_check(repo, work, args.exit_timeout_secs, args.concurrency, args.sigterm_load_secs, args.seed)
+        t = sigterm_check(
+            repo, work, args.exit_timeout_secs, args.concurrency, args.sigterm_load_secs, args.seed
+        )
         out["sigterm"] = t
         ok = ok and t["lost"] == 0 and t["exit_seconds"] <= args.exit_timeout_secs + 0.5
         if progress:
