@@ -9,12 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.base import InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError
 from inferd.logs import VERBOSE1
 from inferd.repository import (
@@ -120,7 +119,7 @@ def load_version(
     md: ModelDir,
     cfg: Any,
     loop: asyncio.AbstractEventLoop,
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+    links: ServerLinks,
 ) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
@@ -128,7 +127,7 @@ def load_version(
     model = Model(name, version, cfg, md.path)
     try:
         backend = get_backend(cfg.backend)
-        ctx = LoadContext(name, version, md.path, md.versions[version], cfg, infer_blocking)
+        ctx = LoadContext(name, version, md.path, md.versions[version], cfg, links.infer_blocking, links)
         bmodel = backend.load(ctx)
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
         model.scheduler = InstancePool(name, str(version), instances, _policy(cfg), model.stats, loop)
@@ -155,7 +154,7 @@ async def load_repositories(
     *,
     loop: asyncio.AbstractEventLoop,
     infer: Callable[[InferRequest], Any],
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+    links: ServerLinks,
     registry: LoadedModels,
     strict_model_config: bool = False,
     config_name: str | None = None,
@@ -192,7 +191,7 @@ async def load_repositories(
                 ensembles.append((entry, cfg))
                 return
             for v in versions:
-                model = await _load_bounded(name, v, entry, cfg, loop, infer_blocking, load_timeout_s)
+                model = await _load_bounded(name, v, entry, cfg, loop, links, load_timeout_s)
                 if model.reason.startswith(_GIVEN_UP):
                     registry.abandoned_loads += 1
                 registry.add(model)
@@ -218,14 +217,12 @@ async def _load_bounded(
     md: ModelDir,
     cfg: Any,
     loop: asyncio.AbstractEventLoop,
-    infer_blocking: Callable[[InferRequest], list[InferResponse]],
+    links: ServerLinks,
     timeout_s: float,
 ) -> Model:
     """``load_version`` on a worker thread, given up on after ``timeout_s`` (the thread cannot be
     stopped: a load that finishes later is unloaded at once)."""
-    future = asyncio.ensure_future(
-        asyncio.to_thread(load_version, name, version, md, cfg, loop, infer_blocking)
-    )
+    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, loop, links))
     if not timeout_s:
         return await future
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
