@@ -189,6 +189,9 @@ class PythonModel:
         self.version_str = str(ctx.version)
         #: whose references its custom metrics hold (released when it unloads)
         self.owner = f"{ctx.model_name}:{ctx.version}"
+        #: instances created and not unloaded: the last one to unload unloads the model
+        self.live_instances = 0
+        self._lock = threading.Lock()
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         obj = self.module.TritonPythonModel()
@@ -203,9 +206,21 @@ class PythonModel:
             "model_name": self.ctx.model_name,
         }
         inst.initialize(args)
+        with self._lock:
+            self.live_instances += 1
         return inst
 
+    def instance_unloaded(self) -> None:
+        """One of its instances unloaded; after the last, the model goes too (the core keeps no
+        reference to a BackendModel: its instances are what it unloads)."""
+        with self._lock:
+            self.live_instances -= 1
+            last = self.live_instances == 0
+        if last:
+            self.unload()
+
     def unload(self) -> None:
+        """Forget the module; the custom metrics the model's objects held go from ``/metrics``."""
         sys.modules.pop(self.module.__name__, None)
         metrics = self.ctx.links.metrics
         if metrics is not None:
@@ -297,6 +312,7 @@ class PythonInstance:
             )
             self._close_loop()
             pb_utils._remove_fallback(self._hooks)
+            self.model.instance_unloaded()
 
     def _close_loop(self) -> None:
         loop = self._loop

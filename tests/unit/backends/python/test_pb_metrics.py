@@ -56,8 +56,7 @@ def test_a_models_metrics_live_in_the_servers_registry(tmp_path: Path) -> None:
     assert 'sizes_sum{model="counted"} 55' in text
     assert not any("dropped" in line for line in text)  # a freed Metric takes its series along
     assert registry.family_names() == ["requests_seen", "sizes"]
-    inst.unload()
-    inst.model.unload()  # what the model held goes with it
+    inst.unload()  # its last instance: what the model held goes with it
     assert registry.render() == []
 
 
