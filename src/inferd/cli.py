@@ -169,6 +169,10 @@ def hard_exit(code: int) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None:
+        # models see the command line Triton's Python stub gives them ([""]), not the server's: a
+        # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit
+        sys.argv[:] = [""]
     options = options_from_args(args)
     logs = from_options(options)
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.

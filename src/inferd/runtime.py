@@ -29,6 +29,7 @@ from inferd.frontends.access import (
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
+from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 
@@ -67,7 +68,9 @@ class Runtime:
         # an embedded server logs through its program's own handlers, unless the options name a file
         self.logs = logs if logs is not None else from_options(options, attach=False)
         parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
-        self.core = ServerCore(options)
+        #: the custom metrics of the models (``pb_utils.MetricFamily``), rendered on /metrics
+        self.custom_metrics = CustomMetricRegistry()
+        self.core = ServerCore(options, self.custom_metrics)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)

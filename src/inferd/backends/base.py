@@ -20,6 +20,55 @@ class InstanceSpec:
     device_id: int
 
 
+#: receives the responses of a request run for a model (BLS), on the server's loop: each response
+#: (None: only the final flag) and whether it is the last
+ResponseCallback = Callable[[InferResponse | None, bool], None]
+
+
+class MetricError(Exception):
+    """A custom metric call the registry refused; ``str()`` is the reference's message. ``stub``: a
+    check the reference's Python stub makes itself (its message gets no server prefix)."""
+
+    def __init__(self, message: str, stub: bool = False) -> None:
+        super().__init__(message)
+        self.stub = stub
+
+
+class MetricRegistry(Protocol):
+    """The server's custom metrics as models reach them (``inferd.metrics.custom``): plain values in
+    and out, so a model in another process can forward the calls. ``owner`` is the model version
+    whose objects hold the references (``name:version``); every call may raise MetricError."""
+
+    def family_new(self, owner: str, name: str, description: str, kind: int) -> None: ...
+
+    def family_delete(self, owner: str, name: str) -> None: ...
+
+    def metric_new(
+        self, owner: str, family: str, labels: tuple[tuple[str, str], ...], buckets: tuple[float, ...] | None
+    ) -> int: ...
+
+    def metric_delete(self, owner: str, metric: int) -> None: ...
+
+    def metric_op(self, metric: int, op: str, value: float = 0.0) -> float: ...
+
+    def release_owner(self, owner: str) -> None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class ServerLinks:
+    """What a loaded model may call back into: its server (None outside one)."""
+
+    #: runs a request on another model from a worker thread and waits for its first response (BLS)
+    infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
+    #: submits a request to another model from any thread; its responses go to the callback on the
+    #: server's loop. The third argument, when not None, refuses a decoupled model with that text.
+    infer_async: Callable[[InferRequest, ResponseCallback, str | None], None] | None = None
+    #: whether model (name, version "" for any) is READY
+    model_ready: Callable[[str, str], bool] | None = None
+    #: the server's custom metrics
+    metrics: MetricRegistry | None = None
+
+
 @dataclass(slots=True)
 class LoadContext:
     """What a backend gets at load: the model's folder, version folder and normalised config."""
@@ -31,6 +80,8 @@ class LoadContext:
     config: Any  # ModelConfig
     #: runs a request on another model of the same server from a worker thread (BLS); None outside a server
     infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
+    #: the rest of what the server offers its models (``infer_blocking`` above is also there)
+    links: ServerLinks = field(default_factory=ServerLinks)
     #: ``--backend-config=<this backend>,<setting>=<value>`` settings (the global ones too)
     backend_config: Mapping[str, str] = field(default_factory=dict)
     #: seconds an instance may take to initialize (0: no limit); a worker process past it is killed

@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.base import InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import VERBOSE1
 from inferd.repository import (
@@ -122,7 +121,8 @@ class LoadSettings:
     loop: asyncio.AbstractEventLoop
     #: runs a request through the core (ensembles), and from a worker thread (BLS)
     infer: Callable[[InferRequest], Any]
-    infer_blocking: Callable[[InferRequest], list[InferResponse]]
+    #: what loaded models may call back into (BLS, readiness, custom metrics)
+    links: ServerLinks
     strict_model_config: bool = False
     config_name: str | None = None
     default_max_batch_size: int = 4
@@ -148,7 +148,8 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             md.path,
             md.versions[version],
             cfg,
-            settings.infer_blocking,
+            settings.links.infer_blocking,
+            settings.links,
             settings.for_backend(cfg.backend),
             settings.load_timeout_s,
         )

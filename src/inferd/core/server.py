@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from inferd import __version__
+from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
 from inferd.core.classification import classify
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
@@ -34,6 +35,7 @@ from inferd.errors import (
     NotFoundError,
     UnavailableError,
     UnsupportedError,
+    error_for_code,
 )
 from inferd.options import ServerOptions
 
@@ -66,8 +68,10 @@ class ServerCore:
     ``submit`` once, and encode what arrives on the stream; ``inferd.runtime`` composes them.
     """
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, custom_metrics: MetricRegistry | None = None) -> None:
         self.options = options
+        #: the custom metrics its models define (``inferd.metrics.custom``; the Runtime gives one)
+        self.custom_metrics = custom_metrics
         self.registry = LoadedModels()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -89,7 +93,7 @@ class ServerCore:
         settings = LoadSettings(
             loop=self.loop,
             infer=self.infer,
-            infer_blocking=self.infer_blocking,
+            links=ServerLinks(self.infer_blocking, self.infer_async, self.model_ready, self.custom_metrics),
             strict_model_config=options.strict_model_config,
             config_name=options.model_config_name,
             default_max_batch_size=int(default_mbs) if default_mbs else options.default_max_batch_size,
@@ -118,12 +122,15 @@ class ServerCore:
         self._live = False
 
     def inflight(self) -> int:
-        return sum(
+        """Requests not answered yet: queued, executing, or answered later (decoupled and async
+        Python models hand a request back before its final response)."""
+        queued = sum(
             m.scheduler.inflight()
             for versions in self.registry.models.values()
             for m in versions.values()
             if m.scheduler is not None
         )
+        return max(queued, len(self._open))
 
     def load_failures(self) -> list[tuple[str, str, str]]:
         """(model, version, reason) of every model or version that failed to load."""
@@ -286,6 +293,37 @@ class ServerCore:
             raise InternalError("BLS request issued from the event loop thread; retry the request")
         future = asyncio.run_coroutine_threadsafe(self._infer_catching(request), self.loop)
         return [future.result()]
+
+    def infer_async(
+        self, request: InferRequest, callback: ResponseCallback, decoupled_error: str | None = None
+    ) -> None:
+        """Submit ``request`` from any thread (BLS); every response goes to ``callback`` on the loop,
+        the last with ``final`` True. A request refused before it is queued answers its error the same
+        way, worded as the reference's BLS words it; ``decoupled_error`` refuses a decoupled model
+        with that text."""
+        loop = self.loop
+        assert loop is not None
+        name = request.model_name
+
+        def start() -> None:
+            try:
+                if not self.registry.is_ready(name, request.model_version):
+                    raise InternalError(
+                        f"Failed for execute the inference request. Model '{name}' is not ready."
+                    )
+                stream = self.submit(
+                    name, request.model_version, lambda _model: request, decoupled_error=decoupled_error
+                )
+            except InferdError as e:
+                err = error_for_code(e.code, f"Model {name} - Error when running inference: {e.message}")
+                callback(InferResponse(name, request.model_version, request.id, error=err), True)
+                return
+            stream.set_callback(callback)
+
+        if self._loop_thread == threading.get_ident():
+            start()
+        else:
+            loop.call_soon_threadsafe(start)
 
     async def _infer_catching(self, request: InferRequest) -> InferResponse:
         try:

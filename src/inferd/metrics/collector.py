@@ -1,7 +1,8 @@
 """Triton's ``nv_inference_*`` metric families, read from ModelStats when Prometheus scrapes.
 
 Nothing is counted twice: the values are the statistics extension's own numbers, read under its
-lock at scrape time, per server. The text is written here rather than by prometheus_client,
+lock at scrape time, per server. The families Python models define (``pb_utils.MetricFamily``) follow, from the server's one
+``CustomMetricRegistry`` (``custom.py``). The text is written here rather than by prometheus_client,
 whose writer renames every counter ``<name>_total``: Triton's counters have no suffix, and
 dashboards built on Triton query its names.
 """
@@ -9,6 +10,8 @@ dashboards built on Triton query its names.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from inferd.metrics.custom import CustomMetricRegistry
 
 if TYPE_CHECKING:
     from inferd.core.server import ServerCore
@@ -102,6 +105,9 @@ def render(server: ServerCore) -> bytes:
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
     _process_events(out, family)
+    custom = server.custom_metrics
+    if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
+        out.extend(custom.render())
     return ("\n".join(out) + "\n").encode()
 
 

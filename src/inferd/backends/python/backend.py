@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -11,14 +13,18 @@ import sys
 import threading
 import time
 import traceback
+import types
+from collections.abc import Coroutine
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
+from inferd.backends.python.hooks import InstanceHooks, send_to
+from inferd.backends.python.modelloop import ModelLoop
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import from_numpy
 from inferd.errors import (
@@ -44,18 +50,9 @@ _CODE_BY_PB = {
     pb_utils.TritonError.ALREADY_EXISTS: ErrorCode.ALREADY_EXISTS,
     pb_utils.TritonError.CANCELLED: ErrorCode.CANCELLED,
 }
-_PB_BY_CODE = {v: k for k, v in _CODE_BY_PB.items()}
-_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-def _send(stream: ResponseStream, response: InferResponse | None, final: bool) -> None:
-    """Hand a response to ``stream``: directly on its loop's thread (inline mode, a finalizer
-    there), so that it keeps its place before what the pool delivers next; else thread-safely."""
-    if asyncio._get_running_loop() is stream.loop:
-        stream.deliver(response, final)
-    else:
-        stream.send(response, final)
-
+#: what a model's code may raise out of execute and still get an answer to its clients (``sys.exit``
+#: or ``unittest.main()`` in execute raise SystemExit; the reference answers it as an error)
+_MODEL_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 
 #: inferd's own source folder: its frames never reach a client (the full traceback goes to the log)
 _OWN_SOURCES = str(Path(__file__).resolve().parents[2]) + os.sep
@@ -68,11 +65,49 @@ def format_exception(e: BaseException) -> str:
     log.debug("a Python model raised", exc_info=e)
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_OWN_SOURCES)]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
-    return f"{type(e).__name__}: {e}\n\nAt:\n{at}"
+    return f"{type(e).__name__}: {str(e) or '<EMPTY MESSAGE>'}\n\nAt:\n{at}"
 
 
 def _model_file(config: Any, version_dir: Path) -> Path:
     return version_dir / (config.default_model_filename or "model.py")
+
+
+# -- ``import model`` ------------------------------------------------------------------------------
+_loading = threading.local()  # the module a thread is importing or initializing
+
+
+class _ModelModule(types.ModuleType):
+    """What ``import model`` gives a model's code: that model's own module.
+
+    Triton runs each model in a process of its own, where ``model.py`` (on ``sys.path``) imports as
+    ``model``; models rely on it, e.g. ``unittest.main("model")``. Here every model shares the
+    process, so ``model`` resolves to the module of the model the calling thread runs for.
+    """
+
+    def _target(self) -> ModuleType | None:
+        return getattr(_loading, "module", None) or pb_utils._hooks().module()  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        mod = self._target()
+        if mod is None:  # no model runs in this thread (hasattr() and friends look too)
+            raise AttributeError(f"module 'model' has no attribute '{name}' outside a model")
+        return getattr(mod, name)
+
+    def __dir__(self) -> list[str]:
+        mod = self._target()
+        return dir(mod) if mod is not None else []
+
+
+def _install_model_alias(model_folders: set[str]) -> None:
+    """Register ``model`` as ``_ModelModule`` unless something real already answers to that name."""
+    if "model" in sys.modules:
+        return
+    paths = [p for p in sys.path if p not in model_folders]
+    if importlib.machinery.PathFinder.find_spec("model", paths) is None:
+        sys.modules["model"] = _ModelModule("model")
+
+
+_model_folders: set[str] = set()
 
 
 def _import_model(path: Path, module_name: str) -> ModuleType:
@@ -83,12 +118,17 @@ def _import_model(path: Path, module_name: str) -> ModuleType:
         raise InvalidArgumentError(f"unable to load '{path}' as a Python module")
     module = importlib.util.module_from_spec(spec)
     folder = str(path.parent)
+    _model_folders.add(folder)
+    _install_model_alias(_model_folders)
     if folder not in sys.path:
         sys.path.append(folder)  # as Triton's stub does: helper modules beside model.py import
+    _loading.module = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except _MODEL_ERRORS as e:
         raise InternalError(f"Failed to load model file '{path}': {format_exception(e)}") from e
+    finally:
+        _loading.module = None
     if not hasattr(module, "TritonPythonModel"):
         raise InvalidArgumentError(f"'{path}' does not define class TritonPythonModel")
     return module
@@ -118,7 +158,7 @@ class PythonBackend:
         cfg = pb_utils.ModelConfig(config_to_json(config))
         try:
             result = hook(cfg)
-        except Exception as e:
+        except _MODEL_ERRORS as e:
             raise InvalidArgumentError(f"auto_complete_config failed: {format_exception(e)}") from e
         if not isinstance(result, pb_utils.ModelConfig):
             raise InvalidArgumentError("auto_complete_config must return the ModelConfig it was given")
@@ -151,9 +191,15 @@ class PythonModel:
         self.output_names = frozenset(o.name for o in ctx.config.output)
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
         self.version_str = str(ctx.version)
+        #: whose references its custom metrics hold (released when it unloads)
+        self.owner = f"{ctx.model_name}:{ctx.version}"
+        #: instances created and not unloaded: the last one to unload unloads the model
+        self.live_instances = 0
+        self._lock = threading.Lock()
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         obj = self.module.TritonPythonModel()
+        inst = PythonInstance(self, obj, spec.name)
         args = {
             "model_config": self.config_json,
             "model_instance_kind": spec.kind,
@@ -163,108 +209,39 @@ class PythonModel:
             "model_version": str(self.ctx.version),
             "model_name": self.ctx.model_name,
         }
-        init = getattr(obj, "initialize", None)
-        if init is not None:
-            try:
-                init(args)
-            except Exception as e:
-                raise InternalError(format_exception(e)) from e
-        return PythonInstance(self, obj, spec.name)
+        inst.initialize(args)
+        with self._lock:
+            self.live_instances += 1
+        return inst
+
+    def instance_unloaded(self) -> None:
+        """One of its instances unloaded; after the last, the model goes too (the core keeps no
+        reference to a BackendModel: its instances are what it unloads)."""
+        with self._lock:
+            self.live_instances -= 1
+            last = self.live_instances == 0
+        if last:
+            self.unload()
 
     def unload(self) -> None:
+        """Forget the module; the custom metrics the model's objects held go from ``/metrics``."""
         sys.modules.pop(self.module.__name__, None)
-
-
-class _InstanceHooks(pb_utils._Hooks):
-    """Response senders and BLS for the requests of one instance (senders work from any thread)."""
-
-    def __init__(self, instance: PythonInstance) -> None:
-        self.instance = instance
-
-    def send(
-        self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse | None, flags: int
-    ) -> None:
-        """``response_sender.send`` with the checks and texts of Triton's Python backend."""
-        if flags != 0 and flags != _FINAL:
-            raise pb_utils.TritonModelException("Unable to send response. Unsupported flag provided.")
-        final = flags == _FINAL
-        if response is None and not final:
-            raise pb_utils.TritonModelException(
-                "Inference Response object must be provided when the response flags is set to zero."
-            )
-        inst = self.instance
-        core = request._core
-        with inst.lock:
-            if not inst.model.decoupled:
-                if response is not None and request._n_sent > 0:
-                    raise pb_utils.TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send more than one response."
-                    )
-                if response is None and request._n_sent == 0:
-                    raise pb_utils.TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send complete final before "
-                        "sending a response."
-                    )
-            if request._closed:
-                raise pb_utils.TritonModelException(
-                    "Unable to send response. Response sender has been closed."
-                )
-            request._n_sent += 1
-            if final:
-                request._closed = True
-                inst.open.pop(id(core), None)
-        stream = core.stream
-        if stream is None:
-            return
-        if stream.cancelled and not final:
-            return  # the client is gone: nothing to convert or deliver
-        resp = None if response is None else inst.convert(core, response, request._output_names)
-        _send(stream, resp, final)
-
-    def released(self, request: pb_utils.InferenceRequest) -> None:
-        """A decoupled request the model let go of without the final flag: close its stream."""
-        inst = self.instance
-        with inst.lock:
-            if request._closed:
-                return
-            request._closed = True
-            core = inst.open.pop(id(request._core), None)
-        if core is not None and core.stream is not None:
-            err = InternalError(
-                f"Python model '{inst.name}' released the request without sending the final response "
-                "(TRITONSERVER_RESPONSE_COMPLETE_FINAL)"
-            )
-            _send(
-                core.stream, InferResponse(core.model_name, inst.model.version_str, core.id, error=err), True
-            )
-
-    def bls(self, request: InferRequest) -> list[pb_utils.InferenceResponse]:
-        self.instance.uses_bls = True
-        infer = self.instance.model.ctx.infer_blocking
-        if infer is None:
-            raise pb_utils.TritonModelException("BLS is not available: the model is not served by a server")
-        out: list[pb_utils.InferenceResponse] = []
-        for r in infer(request):
-            if r.error is not None:
-                err = pb_utils.TritonError(r.error.message, _PB_BY_CODE.get(r.error.code, 1))
-                out.append(pb_utils.InferenceResponse(error=err))
-            else:
-                out.append(
-                    pb_utils.InferenceResponse(
-                        [pb_utils.Tensor._typed(t.name, t.array, t.datatype) for t in r.outputs]
-                    )
-                )
-        return out
+        metrics = self.ctx.links.metrics
+        if metrics is not None:
+            metrics.release_owner(self.owner)
 
 
 class PythonInstance:
     """One TritonPythonModel object; ``execute`` runs in the instance's worker thread.
 
-    Decoupled models answer through response senders, from any thread and also after
-    ``execute`` returned. A request stays open until its sender sends the final flag; one the
-    model lets go of without it is closed with an error at once (Triton would leave the client
-    waiting), and those still open when the instance unloads are closed with UNAVAILABLE after
-    ``finalize``.
+    An ``async def execute`` runs on the instance's own event loop (``modelloop.py``): ``execute``
+    hands the batch over and returns None, the coroutine answers its requests when it ends, and
+    the next batch starts meanwhile. Decoupled models answer through response senders, from any
+    thread and also after ``execute`` returned; so may a non-decoupled model (one response per
+    request), for the requests whose place in the returned list is None (or all, returning None).
+    A request stays open until its final flag; one the model lets go of without it is closed at
+    once (Triton would leave the client waiting), and those still open when the instance unloads
+    are closed with UNAVAILABLE after ``finalize``.
     """
 
     def __init__(self, model: PythonModel, obj: Any, name: str) -> None:
@@ -272,16 +249,81 @@ class PythonInstance:
         self.obj = obj
         self.name = name
         self._execute = obj.execute
+        #: ``async def execute``: executes run concurrently on the instance's event loop
+        self.is_async = inspect.iscoroutinefunction(obj.execute)
         self.last_timings: tuple[int, int, int] = (0, 0, 0)
         #: sender state (sent counts, final flags, ``open``) changes under this lock, from any thread
         self.lock = threading.RLock()
-        #: decoupled requests handed to execute whose final flag has not been sent: id -> request
+        #: requests handed to execute whose final flag has not been sent: id -> request
         self.open: dict[int, InferRequest] = {}
         #: Python code holds the GIL: the pool may run small executes on the event loop
         self.inline_ok = True
         self.uses_bls = False
-        self._hooks = _InstanceHooks(self)
+        #: the server's loop (where the requests' streams deliver); known from the first request
+        self.server_loop: asyncio.AbstractEventLoop | None = None
+        self._hooks = InstanceHooks(self)
+        self._loop: ModelLoop | None = None
+        self._loop_lock = threading.Lock()
+        self._prefix = f"Failed to process the request(s) for model '{name}', message: "
 
+    # -- life cycle --------------------------------------------------------------------------------
+    def _model_loop(self) -> ModelLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = ModelLoop(self.name, lambda: pb_utils._set_thread_hooks(self._hooks))
+            return self._loop
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Call a model method in this thread with the instance's hooks; a coroutine it returns
+        runs on the instance's loop."""
+        previous = getattr(pb_utils._local, "hooks", None)
+        pb_utils._set_thread_hooks(self._hooks)
+        _loading.module = self.model.module
+        try:
+            result = fn(*args)
+            if inspect.iscoroutine(result):
+                result = self._model_loop().run(result)
+            return result
+        finally:
+            _loading.module = None
+            pb_utils._set_thread_hooks(previous if previous is not None else pb_utils._default_hooks)
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """The model's ``initialize(args)`` (BLS is refused there, as in the reference)."""
+        init = getattr(self.obj, "initialize", None)
+        if init is not None:
+            try:
+                self._call(init, args)
+            except _MODEL_ERRORS as e:
+                self._close_loop()
+                raise InternalError(format_exception(e)) from e
+        self._hooks.phase = "execute"
+        pb_utils._add_fallback(self._hooks)
+
+    def unload(self) -> None:
+        self._hooks.phase = "finalize"
+        fin = getattr(self.obj, "finalize", None)
+        try:
+            if fin is not None:
+                self._call(fin)
+        finally:
+            # after finalize, which may let the model's own threads send what they still had
+            self.close_open(
+                UnavailableError(
+                    f"model '{self.model.ctx.model_name}' version {self.model.version_str} was unloaded before "
+                    "the request received its final response"
+                )
+            )
+            self._close_loop()
+            pb_utils._remove_fallback(self._hooks)
+            self.model.instance_unloaded()
+
+    def _close_loop(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.close()
+
+    # -- execute -------------------------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         # per thread: the pool runs an instance in its worker thread or, inline, on the loop's
         hooks = self._hooks
@@ -289,9 +331,11 @@ class PythonInstance:
             pb_utils._set_thread_hooks(hooks)
         clock = time.monotonic_ns
         t0 = clock()
+        if self.server_loop is None and requests and requests[0].stream is not None:
+            self.server_loop = requests[0].stream.loop
         all_outputs = self.model.output_names
         decoupled = self.model.decoupled
-        wrap = (pb_utils._DecoupledInferenceRequest if decoupled else pb_utils.InferenceRequest)._wrap
+        wrap = (pb_utils._ReleasedRequest if decoupled else pb_utils.InferenceRequest)._wrap
         pb_requests = [
             wrap(
                 r,
@@ -309,37 +353,138 @@ class PythonInstance:
         t1 = clock()
         try:
             results = self._execute(pb_requests)
-        except Exception as e:
-            if decoupled:
-                self._close_all(pb_requests)  # the pool answers them with this error
-            raise InternalError(
-                f"Failed to process the request(s) for model '{self.name}', message: {format_exception(e)}"
-            ) from e
+        except _MODEL_ERRORS as e:
+            raise self._failed(e, pb_requests) from e
         t2 = clock()
-        if decoupled:
-            self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
+        if inspect.iscoroutine(results):  # async def execute: the instance's loop runs it
+            self._model_loop().submit(self._run_async(requests, pb_requests, results))
+            self.last_timings = (t1 - t0, clock() - t1, 0)
+            return None
+        responses = self._finish(requests, pb_requests, results)
+        self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
+        return responses
+
+    async def _run_async(
+        self,
+        requests: list[InferRequest],
+        pb_requests: list[pb_utils.InferenceRequest],
+        coro: Coroutine[Any, Any, Any],
+    ) -> None:
+        """An async execute, on the instance's loop: it answers its requests itself when it ends."""
+        try:
+            try:
+                results = await coro
+            except _MODEL_ERRORS as e:
+                raise self._failed(e, pb_requests) from e
+            except asyncio.CancelledError:
+                raise UnavailableError(
+                    f"model '{self.model.ctx.model_name}' was unloaded during execute"
+                ) from None
+            responses = self._finish(requests, pb_requests, results)
+        except InferdError as err:
+            version = self.model.version_str
+            for r in requests:
+                if r.stream is not None:
+                    send_to(r.stream, InferResponse(r.model_name, version, r.id, error=err), True)
+            return
+        if responses is not None:
+            for r, resp in zip(requests, responses, strict=True):
+                if r.stream is not None:
+                    send_to(r.stream, resp, True)
+
+    def _failed(self, e: BaseException, pb_requests: list[pb_utils.InferenceRequest]) -> InferdError:
+        """The error of an execute that raised, for the requests it did not answer; those whose one
+        response already went out only get their final flag (their client has its answer)."""
+        err = InternalError(self._prefix + format_exception(e))
+        unanswered = 0
+        flag_only = []
+        with self.lock:
+            for pr in pb_requests:
+                if pr._closed:
+                    continue
+                pr._closed = True
+                self.open.pop(id(pr._core), None)
+                if pr._n_sent and not self.model.decoupled:
+                    flag_only.append(pr._core)
+                else:
+                    unanswered += 1
+        for r in flag_only:
+            if r.stream is not None:
+                send_to(r.stream, None, True)
+        if not unanswered:  # nobody left to tell: the reference logs it
+            log.error("%s", err.message)
+        return err
+
+    def _finish(
+        self, requests: list[InferRequest], pb_requests: list[pb_utils.InferenceRequest], results: Any
+    ) -> list[InferResponse] | None:
+        """What execute returned, checked as the reference checks it: responses in request order,
+        or None (the requests answer through their senders, now or later)."""
+        if self.model.decoupled:
             if results is not None:
                 self._close_all(pb_requests)
                 raise InternalError(
-                    f"Failed to process the request(s) for model '{self.name}', message: Python model "
-                    f"'{self.name}' is using the decoupled mode and the execute function must return None."
+                    self._prefix + f"Python model '{self.name}' is using the decoupled mode and the execute "
+                    "function must return None."
                 )
             return None
         if results is None:
-            self._answer_unanswered(pb_requests)
-            self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
+            for pr in pb_requests:
+                self._await_sender(pr)
             return None
-        if len(results) != len(requests):
+        if type(results) is not list:
+            self._close_all(pb_requests)
             raise InternalError(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(results)}"
+                self._prefix + f"Expected a list in the execute return, found type '{type(results)}'."
             )
-        responses = [
-            self.convert(r, res, pr._output_names)
-            for r, res, pr in zip(requests, results, pb_requests, strict=True)
-        ]
-        self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
-        return responses
+        if len(results) != len(requests):
+            self._close_all(pb_requests)
+            raise InternalError(
+                self._prefix
+                + "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size "
+                f"is:{len(results)}\n"
+            )
+        plain = True
+        for res, pr in zip(results, pb_requests, strict=True):
+            if type(res) is not pb_utils.InferenceResponse or pr._n_sent or pr._closed:
+                if res is not None and not isinstance(res, pb_utils.InferenceResponse):
+                    self._close_all(pb_requests)
+                    raise InternalError(
+                        self._prefix
+                        + "Expected an 'InferenceResponse' object in the execute function return "
+                        f"list, found type '{type(res)}'."
+                    )
+                plain = False
+        if plain:  # the usual case: one returned response per request, no sender used
+            out = []
+            for r, res, pr in zip(requests, results, pb_requests, strict=True):
+                pr._closed = True  # a sender used later finds it answered
+                out.append(self.convert(r, res, pr._output_names))
+            return out
+        for r, res, pr in zip(requests, results, pb_requests, strict=True):
+            if res is None:  # this one answers through its sender
+                self._await_sender(pr)
+                continue
+            with self.lock:
+                closed, sent = pr._closed, pr._n_sent
+                pr._closed = True
+            if closed or r.stream is None:
+                continue  # its sender sent the final flag: the returned response has nowhere to go
+            if sent:
+                send_to(r.stream, None, True)  # its one response went out already
+                continue
+            send_to(r.stream, self.convert(r, res, pr._output_names), True)
+        return None
+
+    def _await_sender(self, pr: pb_utils.InferenceRequest) -> None:
+        """``pr`` is answered by its sender (maybe later): keep it open until the final flag, and
+        close it when the model lets go of it without one."""
+        with self.lock:
+            if pr._closed:
+                return
+            self.open[id(pr._core)] = pr._core
+            pr.__class__ = pb_utils._ReleasedRequest
 
     def _close_all(self, pb_requests: list[pb_utils.InferenceRequest]) -> None:
         """Close the senders of ``pb_requests``: whatever the pool delivers next ends their streams."""
@@ -348,33 +493,16 @@ class PythonInstance:
                 pr._closed = True
                 self.open.pop(id(pr._core), None)
 
-    def _answer_unanswered(self, pb_requests: list[pb_utils.InferenceRequest]) -> None:
-        """A non-decoupled model that returned None must have answered every request by its sender."""
-        for pr in pb_requests:
-            with self.lock:
-                if pr._closed:
-                    continue
-                pr._closed = True
-                sent = pr._n_sent
-            r = pr._core
-            if r.stream is None:
-                continue
-            if sent:
-                _send(r.stream, None, True)  # one response without the final flag: that was the one
-                continue
-            err = InternalError(
-                f"Python model '{self.name}' returned None from execute without sending a response"
-            )
-            _send(r.stream, InferResponse(r.model_name, self.model.version_str, r.id, error=err), True)
-
     def close_open(self, error: InferdError) -> int:
-        """End every open decoupled request with ``error`` (unload); how many there were."""
+        """End every open request with ``error`` (unload); how many there were."""
         with self.lock:
             left = list(self.open.values())
             self.open.clear()
         for r in left:
             if r.stream is not None:
-                _send(r.stream, InferResponse(r.model_name, self.model.version_str, r.id, error=error), True)
+                send_to(
+                    r.stream, InferResponse(r.model_name, self.model.version_str, r.id, error=error), True
+                )
         return len(left)
 
     def convert(self, request: InferRequest, result: Any, wanted: frozenset[str] | None) -> InferResponse:
@@ -383,7 +511,7 @@ class PythonInstance:
         if not isinstance(result, pb_utils.InferenceResponse):
             err: InferdError = InternalError(
                 f"Expected an 'InferenceResponse' object in the execute function return list, found type "
-                f"'{type(result).__name__}'."
+                f"'{type(result)}'."
             )
             return InferResponse(request.model_name, version, request.id, error=err)
         e = result.error()
@@ -397,7 +525,7 @@ class PythonInstance:
             name = t.name()
             if wanted is not None and name not in wanted:
                 continue
-            arr = t.as_numpy()
+            arr = t._data()
             try:
                 dt = t._datatype() or from_numpy(arr.dtype)  # BF16: uint16 words marked BF16
             except TypeError:
@@ -405,17 +533,3 @@ class PythonInstance:
                 return InferResponse(request.model_name, version, request.id, error=err)
             outputs.append(Tensor(name, dt, arr.shape, array=arr))
         return InferResponse(request.model_name, version, request.id, outputs=outputs)
-
-    def unload(self) -> None:
-        fin = getattr(self.obj, "finalize", None)
-        try:
-            if fin is not None:
-                fin()
-        finally:
-            # after finalize, which may let the model's own threads send what they still had
-            self.close_open(
-                UnavailableError(
-                    f"model '{self.model.ctx.model_name}' version {self.model.version_str} was unloaded before "
-                    "the request received its final response"
-                )
-            )

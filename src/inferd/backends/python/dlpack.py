@@ -185,6 +185,13 @@ def export(
     return capsule
 
 
+#: the reference's text, nine spaces and all (a line continuation inside its C++ string)
+NOT_DLPACK = (
+    "Provided tensor is not supported. Tensor must be a DLPack capsule         or have `__dlpack__` and "
+    "`__dlpack_device__` attributes"
+)
+
+
 def consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]:
     """Consume a ``"dltensor"`` / ``"dltensor_versioned"`` capsule: an array over its memory."""
     if _py_capsule_is_valid(capsule, b"dltensor"):
@@ -202,10 +209,7 @@ def consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]
             "the DLPack capsule is not an unconsumed 'dltensor' capsule (a capsule can be consumed once)"
         )
     else:
-        raise TritonModelException(
-            "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
-            "`__dlpack__` and `__dlpack_device__` attributes"
-        )
+        raise TritonModelException(NOT_DLPACK)
     t = managed.dl_tensor
     kind = t.device.device_type
     if kind not in (DL_CPU, DL_CUDA_HOST):

@@ -2,23 +2,34 @@
 
 A ``model.py`` written for Triton imports this module under its Triton name; tensors are plain
 numpy arrays shared with the server (no shared-memory copy), so ``as_numpy()`` costs nothing.
+Calls check their arguments as the reference's pybind11 bindings do, with its texts (``pb_args``).
+What a call needs from the server (response senders, BLS, metrics, the model's folder) it asks
+the hooks of the instance it runs for: set per thread by the backend for the threads it runs,
+else those of the instance loaded last (a thread the model started itself).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Coroutine
 from typing import Any
 
 import numpy as np
 
 from inferd.backends.python import dlpack as _dlpack
+from inferd.backends.python.pb_args import REQUIRED, bind, incompatible, is_int, is_sequence, is_str_list
+from inferd.backends.python.pb_bls import ResponseIterator as ResponseIterator
+from inferd.backends.python.pb_config import Logger as Logger
+from inferd.backends.python.pb_config import ModelConfig as ModelConfig
 from inferd.backends.python.pb_errors import TritonError as TritonError
 from inferd.backends.python.pb_errors import TritonModelException as TritonModelException
+from inferd.backends.python.pb_metrics import Metric as Metric
+from inferd.backends.python.pb_metrics import MetricFamily as MetricFamily
+from inferd.backends.python.pb_metrics import MetricKind as MetricKind
+from inferd.backends.python.pb_metrics import MetricsTarget
 from inferd.core import request as _core_request
 from inferd.core import tensor as _core_tensor
 from inferd.core import types as _types
@@ -38,6 +49,10 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     for row in _types.BY_CONFIG.values()
     if row is not _types.BF16
 }
+
+BF16_AS_NUMPY = (
+    "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+)
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
@@ -68,22 +83,53 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray[Any, Any]:
     return _core_tensor.deserialize_bytes(encoded_tensor)
 
 
+class PreferredMemory:
+    """Where a BLS request would like its outputs (CPU only here: kept for the signature)."""
+
+    def __init__(
+        self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
+    ) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """A BLS request's trace (tracing is not served: kept for the signature)."""
+
+
+_DEFAULT_MEMORY = PreferredMemory()
+_DEFAULT_TRACE = InferenceTrace()
+
+
 # -- tensors -----------------------------------------------------------------------------------
 class Tensor:
     """A named numpy tensor, optionally with the Triton datatype its array stands for.
 
     The datatype matters only where numpy has no dtype of its own: a BF16 tensor holds its
-    elements as raw ``uint16`` words (the upper half of the float32 bit pattern), so
-    ``as_numpy()`` of a BF16 tensor returns those words; ``to_dlpack()`` hands them on as
-    ``bfloat16`` (e.g. to ``torch.from_dlpack``), and ``Tensor.from_dlpack`` of a bfloat16
-    tensor gives a BF16 Tensor.
+    elements as raw ``uint16`` words (the upper half of the float32 bit pattern); ``as_numpy()``
+    refuses it as the reference does, ``to_dlpack()`` hands it on as ``bfloat16`` (e.g. to
+    ``torch.from_dlpack``), and ``Tensor.from_dlpack`` of a bfloat16 tensor gives a BF16 Tensor.
     """
 
     __slots__ = ("_array", "_dt", "_name")
+    _name: str
 
-    def __init__(self, name: str, data: Any, dtype: Any = None) -> None:
-        if not isinstance(data, np.ndarray):
-            data = np.asarray(data, dtype=dtype)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) != 2 or kwargs or not isinstance(args[0], str) or not isinstance(args[1], np.ndarray):
+            raise incompatible(
+                "__init__",
+                "c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)",
+                args,
+                kwargs,
+                True,
+            )
+        name, data = args
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        try:
+            _types.from_numpy(data.dtype)
+        except TypeError:
+            raise TritonModelException("NumPy dtype is not supported.") from None
         self._name = name
         self._array = data
         self._dt: _types.DataType | None = None
@@ -101,11 +147,17 @@ class Tensor:
         """The Triton datatype this tensor was given (BF16 over uint16 words), else None."""
         return self._dt
 
+    def _data(self) -> np.ndarray[Any, Any]:
+        """The array (BF16: the uint16 words), for the server's side."""
+        return self._array  # type: ignore[no-any-return]
+
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The data as numpy, shared, not copied (BF16: the raw ``uint16`` words)."""
+        """The data as numpy, shared, not copied (BF16 has no numpy dtype: refused)."""
+        if self._dt is _types.BF16:
+            raise TritonModelException(BF16_AS_NUMPY)
         return self._array  # type: ignore[no-any-return]
 
     def shape(self) -> list[int]:
@@ -137,13 +189,19 @@ class Tensor:
         The capsule is consumed; the producer's memory stays alive until the tensor's array is
         freed. bfloat16 becomes a BF16 tensor (over ``uint16`` words).
         """
+        if not isinstance(name, str):
+            raise incompatible(
+                "from_dlpack",
+                "(arg0: str, arg1: object) -> c_python_backend_utils.Tensor",
+                (name, capsule),
+                {},
+            )
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
         if hasattr(capsule, "__dlpack__"):
             device = getattr(capsule, "__dlpack_device__", None)
             if device is None:
-                raise TritonModelException(
-                    "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
-                    "`__dlpack__` and `__dlpack_device__` attributes"
-                )
+                raise TritonModelException(_dlpack.NOT_DLPACK)
             kind = int(device()[0])
             if kind not in (_dlpack.DL_CPU, _dlpack.DL_CUDA_HOST):
                 raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
@@ -161,15 +219,42 @@ class Tensor:
 
 
 # -- requests and responses --------------------------------------------------------------------
+_NO_TENSORS: list[Tensor] = []
+
+
 class InferenceResponse:
     """A model's answer to one request: output tensors or an error."""
 
     __slots__ = ("_error", "_outputs")
 
-    def __init__(
-        self, output_tensors: Iterable[Tensor] | None = None, error: TritonError | None = None
-    ) -> None:
-        self._outputs = list(output_tensors) if output_tensors is not None else []
+    def __init__(self, output_tensors: Any = _NO_TENSORS, error: Any = None) -> None:
+        if (not is_sequence(output_tensors)) or (error is not None and not isinstance(error, TritonError)):
+            kwargs = {"output_tensors": output_tensors} if output_tensors is not _NO_TENSORS else {}
+            if error is not None:
+                kwargs["error"] = error
+            raise incompatible(
+                "__init__",
+                "c_python_backend_utils.InferenceResponse(output_tensors: List[c_python_backend_utils.Tensor] = [], "
+                "error: c_python_backend_utils.TritonError = None)",
+                (),
+                kwargs,
+                True,
+            )
+        outs = list(output_tensors)
+        for t in outs:
+            if type(t) is not Tensor:
+                if t is None:
+                    raise TritonModelException("Output tensor for inference response should not be empty.")
+                if not isinstance(t, Tensor):
+                    raise incompatible(
+                        "__init__",
+                        "c_python_backend_utils.InferenceResponse(output_tensors: "
+                        "List[c_python_backend_utils.Tensor] = [], error: c_python_backend_utils.TritonError = None)",
+                        (),
+                        {"output_tensors": output_tensors},
+                        True,
+                    )
+        self._outputs = outs
         self._error = error
 
     def output_tensors(self) -> list[Tensor]:
@@ -195,12 +280,13 @@ class InferenceResponseSender:
         self._request = request
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TypeError(
-                "send(): incompatible function arguments. The following argument types are supported:\n"
-                "    1. (self: c_python_backend_utils.InferenceResponseSender, response: "
-                "c_python_backend_utils.InferenceResponse = None, flags: int = 0) -> None\n\n"
-                f"Invoked with: {self!r}, {response!r}"
+        if (response is not None and not isinstance(response, InferenceResponse)) or not is_int(flags):
+            raise incompatible(
+                "send",
+                "(self: c_python_backend_utils.InferenceResponseSender, response: "
+                "c_python_backend_utils.InferenceResponse = None, flags: int = 0) -> None",
+                (self, response) if flags == 0 else (self, response, flags),
+                {},
             )
         request = self._request
         hooks = request._hooks
@@ -208,6 +294,71 @@ class InferenceResponseSender:
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()
+
+
+_REQUEST_ARGS = (
+    ("request_id", ""),
+    ("correlation_id", 0),
+    ("inputs", REQUIRED),
+    ("requested_output_names", REQUIRED),
+    ("model_name", REQUIRED),
+    ("model_version", -1),
+    ("flags", 0),
+    ("timeout", 0),
+    ("preferred_memory", _DEFAULT_MEMORY),
+    ("trace", _DEFAULT_TRACE),
+    ("parameters", None),
+)
+_REQUEST_SIGNATURE = (
+    "c_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: object = 0, inputs: "
+    "List[triton::backend::python::PbTensor], requested_output_names: List[str], model_name: str, "
+    "model_version: int = -1, flags: int = 0, timeout: int = 0, preferred_memory: "
+    f"c_python_backend_utils.PreferredMemory = {_DEFAULT_MEMORY!r}, trace: "
+    f"c_python_backend_utils.InferenceTrace = {_DEFAULT_TRACE!r}, parameters: object = None)"
+)
+
+
+def _bind_request(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The BLS request constructor's arguments, checked as the reference's binding checks them."""
+    a = bind(_REQUEST_ARGS, args, kwargs)
+    ok = (
+        a is not None
+        and isinstance(a["request_id"], str)
+        and a["correlation_id"] is not None
+        and is_sequence(a["inputs"])
+        and all(t is None or isinstance(t, Tensor) for t in a["inputs"])
+        and is_str_list(a["requested_output_names"])
+        and isinstance(a["model_name"], str)
+        and is_int(a["model_version"])
+        and is_int(a["flags"])
+        and is_int(a["timeout"])
+        and isinstance(a["preferred_memory"], PreferredMemory)
+        and isinstance(a["trace"], InferenceTrace)
+    )
+    if not ok or a is None:
+        raise incompatible("__init__", _REQUEST_SIGNATURE, args, kwargs, True)
+    if not isinstance(a["correlation_id"], (int, str)):
+        raise TritonModelException("Correlation ID must be integer or string")
+    for t in a["inputs"]:
+        if t is None:
+            raise TritonModelException(
+                f"Input tensor for request with id '{a['request_id']}' and model name '{a['model_name']}' "
+                "should not be empty."
+            )
+    params = a["parameters"]
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise TritonModelException(f"Expect N8pybind114dictE, got {type(params)}")
+    for k, v in params.items():
+        if not isinstance(k, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(k)}")
+        if not isinstance(v, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(v)}"
+            )
+    a["parameters"] = params
+    return a
 
 
 class InferenceRequest:
@@ -225,54 +376,41 @@ class InferenceRequest:
         "_sender",
         "_tensors",
     )
+    _model_name: str
 
-    def __init__(
-        self,
-        model_name: str = "",
-        requested_output_names: Iterable[str] = (),
-        inputs: Iterable[Tensor] = (),
-        request_id: str = "",
-        correlation_id: int | str = 0,
-        model_version: int = -1,
-        flags: int = 0,
-        timeout: int = 0,
-        preferred_memory: Any = None,
-        trace: Any = None,
-        parameters: dict[str, Any] | str | None = None,
-        _core: _core_request.InferRequest | None = None,
-        _output_names: frozenset[str] | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._tensors: dict[str, Tensor] | None = None
         self._hooks: _Hooks | None = None
         self._sender: weakref.ref[InferenceResponseSender] | None = None
         self._n_sent = 0
         self._closed = False
-        if _core is not None:
-            self._core = _core
-            self._model_name = _core.model_name
+        self._params_json: str | None = None
+        core = kwargs.pop("_core", None)
+        if core is not None:  # a received request (tests; the backend uses _wrap)
+            self._core: _core_request.InferRequest = core
+            self._model_name = core.model_name
             self._model_version = -1
-            self._output_names = _output_names
-            self._params_json: str | None = None
+            self._output_names: frozenset[str] | None = kwargs.pop("_output_names", None)
             return
-        params = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
+        a = _bind_request(args, kwargs)
+        names = a["requested_output_names"]
         self._core = _core_request.InferRequest(
-            model_name=model_name,
+            model_name=a["model_name"],
             inputs={
-                t.name(): _core_tensor.Tensor.from_array(t.name(), t.as_numpy(), t._datatype())
-                for t in inputs
+                t.name(): _core_tensor.Tensor.from_array(t.name(), t._data(), t._datatype())
+                for t in a["inputs"]
             },
-            model_version="" if model_version < 0 else str(model_version),
-            id=request_id,
-            parameters=params,
-            outputs=[_core_request.RequestedOutput(n) for n in requested_output_names] or None,
-            correlation_id=correlation_id,
-            flags=flags,
-            timeout_us=timeout,
+            model_version="" if a["model_version"] < 0 else str(a["model_version"]),
+            id=a["request_id"],
+            parameters=a["parameters"],
+            outputs=[_core_request.RequestedOutput(n) for n in names] or None,
+            correlation_id=a["correlation_id"],
+            flags=a["flags"],
+            timeout_us=a["timeout"],
         )
-        self._model_name = model_name
-        self._model_version = model_version
-        self._output_names = frozenset(requested_output_names)
-        self._params_json = None
+        self._model_name = a["model_name"]
+        self._model_version = a["model_version"]
+        self._output_names = frozenset(names)
 
     @classmethod
     def _wrap(
@@ -329,6 +467,17 @@ class InferenceRequest:
     def flags(self) -> int:
         return self._core.flags
 
+    def set_flags(self, flags: int) -> None:
+        """The flags a BLS request carries (sequence start and end)."""
+        if not is_int(flags):
+            raise incompatible(
+                "set_flags",
+                "(self: c_python_backend_utils.InferenceRequest, arg0: int) -> None",
+                (self, flags),
+                {},
+            )
+        self._core.flags = flags
+
     def timeout(self) -> int:
         return self._core.timeout_us
 
@@ -341,8 +490,8 @@ class InferenceRequest:
     def model_name(self) -> str:
         return self._model_name
 
-    def trace(self) -> None:
-        return None
+    def trace(self) -> InferenceTrace:
+        return _DEFAULT_TRACE
 
     def get_response_sender(self) -> InferenceResponseSender:
         """The request's response sender (the same object while the model holds it, as Triton's)."""
@@ -367,20 +516,18 @@ class InferenceRequest:
 
     # BLS
     def exec(self, decoupled: bool = False) -> Any:
-        """Run this request on another model of the server and wait (BLS)."""
-        responses = _hooks().bls(self._core)
-        if decoupled:
-            return iter(responses)
-        return responses[0] if responses else InferenceResponse()
+        """Run this request on another model of the server and wait (BLS): its response, or with
+        ``decoupled`` an iterator over its responses as they come."""
+        return _hooks().bls(self, bool(decoupled))
 
-    async def async_exec(self, decoupled: bool = False) -> Any:
-        import asyncio
-
-        return await asyncio.to_thread(self.exec, decoupled)
+    def async_exec(self, decoupled: bool = False) -> Coroutine[Any, Any, Any]:
+        """``exec`` to await: the model's loop runs other executes while the request runs."""
+        return _hooks().bls_async(self, bool(decoupled))
 
 
-class _DecoupledInferenceRequest(InferenceRequest):
-    """A received request of a decoupled model.
+class _ReleasedRequest(InferenceRequest):
+    """A received request whose responses may come after ``execute`` returned (decoupled models,
+    and non-decoupled ones that answer through their sender).
 
     When the model lets go of it (and of its sender) without sending the final flag, no response
     can ever follow: the backend closes its stream instead of leaving the client waiting.
@@ -393,7 +540,12 @@ class _DecoupledInferenceRequest(InferenceRequest):
             try:
                 self._hooks.released(self)
             except Exception:  # a finalizer must not raise (interpreter shutdown, closed loop)
+                import logging
+
                 logging.getLogger("inferd.model").debug("closing a released request failed", exc_info=True)
+
+
+_DecoupledInferenceRequest = _ReleasedRequest
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
@@ -426,118 +578,96 @@ def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bo
     return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
 
-# -- auto-complete ----------------------------------------------------------------------------
-class ModelConfig:
-    """The config a model's ``auto_complete_config`` may read and complete."""
+# -- the model's server ------------------------------------------------------------------------
+def get_model_dir() -> str:
+    """The folder of the model's version (where its ``model.py`` is)."""
+    return _hooks().model_dir()
 
-    def __init__(self, model_config: dict[str, Any] | str) -> None:
-        self._cfg: dict[str, Any] = (
-            json.loads(model_config) if isinstance(model_config, str) else model_config
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether a model (a version of it; "": any) of the server is READY."""
+    if not isinstance(model_name, str) or not isinstance(model_version, str):
+        raise incompatible(
+            "is_model_ready",
+            "(model_name: str, model_version: str = '') -> bool",
+            (model_name, model_version),
+            {},
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        return self._cfg
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        cur = int(self._cfg.get("max_batch_size", 0))
-        if cur > max_batch_size:
-            raise ValueError(
-                f"configuration specified max_batch_size {cur} which is greater than the value "
-                f"{max_batch_size} set by auto-complete"
-            )
-        self._cfg["max_batch_size"] = max_batch_size
-
-    def set_dynamic_batching(self) -> None:
-        if "sequence_batching" in self._cfg:
-            raise ValueError("Configuration specified scheduling_choice as 'sequence_batching'")
-        self._cfg.setdefault("dynamic_batching", {})
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        self._cfg["model_transaction_policy"] = dict(transaction_policy_dict)
-
-    def _add(self, key: str, entry: dict[str, Any]) -> None:
-        if "name" not in entry:
-            raise ValueError(f"{key} in auto-complete-config must contain the 'name' property")
-        entry = dict(entry)
-        if "dims" in entry:
-            entry["dims"] = list(entry["dims"])
-        lst = self._cfg.setdefault(key, [])
-        for existing in lst:
-            if existing["name"] == entry["name"]:
-                for k, v in entry.items():
-                    if k in existing and existing[k] != v and k != "name":
-                        raise ValueError(
-                            f"unable to load model '{self._cfg.get('name', '')}', configuration expects "
-                            f"{k} {existing[k]} for {key} '{entry['name']}' but auto-complete sets {v}"
-                        )
-                existing.update({k: v for k, v in entry.items() if k not in existing})
-                return
-        lst.append(entry)
-
-    def add_input(self, input: dict[str, Any]) -> None:
-        self._add("input", input)
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self._add("output", output)
+    return _hooks().model_ready(model_name, model_version)
 
 
-# -- logging -----------------------------------------------------------------------------------
-class Logger:
-    """Writes to the server log at the caller's file and line, as Triton's Logger."""
-
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-    _LEVELS = {INFO: logging.INFO, WARNING: logging.WARNING, ERROR: logging.ERROR, VERBOSE: logging.DEBUG}
-    _log = logging.getLogger("inferd.model")
-
-    @classmethod
-    def log(cls, message: str, level: int = INFO) -> None:
-        cls._log.log(cls._LEVELS.get(level, logging.INFO), '"%s"', message, stacklevel=2)
-
-    @classmethod
-    def log_info(cls, message: str) -> None:
-        cls._log.info('"%s"', message, stacklevel=2)
-
-    @classmethod
-    def log_warn(cls, message: str) -> None:
-        cls._log.warning('"%s"', message, stacklevel=2)
-
-    @classmethod
-    def log_error(cls, message: str) -> None:
-        cls._log.error('"%s"', message, stacklevel=2)
-
-    @classmethod
-    def log_verbose(cls, message: str) -> None:
-        cls._log.debug('"%s"', message, stacklevel=2)
+def load_model(model_name: str, config: str = "", files: Any = None) -> None:
+    """Load a model (needs ``--model-control-mode=explicit``)."""
+    _hooks().control("Failed to load model: ")
 
 
-# -- the server side of BLS and response senders ----------------------------------------------
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload a model (needs ``--model-control-mode=explicit``)."""
+    _hooks().control("Failed to unload model: ")
+
+
+# -- the server side ---------------------------------------------------------------------------
 class _Hooks:
-    """What the hosting backend provides to this module (per worker thread)."""
+    """What the hosting backend provides to this module (per instance)."""
 
     def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None:
         raise TritonModelException("response senders are not available outside a model instance")
 
     def released(self, request: InferenceRequest) -> None:
-        """``request`` (of a decoupled model) is gone and its sender never sent the final flag."""
+        """``request`` is gone and its sender never sent the final flag."""
 
-    def bls(self, request: _core_request.InferRequest) -> list[InferenceResponse]:
+    def bls(self, request: InferenceRequest, decoupled: bool) -> Any:
         raise TritonModelException("BLS is not available outside a model instance")
+
+    def bls_async(self, request: InferenceRequest, decoupled: bool) -> Coroutine[Any, Any, Any]:
+        async def refuse() -> Any:
+            return self.bls(request, decoupled)
+
+        return refuse()
+
+    def metrics(self) -> MetricsTarget:
+        raise TritonModelException("custom metrics are not available outside a model instance")
+
+    def model_dir(self) -> str:
+        raise TritonModelException("the model directory is not known outside a model instance")
+
+    def model_ready(self, model_name: str, model_version: str) -> bool:
+        raise TritonModelException("model readiness is not known outside a model instance")
+
+    def control(self, prefix: str) -> None:
+        raise TritonModelException(f"{prefix}model control is not available outside a model instance")
+
+    def module(self) -> Any:
+        """The model's own module (``import model`` in its code), None when unknown."""
+        return None
 
 
 _local = threading.local()
 _default_hooks = _Hooks()
+#: the hooks of the instance created last and not unloaded: what a thread the model started uses
+_fallback: list[_Hooks] = []
 
 
 def _hooks() -> _Hooks:
     h: _Hooks | None = getattr(_local, "hooks", None)
-    return h if h is not None else _default_hooks
+    if h is not None:
+        return h
+    return _fallback[-1] if _fallback else _default_hooks
 
 
 def _set_thread_hooks(hooks: _Hooks) -> None:
     _local.hooks = hooks
+
+
+def _add_fallback(hooks: _Hooks) -> None:
+    _fallback.append(hooks)
+
+
+def _remove_fallback(hooks: _Hooks) -> None:
+    try:
+        _fallback.remove(hooks)
+    except ValueError:
+        pass
 
 
 def install() -> None:

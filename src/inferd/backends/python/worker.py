@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
@@ -106,6 +106,7 @@ class Worker:
             Path(init["version_dir"]),
             config,
             self.bls,
+            ServerLinks(infer_blocking=self.bls),
             {IN_WORKER: "1"},  # here the instance is a thread of this process
         )
         model = PythonBackend().load(ctx)

@@ -416,8 +416,10 @@ class InferenceServicer:
         return await self.model_infer_async(request.SerializeToString(), context.invocation_metadata())
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[bytes], context: Context) -> None:
-        """Bidirectional: every request's responses as they come; errors never end the stream."""
-        out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        """Bidirectional: every request's responses as they come; errors never end the stream, unless
+        the client sent the ``triton_grpc_error: true`` header: then the first error ends it with its
+        status, as the reference does."""
+        out: asyncio.Queue[bytes | InferdError | None] = asyncio.Queue()
         pending: set[ResponseStream] = set()
         reading = True
 
@@ -444,6 +446,8 @@ class InferenceServicer:
                 item = await out.get()
                 if item is None:
                     break
+                if isinstance(item, InferdError):
+                    raise item  # triton_grpc_error: the stream ends with the error's status
                 await context.write(item)
             await reader
         finally:
@@ -455,15 +459,17 @@ class InferenceServicer:
         self,
         msg: Any,
         context: Context,
-        out: asyncio.Queue[bytes | None],
+        out: asyncio.Queue[bytes | InferdError | None],
         pending: set[ResponseStream],
         finish_if_idle: Callable[[], None],
     ) -> None:
-        call = _Call(self, msg, context.invocation_metadata())
+        metadata = context.invocation_metadata()
+        call = _Call(self, msg, metadata)
+        grpc_error = any(k == "triton_grpc_error" and v == "true" for k, v in metadata or ())
         try:
             stream = self.core.submit(msg.model_name, parse_version(msg.model_version), call.decode)
         except InferdError as e:
-            out.put_nowait(stream_error(e.message, msg.id))
+            out.put_nowait(e if grpc_error else stream_error(e.message, msg.id))
             return
         pending.add(stream)
         encode = self.encoder.encode
@@ -476,7 +482,9 @@ class InferenceServicer:
             if r is not None:
                 flag = FINAL_TRUE if final or not decoupled else FINAL_FALSE
                 if r.error is not None:
-                    out.put_nowait(stream_error(r.error.message, req.id, r.model_name, flag))
+                    out.put_nowait(
+                        r.error if grpc_error else stream_error(r.error.message, req.id, r.model_name, flag)
+                    )
                 else:
                     try:
                         out.put_nowait(stream_response(encode(r, flag, targets)))

@@ -119,7 +119,7 @@ def test_round_trip_of_every_datatype(wire: str, writable: bool, via: str) -> No
         arr = read_only(arr)
     src = pb_tensor("X", wire, arr)
     back = pb_utils.Tensor.from_dlpack("Y", src.to_dlpack() if via == "capsule" else src)
-    out = back.as_numpy()
+    out = back._data()  # BF16 too (as_numpy refuses it)
     assert back.name() == "Y"
     assert back.shape() == [2, 3]
     assert back.triton_dtype() == src.triton_dtype() == BY_WIRE[wire].triton_code
@@ -135,8 +135,8 @@ def test_round_trip_of_scalars_and_empty_tensors(shape: tuple[int, ...]) -> None
         arr = read_only(sample(wire, shape))
         back = pb_utils.Tensor.from_dlpack("Y", pb_tensor("X", wire, arr).to_dlpack())
         assert back.shape() == list(shape)
-        assert back.as_numpy().dtype == arr.dtype
-        np.testing.assert_array_equal(back.as_numpy(), arr)
+        assert back._data().dtype == arr.dtype
+        np.testing.assert_array_equal(back._data(), arr)
 
 
 @pytest.mark.parametrize("wire", NUMERIC)
@@ -182,7 +182,7 @@ def test_dlpack_keyword_arguments_of_the_array_api() -> None:
         bf = pb_tensor("B", "BF16", read_only(sample("BF16")))
         back = pb_utils.Tensor.from_dlpack("Y", bf.__dlpack__(max_version=(1, 0)))
         assert back._datatype() is BF16
-        np.testing.assert_array_equal(back.as_numpy(), bf.as_numpy())
+        np.testing.assert_array_equal(back._data(), bf._data())
 
 
 def test_bytes_tensors_cannot_be_exported() -> None:
@@ -197,12 +197,21 @@ def test_bytes_tensors_cannot_be_exported() -> None:
 def test_bf16_tensor_holds_uint16_words() -> None:
     words = bf16_words(np.array([1.0, -2.0, 0.5], dtype=np.float32))
     t = pb_utils.Tensor._typed("X", words, BF16)
-    assert t.as_numpy() is words
+    assert t._data() is words
     assert t.triton_dtype() == 14
     assert t._datatype() is BF16
     assert repr(t) == "Tensor('X', shape=[3], dtype=BF16)"
     assert pb_utils.Tensor("U", words).triton_dtype() == 3  # plain uint16 stays UINT16
     assert pb_utils.Tensor("U", words)._datatype() is None
+
+
+def test_bf16_as_numpy_is_refused_as_the_reference_refuses_it() -> None:
+    t = pb_utils.Tensor._typed("X", bf16_words(np.array([1.0], dtype=np.float32)), BF16)
+    with pytest.raises(pb_utils.TritonModelException) as info:
+        t.as_numpy()
+    assert str(info.value) == (
+        "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+    )
 
 
 def test_bf16_from_a_bfloat16_capsule_of_another_producer() -> None:
@@ -213,11 +222,11 @@ def test_bf16_from_a_bfloat16_capsule_of_another_producer() -> None:
     t.code, t.bits = 4, 16
     back = pb_utils.Tensor.from_dlpack("Y", capsule)
     assert back.triton_dtype() == 14
-    assert back.as_numpy().dtype == np.uint16
-    np.testing.assert_array_equal(back.as_numpy(), words)
-    assert np.shares_memory(back.as_numpy(), words)
+    assert back._data().dtype == np.uint16
+    np.testing.assert_array_equal(back._data(), words)
+    assert np.shares_memory(back._data(), words)
     # the words are bfloat16: widened back to float32 they are the original values
-    f = (back.as_numpy().astype(np.uint32) << 16).view(np.float32)
+    f = (back._data().astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(f, [[1.0, 3.5], [-0.25, 8.0]])
 
 
@@ -318,7 +327,7 @@ def test_the_source_lives_until_the_consumer_lets_go(wire: str, writable: bool) 
     src = pb_tensor("X", wire, arr)
     capsule = src.to_dlpack()
     back = pb_utils.Tensor.from_dlpack("Y", capsule)
-    out = back.as_numpy()
+    out = back._data()
     del src, arr, capsule, back
     collect()
     assert alive() is not None  # the consumer's array still uses it
@@ -397,7 +406,11 @@ class TritonPythonModel:
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "X")
-            self.seen = (x.triton_dtype(), x.as_numpy().dtype.name, r.inputs()[0].triton_dtype())
+            try:
+                x.as_numpy()
+            except pb_utils.TritonModelException as e:
+                refused = str(e)
+            self.seen = (x.triton_dtype(), refused, r.inputs()[0].triton_dtype())
             dl = pb_utils.Tensor.from_dlpack("DL", x.to_dlpack())
             same = pb_utils.Tensor.from_dlpack("SAME", x)
             out.append(pb_utils.InferenceResponse([dl, same]))
@@ -430,7 +443,7 @@ def test_bf16_inputs_reach_the_model_as_bf16_and_come_back_as_bf16(tmp_path: Pat
     thread.join(30)
     (response,) = result[0]
     assert response.error is None
-    assert inst.obj.seen == (14, "uint16", 14)
+    assert inst.obj.seen == (14, pb_utils.BF16_AS_NUMPY, 14)
     outs = {t.name: t for t in response.outputs}
     for name in ("DL", "SAME"):
         t = outs[name]

@@ -51,10 +51,18 @@ def test_tensor_accessors() -> None:
     assert repr(t) == "Tensor('X', shape=[2, 3], dtype=float32)"
 
 
-def test_tensor_from_a_list() -> None:
-    t = pb_utils.Tensor("X", [[1, 2]], np.int16)
-    assert t.as_numpy().dtype == np.int16
-    assert t.shape() == [1, 2]
+def test_tensor_arguments_are_checked_as_the_reference_checks_them() -> None:
+    for args in (("X", [[1, 2]]), (None, np.zeros(2)), ("X", None), ("X", np.zeros(2), np.int16)):
+        with pytest.raises(TypeError) as info:
+            pb_utils.Tensor(*args)
+        assert str(info.value).startswith(
+            "__init__(): incompatible constructor arguments. The following argument types are supported:\n"
+            "    1. c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)\n\nInvoked with: "
+        )
+    with pytest.raises(pb_utils.TritonModelException, match=r"^Tensor name cannot be an empty string\.$"):
+        pb_utils.Tensor("", np.zeros(2))
+    with pytest.raises(pb_utils.TritonModelException, match=r"^NumPy dtype is not supported\.$"):
+        pb_utils.Tensor("X", np.zeros(2, np.complex64))
 
 
 @pytest.mark.parametrize(("wire", "code"), CODES.items())
@@ -182,7 +190,7 @@ def test_received_request_accessors() -> None:
     assert r.model_name() == "m"
     assert r.requested_output_names() == {"Y"}
     assert isinstance(r.requested_output_names(), set)
-    assert r.trace() is None
+    assert isinstance(r.trace(), pb_utils.InferenceTrace)
     assert not r.is_cancelled()
     assert isinstance(r.get_response_sender(), pb_utils.InferenceResponseSender)
 
@@ -225,7 +233,7 @@ def test_bls_request_construction() -> None:
         model_version=2,
         flags=1,
         timeout=10,
-        parameters='{"k": "v"}',
+        parameters={"k": "v"},
     )
     core = r._core
     assert core.model_name == "other"
@@ -237,14 +245,16 @@ def test_bls_request_construction() -> None:
     assert core.inputs["X"].datatype is BY_WIRE["INT32"]
     assert core.inputs["X"].array is x.as_numpy()
     assert r.requested_output_names() == {"Y"}
-    latest = pb_utils.InferenceRequest(model_name="other", inputs=[x], parameters={"a": 1})
+    latest = pb_utils.InferenceRequest(
+        model_name="other", inputs=[x], requested_output_names=[], parameters={"a": 1}
+    )
     assert latest._core.model_version == ""
     assert latest._core.outputs is None
     assert latest._core.parameters == {"a": 1}
 
 
 def test_bls_and_senders_outside_an_instance() -> None:
-    r = pb_utils.InferenceRequest(model_name="other", inputs=[])
+    r = pb_utils.InferenceRequest(model_name="other", inputs=[], requested_output_names=[])
     with pytest.raises(pb_utils.TritonModelException, match="BLS is not available"):
         r.exec()
     sender = pb_utils.InferenceRequest._wrap(_core_request(), None).get_response_sender()

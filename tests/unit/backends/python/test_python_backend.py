@@ -371,9 +371,10 @@ def test_wrong_number_of_responses(tmp_path: Path) -> None:
     inst = _instance(_write_model(tmp_path, "too_few", source))
     with pytest.raises(InternalError) as info:
         in_worker(lambda: inst.execute([_request("too_few"), _request("too_few")]))
-    assert info.value.message == (
-        "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-        "InferenceRequest(s) size is:2, and InferenceResponse(s) size is:0"
+    assert info.value.message == (  # the reference's text, its newline included
+        "Failed to process the request(s) for model 'too_few_0', message: Number of InferenceResponse objects "
+        "do not match the number of InferenceRequest objects. InferenceRequest(s) size is:2, and "
+        "InferenceResponse(s) size is:0\n"
     )
 
 
@@ -384,10 +385,26 @@ def test_response_of_the_wrong_type(tmp_path: Path) -> None:
             return ["oops" for _ in requests]
     """
     inst = _instance(_write_model(tmp_path, "wrong_type", source))
-    (resp,) = in_worker(lambda: inst.execute([_request("wrong_type")])) or []
-    assert isinstance(resp.error, InternalError)
-    assert resp.error.message == (
-        "Expected an 'InferenceResponse' object in the execute function return list, found type 'str'."
+    with pytest.raises(InternalError) as info:  # the whole batch fails, as in the reference
+        in_worker(lambda: inst.execute([_request("wrong_type")]))
+    assert info.value.message == (
+        "Failed to process the request(s) for model 'wrong_type_0', message: Expected an 'InferenceResponse' "
+        "object in the execute function return list, found type '<class 'str'>'."
+    )
+
+
+def test_a_returned_tuple_is_refused(tmp_path: Path) -> None:
+    source = """
+    class TritonPythonModel:
+        def execute(self, requests):
+            return tuple(requests)
+    """
+    inst = _instance(_write_model(tmp_path, "a_tuple", source))
+    with pytest.raises(InternalError) as info:
+        in_worker(lambda: inst.execute([_request("a_tuple")]))
+    assert info.value.message == (
+        "Failed to process the request(s) for model 'a_tuple_0', message: Expected a list in the execute "
+        "return, found type '<class 'tuple'>'."
     )
 
 
@@ -425,9 +442,9 @@ def test_output_of_an_unsupported_dtype(tmp_path: Path) -> None:
             return [pb_utils.InferenceResponse([pb_utils.Tensor("Y0", np.zeros(2, np.complex64))]) for r in requests]
     """
     inst = _instance(_write_model(tmp_path, "complex_out", source))
-    (resp,) = in_worker(lambda: inst.execute([_request("complex_out")])) or []
-    assert isinstance(resp.error, InternalError)
-    assert resp.error.message == "output 'Y0' has unsupported numpy dtype complex64"
+    with pytest.raises(InternalError) as info:  # pb_utils.Tensor refuses it, as the reference's does
+        in_worker(lambda: inst.execute([_request("complex_out")]))
+    assert "TritonModelException: NumPy dtype is not supported." in info.value.message
 
 
 def test_finalize_called_on_unload(tmp_path: Path) -> None:

@@ -219,11 +219,11 @@ SEGMENTS = st.sampled_from(
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
     v2_first=st.booleans(),
 )
-def test_any_path_the_app_answers_is_described(segments: list[str], method: str, v2_first: bool) -> None:
-    from conftest import FakeCore
-
+def test_any_path_the_app_answers_is_described(
+    core: Any, segments: list[str], method: str, v2_first: bool
+) -> None:
     path = "/" + "/".join((["v2"] if v2_first else []) + segments)
-    [a] = answers(FakeCore(), request(method, path, b"{}"))
+    [a] = answers(core, request(method, path, b"{}"))
     if a.body == ROUTER_NOT_FOUND:
         return  # no such route
     assert path_described(path), (method, path, a.status, a.body)

@@ -1,0 +1,113 @@
+"""The responses of a BLS request as a model consumes them: blocking, or awaited on its own loop.
+
+The server hands every response to ``BlsStream.put`` on its loop; the model's thread takes them
+with ``get`` (blocking) and an async model with ``aget`` (awaiting, so its loop runs other
+executes meanwhile). ``ResponseIterator`` is what ``exec(decoupled=True)`` returns: each response
+as it comes, then, when the last one only carried the final flag, an empty response, as the
+reference's iterator does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from inferd.core.response import InferResponse
+
+Item = tuple[InferResponse | None, bool]
+
+
+class BlsStream:
+    """Responses of one BLS request, put on the server's loop, taken from any thread or loop."""
+
+    __slots__ = ("_cond", "_done", "_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Item] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._done = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def put(self, response: InferResponse | None, final: bool) -> None:
+        """The server's callback (on its loop)."""
+        with self._cond:
+            if self._done:
+                return
+            self._items.append((response, final))
+            self._done = final
+            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_wake, fut)
+
+    def get(self) -> Item:
+        """The next response, waiting for it (a thread)."""
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            return self._items.popleft()
+
+    async def aget(self) -> Item:
+        """The next response, awaiting it (a coroutine on a model's loop)."""
+        while True:
+            await self.wait()
+            with self._cond:
+                if self._items:
+                    return self._items.popleft()
+
+    async def wait(self) -> None:
+        """Until a response is there to take (a coroutine on a model's loop)."""
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if self._items:
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, fut))
+        await fut
+
+    def ready(self) -> bool:
+        with self._cond:
+            return bool(self._items)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS request (``exec(decoupled=True)``), as they come.
+
+    Iterating blocks until the next response; an async model may ``async for`` over it instead,
+    which lets its loop run other executes meanwhile.
+    """
+
+    __slots__ = ("_convert", "_ended", "_stream")
+
+    def __init__(self, stream: BlsStream, convert: Callable[[InferResponse | None], Any]) -> None:
+        self._stream = stream
+        self._convert = convert
+        self._ended = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        response, final = self._stream.get()
+        self._ended = final
+        return self._convert(response)
+
+    def __aiter__(self) -> ResponseIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._ended:
+            raise StopAsyncIteration
+        response, final = await self._stream.aget()
+        self._ended = final
+        return self._convert(response)
