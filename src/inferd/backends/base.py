@@ -127,6 +127,11 @@ class BackendModel(Protocol):
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance: ...
 
+    def promotion(self) -> Callable[[InstanceSpec], BackendInstance] | None:
+        """For ``execution_mode: auto``: what makes an instance of this model in a worker process,
+        should the pool measure that its thread instances hold the GIL (None: never)."""
+        ...
+
     def unload(self) -> None: ...
 
 

@@ -83,6 +83,10 @@ class NativeModel(ABC):
     @abstractmethod
     def create_instance(self, spec: InstanceSpec) -> BackendInstance: ...
 
+    def promotion(self) -> None:
+        """Native frameworks release the GIL: their instances stay threads."""
+        return None
+
     @abstractmethod
     def unload(self) -> None: ...
 

@@ -154,9 +154,17 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             settings.load_timeout_s,
         )
         bmodel = backend.load(ctx)
-        instances = [(spec.name, bmodel.create_instance(spec)) for spec in _instance_specs(cfg)]
+        specs = _instance_specs(cfg)
+        instances = [(spec.name, bmodel.create_instance(spec)) for spec in specs]
+        promotion = bmodel.promotion()
         model.scheduler = InstancePool(
-            name, str(version), instances, _policy(cfg), model.stats, settings.loop
+            name,
+            str(version),
+            instances,
+            _policy(cfg),
+            model.stats,
+            settings.loop,
+            promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
         )
         model.state = ModelState.READY
         log.info("successfully loaded '%s' version %d", name, version)

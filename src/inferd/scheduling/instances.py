@@ -41,6 +41,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
+from inferd.scheduling.execution_mode import AutoMode
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -92,7 +93,9 @@ class InstancePool:
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,
         clock: Clock = time.monotonic_ns,
+        promote: Callable[[], list[BackendInstance]] | None = None,
     ) -> None:
+        """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py)."""
         self._model_name = model_name
         self._model_version = model_version
         self._policy = policy
@@ -119,12 +122,21 @@ class InstancePool:
         self._execs = 0  # threaded executions since the last switch
         self._inline_execs = 0
         self._next_probe_ns = 0
+        #: instances that take over from ``_instances`` (by index) once their worker is idle
+        self._replacements: list[BackendInstance] | None = None
+        self._promote = promote
+        self._auto: AutoMode | None = None
+        if promote is not None and len(instances) >= 2:
+            self._auto = AutoMode(model_name, self._decided)
+        #: for AutoMode: when each worker's execute began (0: idle) and its last one's span
+        self._busy_since = [0] * len(instances)
+        self._last_span = [(0, 0)] * len(instances)
         self._threads = []
-        for name, inst in instances:
+        for index, (name, _inst) in enumerate(instances):
             cond = threading.Condition(self._lock)
             self._conds.append(cond)
             self._threads.append(
-                threading.Thread(target=self._worker, args=(inst, cond), name=f"inferd-{name}", daemon=True)
+                threading.Thread(target=self._worker, args=(index, cond), name=f"inferd-{name}", daemon=True)
             )
         for t in self._threads:
             t.start()
@@ -165,7 +177,10 @@ class InstancePool:
     def _join_and_unload(self) -> None:
         for t in self._threads:
             t.join(timeout=5)
-        for name, inst in self._instances:
+        with self._lock:  # execution_mode auto: process instances no worker took over yet go too
+            current = [inst for _, inst in self._instances]
+            spare = [i for i in self._replacements or () if all(i is not c for c in current)]
+        for name, inst in [*self._instances, *(("(not taken over)", i) for i in spare)]:
             try:
                 inst.unload()
             except Exception:
@@ -185,19 +200,26 @@ class InstancePool:
         for cond in self._conds:
             cond.notify()
 
-    def _worker(self, instance: BackendInstance, cond: threading.Condition) -> None:
+    def _worker(self, index: int, cond: threading.Condition) -> None:
         queue = self._queue
         policy = self._policy
         idle = self._idle
+        instance = self._instances[index][1]
         while True:
+            if self._replacements is not None and self._replacements[index] is not instance:
+                instance = self._take_over(index, instance)
             with cond:
                 while not queue or self._inline:
                     if self._stopping:
                         return
+                    if self._replacements is not None and self._replacements[index] is not instance:
+                        break  # take over first, then look again
                     idle.append(cond)
                     cond.wait()
                     if cond in idle:  # woken by a wake-all, or never popped: not idle any more
                         idle.remove(cond)
+                if not queue or self._inline:
+                    continue
                 if policy.batching and policy.max_queue_delay_ns > 0:
                     self._wait_for_batch(cond)
                     if not queue:  # stop() failed the queue, or another worker took it meanwhile
@@ -208,7 +230,7 @@ class InstancePool:
                     self._wake_one()
             out: list[tuple[list[InferRequest], list[InferResponse]]] = []
             try:
-                self._execute(instance, batch, total, inline=False, out=out)
+                self._execute(instance, batch, total, inline=False, out=out, worker=index)
             finally:
                 with self._lock:
                     self._executing -= len(batch)
@@ -220,6 +242,54 @@ class InstancePool:
                 # an idle worker holds nothing: the last batch's tensors may be views over a client's
                 # shared memory, which cannot be unregistered while they live
                 del batch, out
+
+    # -- execution_mode auto ---------------------------------------------------------------------
+    def _decided(self, to_processes: bool) -> None:
+        if not to_processes or self._promote is None:
+            return
+        promote = self._promote
+        threading.Thread(target=self._promote_now, args=(promote,), daemon=True).start()
+
+    def _promote_now(self, promote: Callable[[], list[BackendInstance]]) -> None:
+        try:
+            instances = promote()
+        except Exception:
+            log.exception(
+                "model '%s': its worker processes did not start; it stays in threads", self._model_name
+            )
+            return
+        with self._lock:
+            stopping = self._stopping
+            if not stopping:
+                self._inline_capable = False
+                self._inline = False
+                self._replacements = instances
+                self._wake_all()
+        if stopping:  # the pool stopped while they started: nobody will take them over
+            for inst in instances:
+                inst.unload()
+
+    def _take_over(self, index: int, old: BackendInstance) -> BackendInstance:
+        """This worker is idle: its instance becomes the process instance; the thread one finalizes."""
+        assert self._replacements is not None
+        new = self._replacements[index]
+        with self._lock:
+            self._instances[index] = (self._instances[index][0], new)
+        try:
+            old.unload()
+        except Exception:
+            log.exception("unloading instance %s failed", self._instances[index][0])
+        return new
+
+    def _overlap(self, worker: int, t0: int, t3: int) -> int:
+        """How long other workers executed during [t0, t3] (ns; more than one counted once each)."""
+        total = 0
+        for j, since in enumerate(self._busy_since):
+            if j == worker:
+                continue
+            a, b = (since, t3) if since else self._last_span[j]
+            total += max(0, min(b, t3) - max(a, t0))
+        return total
 
     def _send_back(self, out: list[tuple[list[InferRequest], list[InferResponse]]]) -> None:
         for answered, responses in out:
@@ -313,6 +383,7 @@ class InstancePool:
         total: int,
         inline: bool,
         out: list[tuple[list[InferRequest], list[InferResponse]]] | None = None,
+        worker: int = -1,
     ) -> None:
         """Run one batch. Answers go to ``_deliver`` now (inline) or to ``out`` for the worker."""
         for r in batch:
@@ -324,9 +395,15 @@ class InstancePool:
                 break
         clock = self._clock
         t0 = clock()
+        auto = self._auto
+        measure = inline or (auto is not None and not auto.done)
+        if measure:
+            c0 = time.thread_time_ns()
         if inline:
             v0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-            c0 = time.thread_time_ns()
+        counted = measure and not inline and worker >= 0
+        if counted:
+            self._busy_since[worker] = t0
         queue_ns = [t0 - r.t_queue_ns for r in batch]
         try:
             responses = instance.execute(batch)
@@ -339,6 +416,9 @@ class InstancePool:
             self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline, out)
             return
+        finally:
+            if counted:
+                self._busy_since[worker] = 0
         t3 = clock()
         if inline:
             cpu = time.thread_time_ns() - c0
@@ -347,6 +427,9 @@ class InstancePool:
             self._observe(instance, cpu, blocked, True)
         else:
             self._observe(instance, t3 - t0, False, False)  # threaded: wall time
+            if counted and auto is not None:
+                self._last_span[worker] = (t0, t3)
+                auto.observe(t3 - t0, time.thread_time_ns() - c0, self._overlap(worker, t0, t3))
         timings = instance.last_timings
         if timings is not None:
             in_ns, infer_ns, out_ns = timings

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -172,11 +172,15 @@ class PythonBackend:
     def load(self, ctx: LoadContext) -> BackendModel:
         from inferd.backends.python.process import ProcessModel, execution_mode
 
-        if execution_mode(ctx) == "process":  # model.py is imported in the worker processes only
+        mode = execution_mode(ctx)
+        if mode == "process":  # model.py is imported in the worker processes only
             return ProcessModel(ctx)
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
         module = _import_model(_model_file(ctx.config, ctx.version_dir), module_name)
-        return PythonModel(ctx, module)
+        model = PythonModel(ctx, module)
+        if mode == "auto":
+            model.auto = ProcessModel(ctx)
+        return model
 
 
 class PythonModel:
@@ -196,6 +200,11 @@ class PythonModel:
         #: instances created and not unloaded: the last one to unload unloads the model
         self.live_instances = 0
         self._lock = threading.Lock()
+        #: execution_mode auto: the process model its instances move to if they hold the GIL
+        self.auto: BackendModel | None = None
+
+    def promotion(self) -> Callable[[InstanceSpec], BackendInstance] | None:
+        return None if self.auto is None else self.auto.create_instance
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
         obj = self.module.TritonPythonModel()

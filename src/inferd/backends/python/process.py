@@ -18,7 +18,10 @@ requests still open in it, the event is logged and counted (``EVENTS``, exported
 the next execute starts a new worker (``initialize`` again) before it runs; a worker that cannot
 start fails the batch with the reason and is tried again a second later. A worker whose
 ``initialize`` takes longer than the load timeout is killed. Workers die with the server
-(``PR_SET_PDEATHSIG``), also when it is killed with SIGKILL.
+(``PR_SET_PDEATHSIG``), also when it is killed with SIGKILL. That signal is tied to the *thread*
+that started the process, not to the server process: every worker is started by one long-lived
+thread (``_SPAWNER``), never by a thread that ends (a load, a restart, ``execution_mode: auto``
+moving instances), or the workers would be killed when it did.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ log = logging.getLogger("inferd.python")
 
 #: (model, version, "exited" | "restarted") -> count, read by the metrics collector
 EVENTS: collections.Counter[tuple[str, str, str]] = collections.Counter()
+#: starts every worker process: PR_SET_PDEATHSIG kills a child when the thread that forked it ends
+_SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="inferd-spawner")
 #: a worker that failed to start is not tried again sooner than this
 RESTART_BACKOFF_S = 1.0
 STOP_TIMEOUT_S = 5.0
@@ -80,6 +85,10 @@ def _how_it_ended(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit status {code}"
+
+
+def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL)
 
 
 class ProcessInstance:
@@ -178,7 +187,7 @@ class ProcessInstance:
         ctx, spec = self._ctx, self._spec
         ours, theirs = socket.socketpair()
         cmd = [sys.executable, "-m", "inferd.backends.python.worker", str(theirs.fileno())]
-        proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        proc = _SPAWNER.submit(_popen, cmd, theirs.fileno()).result()
         theirs.close()
         chan = Channel(ours)
         init = {
@@ -362,6 +371,10 @@ class ProcessModel:
 
     def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
         return ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
+
+    def promotion(self) -> None:
+        """Already processes."""
+        return None
 
     def unload(self) -> None:
         """Nothing: each instance's ``unload`` stops its process."""

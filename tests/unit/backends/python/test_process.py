@@ -261,3 +261,64 @@ def test_stopping_the_server_stops_its_workers(tmp_path: Path) -> None:
         mine = _pids() - before
         assert len(mine) == 1
     assert not (mine & _pids())
+
+
+BUSY = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            if {work!r} == "python":
+                n = 0
+                for i in range(200_000):  # about 10 ms of Python: the interpreter lock is held
+                    n += i
+            else:
+                time.sleep(0.003)  # 3 ms that let go of the interpreter lock
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))]))
+        return out
+"""
+BUSY_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+instance_group [ {{ count: 2 kind: KIND_CPU }} ]
+"""
+
+
+def test_auto_moves_gil_bound_models_to_processes_and_keeps_the_others(tmp_path: Path) -> None:
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    # as under inferd serve (cli.py sets 1 ms): with the default 5 ms the loop thread could not take a
+    # second request while an execute holds the lock, and two executes would never run at once
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        repo = tmp_path / "repo"
+        _model(repo, "python_work", BUSY_CONFIG.format(name="python_work"), BUSY.format(work="python"))
+        _model(repo, "sleeps", BUSY_CONFIG.format(name="sleeps"), BUSY.format(work="sleep"))
+        with Server(repo) as s, ThreadPoolExecutor(2) as pool:
+
+            def pids(model: str, n: int) -> set[int]:
+                calls = [pool.submit(s.infer, model, {"X": np.ones(1, np.float32)}) for _ in range(n)]
+                return {int(c.result()["PID"][0]) for c in calls}
+
+            deadline = time.monotonic() + 60
+            moved = pids("python_work", 20)
+            while time.monotonic() < deadline and (os.getpid() in moved or len(moved) < 2):
+                moved = pids("python_work", 20)
+            assert os.getpid() not in moved and len(moved) == 2  # two worker processes
+            assert pids("python_work", 20) == moved  # and they stay
+            for _ in range(10):
+                assert pids("sleeps", 20) == {os.getpid()}  # lets go of the lock: stays in threads
+    finally:
+        sys.setswitchinterval(old)
