@@ -30,8 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "reference"
+from bench_paths import ROOT, TRITON_SH
+
 ANCHOR = Path(os.environ.get("ANCHOR_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "inferd-reference"))
 
 MODEL_BODY = {
@@ -149,13 +149,13 @@ class Reference:
 
     def start(self) -> tuple[int, int]:
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
-        args = ["bash", str(REFERENCE / "triton.sh"), "start", str(self.repo), str(self.http), str(self.grpc)]
+        args = ["bash", str(TRITON_SH), "start", str(self.repo), str(self.http), str(self.grpc)]
         with open(self.log, "ab") as f:
             subprocess.run([*args, str(metrics)], check=True, stdout=f, stderr=subprocess.STDOUT)
         return self.http, self.grpc
 
     def stop(self) -> None:
-        subprocess.run(["bash", str(REFERENCE / "triton.sh"), "stop", str(self.repo), str(self.http)],
+        subprocess.run(["bash", str(TRITON_SH), "stop", str(self.repo), str(self.http)],
                        capture_output=True)  # fmt: skip
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-COMMON_SH = ROOT.parent / "shared" / "reference" / "common.sh"
+from bench_paths import COMMON_SH, ROOT
+
 MODELS = ("tiny_mlp", "densenet_onnx", "digits_onnx")
 
 

@@ -5,10 +5,10 @@
     .venv/bin/python benchmarks/run.py --servers reference --quick
 
 For each round (``--repeat N``) and each server in turn (the order flips every other round), the
-server is started on free ports serving ../shared/reference/models, ../shared/reference/bench.sh
+server is started on free ports serving tests/fixtures/reference_models, scripts/reference/bench.sh
 (perf_analyzer) runs the selected scenarios against it, then the shared-memory rows
 (shm_bench.py, perf_analyzer --shared-memory system), the server is stopped, and then
-../shared/reference/measure.sh measures cold start, memory and client latency with the server as
+scripts/reference/measure.sh measures cold start, memory and client latency with the server as
 its START_CMD. Medians over the rounds go into BENCHMARKS.md; raw outputs stay under
 benchmarks/results/<timestamp>/. Python 3.11 standard library only.
 """
@@ -41,15 +41,9 @@ from typing import IO, Any
 
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
+from bench_paths import BENCH_SH, COMMON_SH, MEASURE_SH, REFERENCE_MODELS, ROOT, SETUP_SH, TRITON_SH
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED_REF = ROOT.parent / "shared" / "reference"
-MODELS = SHARED_REF / "models"
-TRITON_SH = SHARED_REF / "triton.sh"
-BENCH_SH = SHARED_REF / "bench.sh"
-MEASURE_SH = SHARED_REF / "measure.sh"
-SETUP_SH = SHARED_REF / "setup.sh"
-COMMON_SH = SHARED_REF / "common.sh"
+MODELS = REFERENCE_MODELS
 RESULTS_ROOT = ROOT / "benchmarks" / "results"
 DEFAULT_REPORT = ROOT / "BENCHMARKS.md"
 
@@ -230,7 +224,7 @@ class Server(ABC):
 
 
 class ReferenceServer(Server):
-    """Real Triton through ../shared/reference/triton.sh start/stop."""
+    """Real Triton through scripts/reference/triton.sh start/stop."""
 
     name = "reference"
     label = "reference"

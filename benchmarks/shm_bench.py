@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx_bench  # parse_perf: perf_analyzer's -f CSV and verbose output
-
-ROOT = Path(__file__).resolve().parent.parent
-COMMON_SH = ROOT.parent / "shared" / "reference" / "common.sh"
+from bench_paths import COMMON_SH
 
 RunLogged = Callable[..., int]
 

@@ -30,8 +30,8 @@ import httptools
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_MODELS = ROOT / "tests" / "fixtures" / "models"
 #: the six reference models (add_sub, batched_sleep, ensemble_add_sub, identity_bytes, identity_fp32,
-#: mul_fp32): the one place that says where they are
-REFERENCE_MODELS = ROOT.parent / "shared" / "reference" / "models"
+#: mul_fp32), the ones the real Triton loads too: the one place here that says where they are
+REFERENCE_MODELS = ROOT / "tests" / "fixtures" / "reference_models"
 DEFAULT_MODEL_DIRS = (FIXTURE_MODELS, REFERENCE_MODELS)
 REPORT = ROOT / "RELIABILITY.md"
 MiB = 1 << 20

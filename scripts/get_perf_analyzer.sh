@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Install NVIDIA perf_analyzer (from the tritonclient 2.41.1 wheel) the way
-# ../shared/reference/setup.sh does, into DEST_DIR (default: .tools under the repository root),
-# and print the path of DEST_DIR/perf_analyzer: a wrapper that sets LD_LIBRARY_PATH and execs it.
+# Install NVIDIA perf_analyzer (from the tritonclient 2.41.1 wheel) into DEST_DIR (default: .tools
+# under the repository root), and print the path of DEST_DIR/perf_analyzer: a wrapper that sets
+# LD_LIBRARY_PATH and execs it. The one installer of perf_analyzer: the e2e tests call it (into
+# .tools), and scripts/reference/setup.sh does (into its ANCHOR_DIR, with the reference venv as
+# CUDART_VENV).
 #
 #   bash scripts/get_perf_analyzer.sh [DEST_DIR]
 #
 # Needs PyPI (pip) and, when libb64.so.0d is missing, Debian apt (libb64-0d). perf_analyzer also
 # links libcudart.so.12 (even on a CPU-only machine): it comes from the nvidia-cuda-runtime-cu12
-# pip package, installed into a small venv of its own under DEST_DIR. Idempotent: once everything
-# is in place it only prints the wrapper's path.
-# Env: PYTHON (python3), the interpreter that creates that venv.
+# pip package, installed into a small venv of its own under DEST_DIR unless CUDART_VENV names a
+# venv to use (and to install it into when it lacks it). Idempotent: once everything is in place
+# it only prints the wrapper's path.
+# Env: PYTHON (python3), the interpreter that creates that venv; CUDART_VENV ($DEST_DIR/venv-cudart).
 set -euo pipefail
 
 VERSION=2.41.1
@@ -19,7 +22,7 @@ mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 BIN_DIR=$DEST/perf_analyzer-$VERSION
 BIN=$BIN_DIR/perf_analyzer
-VENV=$DEST/venv-cudart
+VENV=${CUDART_VENV:-$DEST/venv-cudart}
 WRAPPER=$DEST/perf_analyzer
 PYTHON=${PYTHON:-python3}
 
@@ -98,12 +101,16 @@ PY
 fi
 
 # -- 4. the wrapper -----------------------------------------------------------------------------
-rel_cudart=${CUDART_DIR#"$DEST"/}
+# relative to the wrapper when under DEST (the folder can move), else absolute
+case $CUDART_DIR in
+"$DEST"/*) cudart_ref="\$here/${CUDART_DIR#"$DEST"/}" ;;
+*) cudart_ref=$CUDART_DIR ;;
+esac
 cat >"$WRAPPER.tmp" <<EOF
 #!/bin/sh
 # perf_analyzer $VERSION with its libcudart.so.12; written by scripts/get_perf_analyzer.sh
 here=\$(cd "\$(dirname "\$0")" && pwd)
-LD_LIBRARY_PATH="\$here/$rel_cudart\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+LD_LIBRARY_PATH="$cudart_ref\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
 exec "\$here/perf_analyzer-$VERSION/perf_analyzer" "\$@"
 EOF

@@ -1,7 +1,7 @@
 """End-to-end fixtures: a real ``inferd serve`` subprocess on free ports, one per xdist worker.
 
-The model repository is a copy of ../shared/reference/models (the models both servers must load
-unmodified) plus the test-only models of tests/fixtures/models.
+The model repository is a copy of tests/fixtures/reference_models (the models both inferd and the
+real Triton must load unmodified) plus the test-only models of tests/fixtures/models.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-REFERENCE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
-REFERENCE_MODELS = REFERENCE_DIR / "models"
-FIXTURE_MODELS = REPO_ROOT / "tests" / "fixtures" / "models"
+from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS, ROOT
+
+REPO_ROOT = ROOT  # the name the e2e modules import
 #: the six models of the reference repository
 REFERENCE_MODEL_NAMES = (
     "add_sub",

@@ -1,6 +1,6 @@
 """Every answer of the reference files, asked of inferd: status, content type and body.
 
-- ../shared/reference/triton-2.51.0-protocol.txt: the real Triton 2.51's answers (the requests are
+- tests/fixtures/triton-2.51.0-protocol.txt: the real Triton 2.51's answers (the requests are
   rebuilt here from the case names; each was checked against the reference server);
 - tests/fixtures/reference_probe.sh + reference_probe_answers.txt: more answers, taken with that
   curl script; it is run here case by case against inferd, with curl.
@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import REFERENCE_DIR, REFERENCE_MODEL_NAMES, REPO_ROOT, InferdProcess
+from conftest import REFERENCE_MODEL_NAMES, InferdProcess
 
-PROTOCOL_FILE = REFERENCE_DIR / "triton-2.51.0-protocol.txt"
-PROBE_SCRIPT = REPO_ROOT / "tests" / "fixtures" / "reference_probe.sh"
-PROBE_ANSWERS = REPO_ROOT / "tests" / "fixtures" / "reference_probe_answers.txt"
+from repo_paths import FIXTURES
+from repo_paths import PROTOCOL as PROTOCOL_FILE
+
+PROBE_SCRIPT = FIXTURES / "reference_probe.sh"
+PROBE_ANSWERS = FIXTURES / "reference_probe_answers.txt"
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""../shared/reference/verify_models.py's checks, run against inferd: HTTP (binary and JSON) and gRPC.
+"""scripts/reference/verify_models.py's checks, run against inferd: HTTP (binary and JSON) and gRPC.
 
 The server here serves the reference repository alone, as the reference does when it is checked,
 so every check must pass (server readiness included).
@@ -14,7 +14,9 @@ from types import ModuleType
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import REFERENCE_DIR, REFERENCE_MODELS, InferdProcess
+from conftest import REFERENCE_MODELS, InferdProcess
+
+from repo_paths import REFERENCE_SCRIPTS
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -34,7 +36,7 @@ def reference_only_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture
 def verify_models() -> Iterator[ModuleType]:
     spec = importlib.util.spec_from_file_location(
-        "reference_verify_models", REFERENCE_DIR / "verify_models.py"
+        "reference_verify_models", REFERENCE_SCRIPTS / "verify_models.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

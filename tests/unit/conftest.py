@@ -20,6 +20,7 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.validate import validate_request
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
 from inferd.repository import normalize_config, parse_config_text
+from repo_paths import FIXTURES, PROTOCOL, REFERENCE_MODELS
 
 # Deterministic (a fixed seed per test, no example database in the tree) and free of timing: the
 # suite runs in parallel on busy machines, where Hypothesis' per-example deadline would flake.
@@ -32,11 +33,8 @@ settings.register_profile(
 )
 settings.load_profile("inferd-unit")
 
-ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT.parent / "shared" / "reference"
-PROTOCOL = REFERENCE / "triton-2.51.0-protocol.txt"
-PROBE_ANSWERS = ROOT / "tests" / "fixtures" / "reference_probe_answers.txt"
-OBSERVED = ROOT / "tests" / "fixtures" / "reference_observed.json"
+PROBE_ANSWERS = FIXTURES / "reference_probe_answers.txt"
+OBSERVED = FIXTURES / "reference_observed.json"
 
 
 def reference_observed() -> list[dict[str, Any]]:
@@ -96,7 +94,7 @@ def reference_answers() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def reference_models() -> Path:
     """The reference model repository both servers must load unmodified."""
-    return REFERENCE / "models"
+    return REFERENCE_MODELS
 
 
 # -- a fake core for the front ends' unit tests ------------------------------------------------------

@@ -24,8 +24,8 @@ from inferd import (
     Server,
     ServerOptions,
 )
+from repo_paths import REFERENCE_MODELS
 
-REFERENCE_MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "models"
 INIT = Path(inferd.__file__)
 
 

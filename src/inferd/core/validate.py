@@ -1,6 +1,6 @@
 """Request validation against the model: names, datatypes, shapes, batch size, byte sizes.
 
-Texts are the reference server's, word for word (see ../shared/reference/triton-2.51.0-protocol.txt).
+Texts are the reference server's, word for word (see tests/fixtures/triton-2.51.0-protocol.txt).
 """
 
 from __future__ import annotations

@@ -6,12 +6,10 @@ import itertools
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from inferd.core.stats import BatchStats, Duration, ModelStats
-
-PROTOCOL = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "triton-2.51.0-protocol.txt"
+from repo_paths import PROTOCOL
 
 
 def _reference_stats() -> dict[str, Any]:

@@ -20,11 +20,7 @@ from inferd.repository import (
     require_io,
     validate_config,
 )
-
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
-REFERENCE = SHARED / "reference"
-PROTOCOL = REFERENCE / "triton-2.51.0-protocol.txt"
-REFERENCE_MODELS = REFERENCE / "models"
+from repo_paths import PROTOCOL, REFERENCE_MODELS
 
 # Map-valued fields: their key order is C++ hash order in the reference, not reproducible.
 _MAP_KEYS = frozenset(

@@ -17,8 +17,7 @@ from inferd.repository import (
     scan_model_dir,
     scan_repositories,
 )
-
-REFERENCE_MODELS = Path(__file__).resolve().parents[3] / ".." / "shared" / "reference" / "models"
+from repo_paths import REFERENCE_MODELS
 
 
 def _mkdirs(root: Path, *names: str) -> None:

@@ -27,6 +27,7 @@ from inferd.frontends.http.decode import RESERVED_PARAMETERS, decode_infer_reque
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.repository import normalize_config, parse_config_text
+from repo_paths import FIXTURE_MODELS, FIXTURES, REFERENCE_MODELS
 
 WIRE_TYPES = list(BY_WIRE)
 JSON_TYPES = [w for w, dt in BY_WIRE.items() if dt.json_ok]
@@ -936,13 +937,12 @@ def test_header_cache_bounds() -> None:
 
 # -- the reference's observed answers, asked of decode + validate -----------------------------------
 
-_ROOT = Path(__file__).resolve().parents[4]
-_OBSERVED = _ROOT / "tests" / "fixtures" / "reference_observed.json"
+_OBSERVED = FIXTURES / "reference_observed.json"
 _MODEL_DIRS = {
-    "add_sub": _ROOT.parent / "shared" / "reference" / "models" / "add_sub",
-    "identity_fp32": _ROOT.parent / "shared" / "reference" / "models" / "identity_fp32",
-    "identity_bytes": _ROOT.parent / "shared" / "reference" / "models" / "identity_bytes",
-    "identity_types": _ROOT / "tests" / "fixtures" / "models" / "identity_types",
+    "add_sub": REFERENCE_MODELS / "add_sub",
+    "identity_fp32": REFERENCE_MODELS / "identity_fp32",
+    "identity_bytes": REFERENCE_MODELS / "identity_bytes",
+    "identity_types": FIXTURE_MODELS / "identity_types",
 }
 #: errors the reference gives after the model ran (classification, output encoding): not decode's
 _LATER = ("sending ", "class result not available")
