@@ -160,14 +160,21 @@ class Reference:
 
 
 def perf_analyzer(
-    model: str, url: str, proto: str, extra: list[str], count: int, concurrency: int, raw: Path
+    model: str,
+    url: str,
+    proto: str,
+    extra: list[str],
+    count: int,
+    concurrency: int,
+    raw: Path,
+    shape: str | None = "INPUT0:4",
 ) -> dict[str, float]:
     pa = ANCHOR / "perf_analyzer"
     venv_site = next((ANCHOR / "venv-triton" / "lib").glob("python3*/site-packages"))
     env = dict(os.environ, LD_LIBRARY_PATH=str(venv_site / "nvidia" / "cuda_runtime" / "lib"))
     out_csv = raw.with_suffix(".csv")
     cmd = [str(pa), "-v", "-m", model, "-i", proto, "-u", url, "--concurrency-range", str(concurrency), "-b", "1",
-           "--shape", "INPUT0:4", "--measurement-mode", "count_windows", "--measurement-request-count", str(count),
+           *(["--shape", shape] if shape else []), "--measurement-mode", "count_windows", "--measurement-request-count", str(count),
            "-s", "25", "-r", "6", *extra, "-f", str(out_csv)]  # fmt: skip
     with open(raw, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=300).returncode

@@ -15,6 +15,7 @@ as the server's instances are shared. Prints one JSON line per concurrency:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import queue
 import statistics
@@ -28,7 +29,12 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec
 from inferd.backends.onnxruntime.backend import OnnxRuntimeBackend, model_path
-from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
+from inferd.backends.onnxruntime.options import (
+    execution_providers,
+    intra_op_threads,
+    session_options,
+    session_settings,
+)
 from inferd.core.types import BY_CONFIG_VALUE
 from inferd.repository import autofill_backend_fields, load_model_config, normalize_config
 
@@ -68,9 +74,10 @@ def make_feed(cfg: Any, rng: np.random.Generator) -> dict[str, Any]:
 def measure(
     sessions: list[Any], feed: dict[str, Any], concurrency: int, seconds: float, warmup_s: float
 ) -> dict[str, Any]:
-    idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    for s in sessions:
-        idle.put(s)
+    # the lowest idle session first, as inferd's instance pool hands work to its lowest idle instance
+    idle: queue.PriorityQueue[tuple[int, Any]] = queue.PriorityQueue()
+    for i, s in enumerate(sessions):
+        idle.put((i, s))
     names = [o.name for o in sessions[0].get_outputs()]
     stop_warm = time.monotonic() + warmup_s
     stop = stop_warm + seconds
@@ -85,9 +92,9 @@ def measure(
             if only is not None:
                 only.run(names, feed)
             else:
-                s = idle.get()
+                i, s = idle.get()
                 s.run(names, feed)
-                idle.put(s)
+                idle.put((i, s))
             t1 = clock()
             now = time.monotonic()
             if now >= stop:
@@ -119,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     ap.add_argument("--intra-op-threads", type=int, default=0, help="override (0: as inferd would)")
     ap.add_argument("--instances", type=int, default=0, help="override the session count (0: the config's)")
+    ap.add_argument(
+        "--layout",
+        choices=("inferd", "default", "shared"),
+        default="inferd",
+        help="inferd: the sessions inferd makes (the first with every core); default: one InferenceSession "
+        "with ONNX Runtime's default options; shared: the cores shared out evenly among the sessions",
+    )
     ap.add_argument("--output", type=Path, default=None, help="also append the JSON lines to this file")
     a = ap.parse_args(argv)
     cfg, version_dir = load_config(a.model_dir)
@@ -130,18 +144,28 @@ def main(argv: list[str] | None = None) -> int:
 
     available = ort.get_available_providers()
     path = model_path(cfg, version_dir)
+    if a.layout == "shared":
+        settings = dataclasses.replace(settings, first_intra_op_threads=0)
     sessions = []
-    for i in range(count):
-        spec = InstanceSpec(f"{cfg.name}_{i}", "CPU", 0)
-        providers = execution_providers(settings, spec, available)
-        sessions.append(ort.InferenceSession(str(path), session_options(settings), providers=providers))
+    threads = []
+    if a.layout == "default":
+        sessions.append(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+        threads.append(0)  # ONNX Runtime's choice: every core
+    else:
+        for i in range(count):
+            spec = InstanceSpec(f"{cfg.name}_{i}", "CPU", 0)
+            providers = execution_providers(settings, spec, available)
+            options = session_options(settings, i == 0)
+            sessions.append(ort.InferenceSession(str(path), options, providers=providers))
+            threads.append(intra_op_threads(settings, i == 0))
     feed = make_feed(cfg, np.random.default_rng(0))
     for c in (int(x) for x in a.concurrency.split(",") if x.strip()):
         row = measure(sessions, feed, c, a.seconds, a.warmup)
         row.update(
             model=cfg.name,
-            sessions=count,
-            threads={"intra_op": settings.intra_op_threads, "inter_op": settings.inter_op_threads},
+            layout=a.layout,
+            sessions=len(sessions),
+            threads={"intra_op": threads, "inter_op": settings.inter_op_threads},
         )
         line = json.dumps(row)
         print(line, flush=True)

@@ -34,6 +34,9 @@ class Scenario:
     window: int  # perf_analyzer requests per measurement window (times BENCH_SCALE)
     timeout_s: int
     lean: bool = False  # also timed by lean_http.py (concurrency 1 only)
+    #: other bare layouts measured beside it (bare_onnxruntime.py --layout): a default InferenceSession,
+    #: the cores shared out evenly; what inferd's thread choice is judged against (issue 9)
+    layouts: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -43,8 +46,8 @@ class Scenario:
 SCENARIOS = [
     Scenario("tiny_mlp", 1, 3000, 120, lean=True),
     Scenario("tiny_mlp", 4, 4000, 120),
-    Scenario("densenet_onnx", 1, 40, 300),
-    Scenario("densenet_onnx", 4, 60, 300),
+    Scenario("densenet_onnx", 1, 40, 300, layouts=("default", "shared")),
+    Scenario("densenet_onnx", 4, 60, 300, layouts=("default", "shared")),
     Scenario("digits_onnx", 1, 3000, 120, lean=True),
     Scenario("digits_onnx", 4, 4000, 120),
 ]
@@ -66,9 +69,13 @@ def build_repository(dest: Path, log_path: Path, run_logged: RunLogged) -> None:
         raise RuntimeError(f"building the ONNX examples failed; see {log_path}")
 
 
-def measure_bare(repo: Path, s: Scenario, outdir: Path, tag: str, run_logged: RunLogged) -> dict[str, Any]:
-    """bare_onnxruntime.py for one scenario: its model at its concurrency."""
-    out = outdir / f"{tag}-bare-{s.id}.jsonl"
+def measure_bare(
+    repo: Path, s: Scenario, outdir: Path, tag: str, run_logged: RunLogged, layout: str = "inferd"
+) -> dict[str, Any]:
+    """bare_onnxruntime.py for one scenario: its model at its concurrency, with inferd's sessions
+    (side "bare") or another layout (side "bare-LAYOUT")."""
+    side = "bare" if layout == "inferd" else f"bare-{layout}"
+    out = outdir / f"{tag}-{side}-{s.id}.jsonl"
     out.unlink(missing_ok=True)
     cmd = [
         venv_python(),
@@ -78,15 +85,17 @@ def measure_bare(repo: Path, s: Scenario, outdir: Path, tag: str, run_logged: Ru
         str(s.concurrency),
         "--seconds",
         str(BARE_SECONDS[s.model]),
+        "--layout",
+        layout,
         "--output",
         str(out),
     ]
     rc = run_logged(cmd, outdir / f"{tag}-bare.log", echo=False)
     r = json.loads(out.read_text().splitlines()[0]) if out.exists() and out.read_text().strip() else None
     if r is None:
-        return {"side": "bare", "scenario": s.id, "status": f"failed (rc {rc})"}
+        return {"side": side, "scenario": s.id, "status": f"failed (rc {rc})"}
     return {
-        "side": "bare",
+        "side": side,
         "scenario": s.id,
         "status": "ok",
         "infer_per_s": r["infer_per_s"],
@@ -272,13 +281,38 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
         for r in rows
         if r["side"] == "bare" and r.get("threads")
     }
+    layouts = [s for s in SCENARIOS if s.layouts]
+    if layouts:
+        lines += [
+            "",
+            "Against other bare layouts (same rounds): `default`, one InferenceSession with ONNX Runtime's "
+            "default options (every core, spinning threads), as a user's own script would make it; "
+            "`shared`, one session per instance with the cores shared out evenly (inferd before issue 9). "
+            "inferd gives its first instance every core with threads that do not spin and hands one request "
+            "at a time to it.",
+            "",
+            "| scenario | inferd infer/s | bare inferd layout | bare default | bare shared | "
+            "inferd / default | inferd / best bare |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for s in layouts:
+            x = aggregate(rows, "inferd", s.id)["infer_per_s"]
+            bare = {
+                k: aggregate(rows, k, s.id)["infer_per_s"] for k in ("bare", "bare-default", "bare-shared")
+            }
+            best = max((v for v in bare.values() if v), default=None)
+            d = bare["bare-default"]
+            lines.append(
+                f"| `{s.id}` | {_fmt(x, 1)} | {_fmt(bare['bare'], 1)} | {_fmt(d, 1)} | "
+                f"{_fmt(bare['bare-shared'], 1)} | {'n/a' if not (x and d) else f'{x / d:.2f}x'} | "
+                f"{'n/a' if not (x and best) else f'{x / best:.2f}x'} |"
+            )
     if threads:
         lines.append("")
         lines.append(
             "Sessions and threads (both sides): "
             + "; ".join(
-                f"{m}: {n} session(s), {t['intra_op']} intra-op thread(s) each"
-                for m, (n, t) in threads.items()
+                f"{m}: {n} session(s), intra-op threads {t['intra_op']}" for m, (n, t) in threads.items()
             )
             + "."
         )

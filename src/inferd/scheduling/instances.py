@@ -188,11 +188,18 @@ class InstancePool:
 
     # -- worker side ---------------------------------------------------------------------------
     def _wake_one(self) -> None:
-        """A request came (lock held): tell a worker holding a batch open, else the last to go idle."""
+        """A request came (lock held): tell a worker holding a batch open, else the first idle one.
+
+        The first: the lowest instance, so that one request at a time always meets the same one,
+        which a backend may make the widest (ONNX Runtime gives its first instance every core).
+        """
         if self._holding:
             self._holding[-1].notify()
         elif self._idle:
-            self._idle.pop().notify()
+            idle = self._idle
+            cond = min(idle, key=self._conds.index) if len(idle) > 1 else idle[0]
+            idle.remove(cond)
+            cond.notify()
 
     def _wake_all(self) -> None:
         """Stopping, or switching modes (lock held): every worker looks again."""

@@ -22,6 +22,8 @@ from inferd.backends.onnxruntime.graph import check_config_against_graph
 from inferd.backends.onnxruntime.options import (
     default_intra_op_threads,
     execution_providers,
+    intra_op_threads,
+    session_options,
     session_settings,
 )
 from inferd.backends.registry import get_backend
@@ -699,6 +701,30 @@ def test_default_threads_share_the_cores_among_the_instances() -> None:
     assert default_intra_op_threads(1, 4) == 1
     s = session_settings(_cfg(""), instances=2, cpus=2)
     assert (s.intra_op_threads, s.inter_op_threads, s.parallel, s.graph_level) == (1, 1, False, 0)
+
+
+def test_the_first_instance_gets_every_core_without_spinning() -> None:
+    s = session_settings(_cfg(""), instances=2, cpus=2)
+    assert (intra_op_threads(s, True), intra_op_threads(s, False)) == (2, 1)
+    first, other = session_options(s, True), session_options(s, False)
+    assert (first.intra_op_num_threads, other.intra_op_num_threads) == (2, 1)
+    assert first.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(RuntimeError):  # not set: ONNX Runtime's default (spinning)
+        other.get_session_config_entry("session.intra_op.allow_spinning")
+    s16 = session_settings(_cfg(""), instances=4, cpus=16)
+    assert (intra_op_threads(s16, True), intra_op_threads(s16, False)) == (16, 4)
+    # one instance already has every core, spinning as ONNX Runtime's default
+    one = session_settings(_cfg(""), instances=1, cpus=2)
+    assert (intra_op_threads(one, True), one.first_intra_op_threads) == (2, 0)
+    # a count in the config is every instance's; so is a spinning choice
+    cfg = _cfg("""parameters [ { key: "intra_op_thread_count" value: { string_value: "1" } } ]""")
+    assert intra_op_threads(session_settings(cfg, instances=2, cpus=2), True) == 1
+    spin = _cfg("""parameters [ { key: "session.intra_op.allow_spinning" value: { string_value: "1" } } ]""")
+    opts = session_options(session_settings(spin, instances=2, cpus=2), True)
+    assert (opts.intra_op_num_threads, opts.get_session_config_entry("session.intra_op.allow_spinning")) == (
+        2,
+        "1",
+    )
 
 
 def test_session_settings_from_parameters_and_optimization() -> None:

@@ -30,7 +30,12 @@ from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance, split, unreshape_shape
 from inferd.backends.native import NativeBackend, NativeModel
 from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
-from inferd.backends.onnxruntime.options import execution_providers, session_options, session_settings
+from inferd.backends.onnxruntime.options import (
+    execution_providers,
+    intra_op_threads,
+    session_options,
+    session_settings,
+)
 from inferd.backends.signature import GraphTensor
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -96,10 +101,14 @@ class OnnxModel(NativeModel):
         self._checked = False
         self._lock = threading.Lock()
         self.sessions = 0
+        self._first_taken = False  # the first instance gets every core (options.wide_first_instance)
 
     def create_instance(self, spec: InstanceSpec) -> OnnxInstance:
         providers = execution_providers(self.settings, spec, self.available)
-        options = session_options(self.settings)
+        with self._lock:
+            first = not self._first_taken
+            self._first_taken = True
+        options = session_options(self.settings, first)
         session = _open_session(self.path, options, providers, f"failed to load '{self.path}'")
         with self._lock:
             if not self._checked:
@@ -111,7 +120,7 @@ class OnnxModel(NativeModel):
             self.name,
             self.version_str,
             spec.name,
-            self.settings.intra_op_threads,
+            intra_op_threads(self.settings, first),
             ", ".join(p if isinstance(p, str) else p[0] for p in providers),
         )
         return OnnxInstance(self, session, spec.name)

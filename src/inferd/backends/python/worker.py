@@ -194,7 +194,11 @@ def main(argv: list[str]) -> int:
     fd = int(argv[1])
     _die_with_parent()
     sys.argv = []  # a model sees no server command line (the reference's models see an empty list)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when its workers stop
+    # the server decides when its workers stop: a Ctrl-C in a terminal, or a SIGTERM sent to the whole
+    # process group or cgroup (systemd, a benchmark's killpg), reaches the server, which drains and then
+    # stops its workers; a worker that ended first would fail the requests it still held
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     channel = Channel(socket.socket(fileno=fd))
     try:
         init = channel.recv()[1]
