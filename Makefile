@@ -6,23 +6,33 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 MODELS := examples/models
+# two installs: what serving the example repository needs (make run), and on top of it the test and
+# benchmark tools and the heavy optional backends the tests load (OpenVINO, TensorFlow: about 1.5 GB)
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck unit e2e bench fuzz soak models clean
+.PHONY: install install-run run test lint typecheck unit e2e bench bench-quick fuzz soak models clean
 
-# (re)install only when the project's metadata changed
-$(STAMP): pyproject.toml
+# (re)install only when the project's metadata changed; pip shows its progress (the first install
+# downloads torch and the ONNX tools: a few minutes)
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,examples,torch,openvino,tensorflow]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[examples,torch]'
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow]'
 	touch $(STAMP)
+
+install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-models: $(STAMP)
+models: $(RUN_STAMP)
 	$(BIN)/python examples/build_models.py $(MODELS)
 
-run: install models
+run: install-run models
 	$(BIN)/inferd serve --model-repository $(MODELS) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: install
@@ -35,8 +45,19 @@ typecheck: install
 test: lint typecheck
 	$(BIN)/pytest -q -n 2
 
+unit: install
+	$(BIN)/pytest -q -n 2 tests/unit
+
+e2e: install
+	$(BIN)/pytest -q -n 2 tests/e2e
+
+# three rounds of every row (about 30 minutes on 2 cores); ARGS passes options (benchmarks/run.py --help)
 bench: install
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py $(ARGS)
+
+# one short round: checks that the benchmark runs, leaves BENCHMARKS.md alone
+bench-quick: install
+	$(BIN)/python benchmarks/run.py --quick --repeat 1 --no-cores $(ARGS)
 
 # reliability suites (issue 10): they rewrite their sections of RELIABILITY.md; ARGS passes options
 # (python -m reliability.fuzz --help); make test runs a short version of each

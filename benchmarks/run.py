@@ -1380,7 +1380,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated subset of reference,inferd (default: both)",
     )
     ap.add_argument(
-        "--repeat", type=int, default=1, help="rounds of the reference/inferd alternation (medians)"
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds of the reference/inferd alternation (medians; default 3)",
     )
     ap.add_argument(
         "--scenarios",

@@ -161,6 +161,16 @@ class InstancePool:
     def stats(self) -> dict[str, int]:
         return {"queued": len(self._queue), "executing": self._executing}
 
+    def idle_workers(self) -> int:
+        """Workers waiting for a request (what a test waits for instead of sleeping)."""
+        with self._lock:
+            return len(self._idle)
+
+    def holding_workers(self) -> int:
+        """Workers holding a short batch open for more requests (max_queue_delay)."""
+        with self._lock:
+            return len(self._holding)
+
     async def stop(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:

@@ -98,6 +98,14 @@ def _queue(*sizes: int) -> collections.deque[InferRequest]:
     return collections.deque(_request(i, s) for i, s in enumerate(sizes))
 
 
+async def until(pred: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    """Yield to the loop until ``pred()`` holds (a worker thread reached the state a test needs)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "the pool never reached the awaited state"
+        await asyncio.sleep(0)
+
+
 def test_default_policy_takes_one() -> None:
     q = _queue(1, 1, 1)
     batch, total = form_batch(q, BatchPolicy())
@@ -181,10 +189,10 @@ def test_one_request_at_a_time_stays_on_the_first_instance() -> None:
         pool = InstancePool(
             "m", "1", [(f"m_{i}", x) for i, x in enumerate(insts)], BatchPolicy(), ModelStats(), loop
         )
-        await asyncio.sleep(0.05)  # every worker idle
+        await until(lambda: pool.idle_workers() == 3)
         for i in range(12):
             await answers(submit(pool, loop, _request(i)))
-            await asyncio.sleep(0.002)  # the worker is back waiting before the next request
+            await until(lambda: pool.idle_workers() == 3)  # the worker is back waiting
         await pool.stop(WAIT_S)
 
     run(main)
@@ -201,7 +209,7 @@ def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
         pool = InstancePool(
             "m", "1", [(f"m_{i}", x) for i, x in enumerate(insts)], BatchPolicy(), ModelStats(), loop
         )
-        await asyncio.sleep(0.05)
+        await until(lambda: pool.idle_workers() == 3)
         reqs = [_request(i) for i in range(3)]
         for r in reqs:
             r.stream = ResponseStream(loop)
@@ -418,7 +426,8 @@ def test_queue_delay_waits_for_a_full_batch() -> None:
         streams = []
         for i in range(4):  # the clock never moves: only a full batch may start an execute
             streams += submit(pool, loop, _request(i))
-            await asyncio.sleep(0.001)
+            if i < 3:
+                await until(lambda: pool.holding_workers() == 1)
         await answers(streams)
         await pool.stop(WAIT_S)
 
@@ -446,7 +455,7 @@ def test_queue_delay_expires_on_the_clock() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = _delay_pool(loop, inst, clock)
         streams = submit(pool, loop, _request(0))
-        await asyncio.sleep(0.01)
+        await until(lambda: pool.holding_workers() == 1)
         assert not streams[0].done  # held for more
         clock.now = HOUR_NS + 1  # the oldest request's delay is over: go with what is there
         streams += submit(pool, loop, _request(1))
@@ -486,7 +495,7 @@ def test_stop_while_a_worker_waits_for_a_batch(monkeypatch: pytest.MonkeyPatch) 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = _delay_pool(loop, inst, clock)
         (stream,) = submit(pool, loop, _request(0))
-        await asyncio.sleep(0.01)  # the worker holds the request, waiting for three more
+        await until(lambda: pool.holding_workers() == 1)  # waiting for three more
         await pool.stop(0)
         (resp,) = await answers([stream])
         assert isinstance(resp.error, UnavailableError)
@@ -509,7 +518,8 @@ def test_two_workers_waiting_for_one_batch(monkeypatch: pytest.MonkeyPatch) -> N
         streams = []
         for i in range(8):
             streams += submit(pool, loop, _request(i))
-            await asyncio.sleep(0.001)
+            if i % 4 != 3:  # a short batch: a worker holds it open
+                await until(lambda: pool.holding_workers() >= 1)
         resps = await answers(streams)
         assert all(r.error is None for r in resps)
         await pool.stop(WAIT_S)
