@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.python import dlpack as _dlpack
 from inferd.backends.python.pb_args import REQUIRED, bind, incompatible, is_int, is_sequence, is_str_list
 from inferd.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from inferd.backends.python.pb_config import Logger as Logger
@@ -30,6 +29,8 @@ from inferd.backends.python.pb_metrics import Metric as Metric
 from inferd.backends.python.pb_metrics import MetricFamily as MetricFamily
 from inferd.backends.python.pb_metrics import MetricKind as MetricKind
 from inferd.backends.python.pb_metrics import MetricsTarget
+from inferd.backends.python.pb_tensor import BF16_AS_NUMPY as BF16_AS_NUMPY
+from inferd.backends.python.pb_tensor import Tensor as Tensor
 from inferd.core import request as _core_request
 from inferd.core import tensor as _core_tensor
 from inferd.core import types as _types
@@ -49,10 +50,6 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     for row in _types.BY_CONFIG.values()
     if row is not _types.BF16
 }
-
-BF16_AS_NUMPY = (
-    "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
-)
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
@@ -101,121 +98,7 @@ _DEFAULT_MEMORY = PreferredMemory()
 _DEFAULT_TRACE = InferenceTrace()
 
 
-# -- tensors -----------------------------------------------------------------------------------
-class Tensor:
-    """A named numpy tensor, optionally with the Triton datatype its array stands for.
-
-    The datatype matters only where numpy has no dtype of its own: a BF16 tensor holds its
-    elements as raw ``uint16`` words (the upper half of the float32 bit pattern); ``as_numpy()``
-    refuses it as the reference does, ``to_dlpack()`` hands it on as ``bfloat16`` (e.g. to
-    ``torch.from_dlpack``), and ``Tensor.from_dlpack`` of a bfloat16 tensor gives a BF16 Tensor.
-    """
-
-    __slots__ = ("_array", "_dt", "_name")
-    _name: str
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if len(args) != 2 or kwargs or not isinstance(args[0], str) or not isinstance(args[1], np.ndarray):
-            raise incompatible(
-                "__init__",
-                "c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)",
-                args,
-                kwargs,
-                True,
-            )
-        name, data = args
-        if not name:
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        try:
-            _types.from_numpy(data.dtype)
-        except TypeError:
-            raise TritonModelException("NumPy dtype is not supported.") from None
-        self._name = name
-        self._array = data
-        self._dt: _types.DataType | None = None
-
-    @staticmethod
-    def _typed(name: str, array: np.ndarray[Any, Any], datatype: _types.DataType | None) -> Tensor:
-        """A tensor over ``array`` whose Triton datatype is ``datatype`` (None: the array's own)."""
-        self = Tensor.__new__(Tensor)
-        self._name = name
-        self._array = array
-        self._dt = datatype
-        return self
-
-    def _datatype(self) -> _types.DataType | None:
-        """The Triton datatype this tensor was given (BF16 over uint16 words), else None."""
-        return self._dt
-
-    def _data(self) -> np.ndarray[Any, Any]:
-        """The array (BF16: the uint16 words), for the server's side."""
-        return self._array  # type: ignore[no-any-return]
-
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The data as numpy, shared, not copied (BF16 has no numpy dtype: refused)."""
-        if self._dt is _types.BF16:
-            raise TritonModelException(BF16_AS_NUMPY)
-        return self._array  # type: ignore[no-any-return]
-
-    def shape(self) -> list[int]:
-        return list(self._array.shape)
-
-    def triton_dtype(self) -> int:
-        dt = self._dt
-        return (dt if dt is not None else _types.from_numpy(self._array.dtype)).triton_code
-
-    def is_cpu(self) -> bool:
-        return True
-
-    def to_dlpack(self) -> Any:
-        """A DLPack capsule (``"dltensor"``) over this tensor's memory, read-only inputs included."""
-        return _dlpack.export(self._array, self._dt, None, None, None, None)
-
-    def __dlpack__(
-        self, stream: Any = None, *, max_version: Any = None, dl_device: Any = None, copy: Any = None
-    ) -> Any:
-        return _dlpack.export(self._array, self._dt, stream, max_version, dl_device, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (_dlpack.DL_CPU, 0)
-
-    @staticmethod
-    def from_dlpack(name: str, capsule: Any) -> Tensor:
-        """A tensor over the memory of a DLPack capsule or of an object with ``__dlpack__`` (no copy).
-
-        The capsule is consumed; the producer's memory stays alive until the tensor's array is
-        freed. bfloat16 becomes a BF16 tensor (over ``uint16`` words).
-        """
-        if not isinstance(name, str):
-            raise incompatible(
-                "from_dlpack",
-                "(arg0: str, arg1: object) -> c_python_backend_utils.Tensor",
-                (name, capsule),
-                {},
-            )
-        if not name:
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        if hasattr(capsule, "__dlpack__"):
-            device = getattr(capsule, "__dlpack_device__", None)
-            if device is None:
-                raise TritonModelException(_dlpack.NOT_DLPACK)
-            kind = int(device()[0])
-            if kind not in (_dlpack.DL_CPU, _dlpack.DL_CUDA_HOST):
-                raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
-            try:
-                capsule = capsule.__dlpack__(stream=None, max_version=_dlpack.DLPACK_VERSION)
-            except TypeError:  # a producer older than DLPack 1.0
-                capsule = capsule.__dlpack__(stream=None)
-        array, datatype = _dlpack.consume(capsule)
-        return Tensor._typed(name, array, datatype)
-
-    def __repr__(self) -> str:
-        dt = self._dt
-        shown = dt.wire if dt is _types.BF16 else self._array.dtype
-        return f"Tensor({self._name!r}, shape={list(self._array.shape)}, dtype={shown})"
+# -- tensors: pb_tensor.py ---------------------------------------------------------------------
 
 
 # -- requests and responses --------------------------------------------------------------------
