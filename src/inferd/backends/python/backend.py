@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
@@ -27,6 +27,10 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import from_numpy
+
+if TYPE_CHECKING:
+    from inferd.backends.python.process import ProcessModel
+
 from inferd.errors import (
     ErrorCode,
     InferdError,
@@ -201,7 +205,7 @@ class PythonModel:
         self.live_instances = 0
         self._lock = threading.Lock()
         #: execution_mode auto: the process model its instances move to if they hold the GIL
-        self.auto: BackendModel | None = None
+        self.auto: ProcessModel | None = None
 
     def promotion(self) -> Callable[[InstanceSpec], BackendInstance] | None:
         return None if self.auto is None else self.auto.create_instance
@@ -236,7 +240,10 @@ class PythonModel:
         """Forget the module; the custom metrics the model's objects held go from ``/metrics``."""
         sys.modules.pop(self.module.__name__, None)
         metrics = self.ctx.links.metrics
-        if metrics is not None:
+        # execution_mode auto moved the instances to processes: they hold the same owner's metrics
+        # (created again by their initialize), released when the last of them unloads
+        moved = self.auto is not None and self.auto.live > 0
+        if metrics is not None and not moved:
             metrics.release_owner(self.owner)
 
 

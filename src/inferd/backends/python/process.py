@@ -35,16 +35,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.base import InstanceSpec, LoadContext, MetricError
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
     ShmNames,
+    pack_error,
     pack_request,
     pack_response,
     release_unmapped,
@@ -87,6 +89,38 @@ def _how_it_ended(code: int | None) -> str:
     return f"exit status {code}"
 
 
+#: what a worker's model may call on the server besides BLS: ServerLinks.model_ready and the
+#: MetricRegistry's calls (plain values in and out). release_owner is not forwarded: a model's
+#: processes share one owner, released by ProcessModel when its last instance unloads.
+FORWARDED = frozenset(
+    {
+        "model_ready",
+        *(
+            f"metrics.{m}"
+            for m in ("family_new", "family_delete", "metric_new", "metric_delete", "metric_op")
+        ),
+    }
+)
+
+
+def answer_call(ctx: LoadContext, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """``(kind, value)``: "ok" with the result, "metric_error" with (message, stub), or "error"
+    with a packed InferdError."""
+    links = ctx.links
+    try:
+        if name not in FORWARDED:
+            raise InvalidArgumentError(f"'{name}' cannot be called from a worker process")
+        target: Any = links.model_ready if name == "model_ready" else links.metrics
+        if target is None:
+            raise UnavailableError(f"'{name}' is not available: the model is not served by a server")
+        fn = target if name == "model_ready" else getattr(target, name.removeprefix("metrics."))
+        return "ok", fn(*args)
+    except MetricError as e:
+        return "metric_error", (str(e), e.stub)
+    except Exception as e:
+        return "error", pack_error(e)
+
+
 def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL)
 
@@ -114,6 +148,8 @@ class ProcessInstance:
         self._last_timings: tuple[int, int, int] | None = None
         self._uses_bls = False
         self.pid = 0
+        #: told once this instance unloaded (ProcessModel counts its live instances)
+        self.on_unload: Callable[[], None] | None = None
         self._start()
 
     # -- BackendInstance ---------------------------------------------------------------------------
@@ -178,6 +214,8 @@ class ProcessInstance:
         if self._bls_pool is not None:
             self._bls_pool.shutdown(wait=False, cancel_futures=True)
         self._shm.cleanup()
+        if self.on_unload is not None:
+            self.on_unload()
 
     # -- the worker process -------------------------------------------------------------------------
     def _who(self) -> str:
@@ -203,6 +241,9 @@ class ProcessInstance:
             chan.send(("init", init))
             ours.settimeout(self._start_timeout_s or None)
             reply = chan.recv()
+            while reply[0] == "call":  # initialize creating its metrics: no reader thread yet
+                chan.send(("call_resp", reply[1], answer_call(ctx, reply[2], reply[3])))
+                reply = chan.recv()
             ours.settimeout(None)
         except (ChannelClosed, TimeoutError, OSError) as e:
             proc.kill()
@@ -268,11 +309,9 @@ class ProcessInstance:
                     self._end(error=error_for_code(ErrorCode[code], message))
                 elif kind == "bls":
                     self._uses_bls = True
-                    if self._bls_pool is None:
-                        self._bls_pool = ThreadPoolExecutor(
-                            4, thread_name_prefix=f"inferd-{self._spec.name}-bls"
-                        )
-                    self._bls_pool.submit(self._bls, chan, msg[1], msg[2])
+                    self._pool().submit(self._bls, chan, msg[1], msg[2])
+                elif kind == "call":
+                    self._pool().submit(self._call, chan, msg[1], msg[2], msg[3])
                 elif kind == "stopped":
                     return
         except ChannelClosed:
@@ -300,6 +339,19 @@ class ProcessInstance:
             return
         pending.responses, pending.timings, pending.error = responses, timings, error
         pending.done.set()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """Runs what the worker asks of the server (BLS, calls) off the reader thread."""
+        if self._bls_pool is None:
+            self._bls_pool = ThreadPoolExecutor(4, thread_name_prefix=f"inferd-{self._spec.name}-bls")
+        return self._bls_pool
+
+    def _call(self, chan: Channel, call_id: int, name: str, args: tuple[Any, ...]) -> None:
+        """One of the server's links the worker's model called (``FORWARDED``), answered back."""
+        try:
+            chan.send(("call_resp", call_id, answer_call(self._ctx, name, args)))
+        except ChannelClosed:
+            pass
 
     def _bls(self, chan: Channel, bls_id: int, packed: tuple[Any, ...]) -> None:
         infer = self._ctx.infer_blocking
@@ -368,9 +420,29 @@ class ProcessModel:
 
     def __init__(self, ctx: LoadContext) -> None:
         self.ctx = ctx
+        self._lock = threading.Lock()
+        self._live = 0
 
     def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
-        return ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
+        instance = ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
+        instance.on_unload = self._instance_unloaded
+        with self._lock:
+            self._live += 1
+        return instance
+
+    @property
+    def live(self) -> int:
+        """Instances created and not unloaded."""
+        return self._live
+
+    def _instance_unloaded(self) -> None:
+        """After the last instance, the custom metrics its processes created go (one owner for all)."""
+        with self._lock:
+            self._live -= 1
+            last = self._live == 0
+        metrics = self.ctx.links.metrics
+        if last and metrics is not None:
+            metrics.release_owner(f"{self.ctx.model_name}:{self.ctx.version}")
 
     def promotion(self) -> None:
         """Already processes."""

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, ServerLinks
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, MetricError, ServerLinks
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
@@ -43,6 +43,7 @@ from inferd.backends.python.ipc import (
 from inferd.backends.python.process import IN_WORKER
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.errors import ErrorCode, error_for_code
 
 log = logging.getLogger("inferd.python.worker")
 _PR_SET_PDEATHSIG = 1
@@ -80,6 +81,33 @@ class ProxyStream(ResponseStream):
         self.send(response, final)
 
 
+class ForwardedMetrics:
+    """The server's MetricRegistry, called across the channel (its calls take plain values)."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def family_new(self, owner: str, name: str, description: str, kind: int) -> None:
+        self._call("metrics.family_new", owner, name, description, kind)
+
+    def family_delete(self, owner: str, name: str) -> None:
+        self._call("metrics.family_delete", owner, name)
+
+    def metric_new(
+        self, owner: str, family: str, labels: tuple[tuple[str, str], ...], buckets: tuple[float, ...] | None
+    ) -> int:
+        return int(self._call("metrics.metric_new", owner, family, labels, buckets))
+
+    def metric_delete(self, owner: str, metric: int) -> None:
+        self._call("metrics.metric_delete", owner, metric)
+
+    def metric_op(self, metric: int, op: str, value: float = 0.0) -> float:
+        return float(self._call("metrics.metric_op", metric, op, value))
+
+    def release_owner(self, owner: str) -> None:
+        """Not forwarded: the server releases the model's metrics when its last process unloads."""
+
+
 class Worker:
     """The worker's side of the channel."""
 
@@ -92,6 +120,8 @@ class Worker:
         self._bls_ids = iter(range(1, 1 << 62))
         self._bls_lock = threading.Lock()
         self._bls: dict[int, tuple[threading.Event, list[Any]]] = {}
+        #: whether the main thread runs the read loop (else a call reads its own answer)
+        self.reading = False
 
     # -- start -------------------------------------------------------------------------------------
     def start(self, init: dict[str, Any]) -> None:
@@ -106,7 +136,11 @@ class Worker:
             Path(init["version_dir"]),
             config,
             self.bls,
-            ServerLinks(infer_blocking=self.bls),
+            ServerLinks(
+                infer_blocking=self.bls,
+                model_ready=lambda name, version: bool(self.call("model_ready", name, version)),
+                metrics=ForwardedMetrics(self.call),
+            ),
             {IN_WORKER: "1"},  # here the instance is a thread of this process
         )
         model = PythonBackend().load(ctx)
@@ -125,9 +159,41 @@ class Worker:
         packed = slot[0]
         return [unpack_response(p) for p in packed]
 
+    def call(self, name: str, *args: Any) -> Any:
+        """One of the server's links (process.FORWARDED), answered by the server. Before the read
+        loop runs (``initialize``) and after it ended (``finalize``) the caller reads the answer."""
+        with self._bls_lock:
+            call_id = next(self._bls_ids)
+            done = threading.Event()
+            slot: list[Any] = []
+            self._bls[call_id] = (done, slot)
+        self.channel.send(("call", call_id, name, args))
+        if not self.reading:
+            while not done.is_set():  # nothing else comes meanwhile: the server waits for us
+                self._reply(self.channel.recv())
+        done.wait()
+        kind, value = slot[0]
+        if kind == "ok":
+            return value
+        if kind == "metric_error":
+            raise MetricError(*value)
+        code, message = value
+        raise error_for_code(ErrorCode[code], message)
+
+    def _reply(self, msg: Any) -> bool:
+        """A BLS or call answer: hand it to the thread waiting for it (False: not an answer)."""
+        if msg[0] not in ("bls_resp", "call_resp"):
+            return False
+        with self._bls_lock:
+            done, slot = self._bls.pop(msg[1])
+        slot.append(msg[2])
+        done.set()
+        return True
+
     # -- the loops -----------------------------------------------------------------------------------
     def read(self) -> None:
         """The main thread: messages from the server until it stops us or goes away."""
+        self.reading = True
         while True:
             msg = self.channel.recv()
             kind = msg[0]
@@ -145,14 +211,11 @@ class Worker:
                 target = self.streams.get(msg[1])
                 if target is not None:
                     target.cancel(msg[2])
-            elif kind == "bls_resp":
-                _, bls_id, packed = msg
-                with self._bls_lock:
-                    done, slot = self._bls.pop(bls_id)
-                slot.append(packed)
-                done.set()
+            elif self._reply(msg):
+                pass
             elif kind == "stop":
                 self.execs.put(None)
+                self.reading = False
                 return
 
     def run_executes(self) -> None:

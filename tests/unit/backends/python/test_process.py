@@ -322,3 +322,58 @@ def test_auto_moves_gil_bound_models_to_processes_and_keeps_the_others(tmp_path:
                 assert pids("sleeps", 20) == {os.getpid()}  # lets go of the lock: stays in threads
     finally:
         sys.setswitchinterval(old)
+
+
+METERED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):  # created before the worker's read loop runs
+        self.family = pb_utils.MetricFamily(
+            name="requests_seen", description="requests this model saw", kind=pb_utils.MetricFamily.COUNTER
+        )
+        self.counter = self.family.Metric(labels={"who": "metered"})
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            self.counter.increment(2)
+            try:
+                pb_utils.MetricFamily(name="requests_seen", description="other", kind=pb_utils.MetricFamily.GAUGE)
+                refused = ""
+            except Exception as e:  # the server's registry refuses it, across the channel
+                refused = str(e)
+            ready = pb_utils.is_model_ready("metered") and not pb_utils.is_model_ready("absent")
+            text = np.array([f"{ready}|{self.counter.value()}|{refused}".encode()], dtype=np.object_)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", text)]))
+        return out
+"""
+METERED_CONFIG = """
+name: "metered"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters: { key: "execution_mode" value: { string_value: "process" } }
+"""
+
+
+def test_a_worker_reaches_custom_metrics_and_model_readiness(tmp_path: Path) -> None:
+    import urllib.request
+
+    repo = tmp_path / "repo"
+    _model(repo, "metered", METERED_CONFIG, METERED)
+    with Server(repo, metrics_port=0) as s:
+        for expected in (2, 4):
+            (out,) = s.infer("metered", {"X": np.ones(1, np.float32)})["OUT"]
+            ready, value, refused = out.decode().split("|")
+            assert (ready, float(value)) == ("True", expected)
+            assert "Family name already exists with different type" in refused
+        url = f"http://127.0.0.1:{s.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'requests_seen{who="metered"} 4' in text  # the server's registry holds them
+        registry = s._runtime.custom_metrics
+        assert registry.family_names() == ["requests_seen"]
+    assert registry.family_names() == []  # released when the model's last process unloaded
