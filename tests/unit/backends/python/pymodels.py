@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,17 @@ def outs(items: list[tuple[InferResponse | None, bool]]) -> list[Any]:
         if final:
             out.append("F")
     return out
+
+
+WAIT_S = 30.0
+
+
+def until(cond: Callable[[], object], what: str) -> None:
+    """Returns as soon as ``cond()`` holds (other threads run meanwhile); fails naming ``what`` after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < deadline, f"no {what} after {WAIT_S:.0f} s"
+        time.sleep(0)
 
 
 def answers(inst: PythonInstance, *requests: InferRequest, on_loop: bool = False) -> list[list[Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymodels import answers, drain, execute, instance, outs, request, write_model
+from pymodels import WAIT_S, answers, drain, execute, instance, outs, request, until, write_model
 
 SLEEPY = """
 import asyncio
@@ -144,21 +144,24 @@ def test_decoupled_async_must_return_none(tmp_path: Path) -> None:
 def test_an_error_with_nobody_to_tell_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     inst = instance(write_model(tmp_path, "dec_async", DECOUPLED_ASYNC, decoupled=True))
     assert answers(inst, request(1, **{"raise": True})) == [[[0], None, "F"]]
-    for _ in range(100):  # the final flag went out before the model raised
-        if "ValueError: nobody left to tell" in caplog.text:
-            break
-        time.sleep(0.02)
+    # the final flag went out before the model raised
+    until(lambda: "ValueError: nobody left to tell" in caplog.text, "error logged")
     assert "ValueError: nobody left to tell" in caplog.text
     inst.unload()
 
 
 FOREVER = """
 import asyncio
+import threading
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.started = threading.Event()
+
     async def execute(self, requests):
+        self.started.set()
         await asyncio.sleep(3600)
 """
 
@@ -169,7 +172,7 @@ def test_unload_ends_executes_still_running(tmp_path: Path) -> None:
     async def main() -> list[Any]:
         r = request()
         assert await execute(inst, r) is None
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(inst.obj.started.wait, WAIT_S), "the execute never started"
         await asyncio.to_thread(inst.unload)
         return outs(await drain(r.stream))
 

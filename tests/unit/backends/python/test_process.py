@@ -237,7 +237,9 @@ def test_a_crash_fails_its_request_only_and_the_instance_comes_back(
     while len(answers) < 4 and time.monotonic() < deadline:
         try:
             answers.append(_infer(server, 0, np.ones(2, np.float32))["Y"].tolist())
-        except InferdError:
+        except InferdError:  # a worker that could not start yet: the next execute tries again
+            # not a synchronisation: a back-off between attempts of this deadline-bounded poll, which
+            # ends with the first answers; its length only spares a restarting worker a flood of requests
             time.sleep(0.1)
     assert answers == [[1, 1]] * 4
     assert server.model_ready("worker")

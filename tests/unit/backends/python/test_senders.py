@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymodels import drain, execute, instance, outs, request, write_model
+from pymodels import WAIT_S, drain, execute, instance, outs, request, write_model
 
 from inferd.errors import InternalError
 
@@ -16,7 +16,6 @@ SOURCE = """
 import asyncio
 import json
 import threading
-import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 F = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -30,6 +29,8 @@ class TritonPythonModel:
     def initialize(self, args):
         self.errors = []
         self.tasks = set()
+        self.release = threading.Event()  # set by the test once execute returned and was answered
+        self.sent = threading.Event()  # the sends after execute are done
 
     def send(self, sender, ids, final):
         try:
@@ -55,13 +56,17 @@ class TritonPythonModel:
                 ids = [2000 + i for i in range(p["post"])]
                 if {is_async}:
                     async def later(s=sender, ids=ids):
-                        await asyncio.sleep(0.05)
+                        await asyncio.to_thread(self.release.wait, 30)
                         self.send(s, ids, True)
+                        self.sent.set()
                     task = asyncio.create_task(later())
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
                 else:
-                    threading.Thread(target=lambda s=sender, ids=ids: (time.sleep(0.05), self.send(s, ids, True))).start()
+                    threading.Thread(
+                        target=lambda s=sender, ids=ids: (self.release.wait(30), self.send(s, ids, True), self.sent.set()),
+                        daemon=True,
+                    ).start()
             returned.append(out(0) if p.get("ret") else None)
         return None if returned == [None] * len(requests) else returned
 """
@@ -87,6 +92,7 @@ def _run(inst: Any, *params: dict[str, Any]) -> list[list[Any]]:
             for r, resp in zip(reqs, result, strict=True):
                 assert r.stream is not None
                 r.stream.deliver(resp, True)
+        inst.obj.release.set()  # the model's sends after execute go now
         return [outs(await drain(r.stream)) for r in reqs]
 
     return asyncio.run(main())
@@ -116,10 +122,7 @@ def test_non_decoupled_sender_cases(
     inst = _model(tmp_path, is_async)
     assert _run(inst, params) == [want]
     if case == "one_on_and_post_return":  # the thread's send finds the request answered
-        for _ in range(50):
-            if inst.obj.errors:
-                break
-            asyncio.run(asyncio.sleep(0.02))
+        assert inst.obj.sent.wait(WAIT_S), "the thread's send never happened"
         assert inst.obj.errors == ["Unable to send response. Response sender has been closed."]
     inst.unload()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -679,6 +680,7 @@ class FakeResponder:
         self.must_wait = False
         self.closed = False
         self.drained = asyncio.Event()
+        self.draining = asyncio.Event()  # the pump waits in drain()
 
     def start_chunked(self, status: int, content_type: str, extra_headers: Any = None) -> None:
         assert self.status == 0
@@ -695,8 +697,20 @@ class FakeResponder:
         raise AssertionError("a generate answer is chunked")
 
     async def drain(self) -> None:
+        self.draining.set()
         await self.drained.wait()
         self.must_wait = False
+
+
+WAIT_S = 30
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    """Lets the loop run until ``cond`` holds; fails naming ``what`` after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < deadline, f"no {what} after {WAIT_S} s"
+        await asyncio.sleep(0)
 
 
 def _ok(i: int) -> InferResponse:
@@ -745,12 +759,12 @@ def test_stream_waits_while_the_client_reads_slowly() -> None:
         resp = FakeResponder()
         task = asyncio.ensure_future(GenerateRoutes._pump(stream, resp))  # type: ignore[arg-type]
         stream.send(_ok(0))
-        await asyncio.sleep(0.01)
+        await _until(lambda: len(resp.chunks) >= 1, "the first response written")
         assert len(resp.chunks) == 1
         resp.must_wait = True  # the transport's buffer is full
         stream.send(_ok(1))
         stream.send(_ok(2))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(resp.draining.wait(), WAIT_S)
         # the pump stopped pulling: responses wait in the stream, not encoded
         assert len(resp.chunks) == 2
         resp.drained.set()
@@ -769,7 +783,7 @@ def test_stream_stops_when_the_client_is_gone() -> None:
         task = asyncio.ensure_future(GenerateRoutes._pump(stream, resp))  # type: ignore[arg-type]
         resp.must_wait = True
         stream.send(_ok(0))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(resp.draining.wait(), WAIT_S)  # written, and waiting for the client
         resp.closed = True
         resp.drained.set()
         await asyncio.wait_for(task, 5)

@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import json
 import struct
+import time
 import zlib
 from typing import Any
 
@@ -139,11 +140,12 @@ def run_app(core: Any, *raw: bytes, app: HttpApp | None = None) -> list[tuple[in
         c = Client(app or HttpApp(core))
         for r in raw:
             c.send(r)
-        for _ in range(100):  # a large body inflates on a worker thread
+        deadline = time.monotonic() + 30
+        answers = await c.answers()
+        while len(answers) < len(raw):  # a large body inflates on a worker thread
+            assert time.monotonic() < deadline, f"{len(answers)} of {len(raw)} answers after 30 s"
+            await asyncio.sleep(0)
             answers = await c.answers()
-            if len(answers) == len(raw):
-                break
-            await asyncio.sleep(0.01)
         return [(a.status, json.loads(a.body)) for a in answers]
 
     return asyncio.run(main())
