@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -27,6 +28,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 #: beside model.py (Python models import their neighbours); the test imports it too, to hold executes
 GATE_MODULE = """
 import threading
+import time
 
 GATE = threading.Event()  # set by the test to let an execute finish
 STARTED = threading.Event()
@@ -122,3 +124,46 @@ def test_a_port_in_use_stops_what_started(repo: Path) -> None:
         await first.stop(0)
 
     asyncio.run(main())
+
+
+def test_an_idle_keep_alive_connection_gets_an_answer_while_the_server_drains(repo: Path) -> None:
+    # closing idle connections at once raced with requests already on their way (empty replies)
+    import http.client
+    import socket
+
+    server = Server(repo, http_port=0).start()
+    gate, started = _gate(repo)
+    try:
+        busy = http.client.HTTPConnection("127.0.0.1", server.http_port or 0, timeout=30)
+        idle = http.client.HTTPConnection("127.0.0.1", server.http_port or 0, timeout=30)
+        idle.request("GET", "/v2/health/live")
+        first = idle.getresponse()
+        first.read()
+        assert first.status == 200 and first.getheader("Connection") != "close"  # kept alive
+        body = b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}'
+        busy.request("POST", "/v2/models/slow_identity/infer", body)  # holds the drain open
+        assert started.wait(10)
+        stopper = threading.Thread(target=server.stop)
+        stopper.start()
+        # the drain has begun once new connections are refused
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", server.http_port or 0), timeout=1).close()
+            except OSError:
+                break
+            time.sleep(0)
+        idle.request("GET", "/v2/health/live")  # on the connection that was idle when the drain began
+        second = idle.getresponse()
+        second.read()
+        assert second.getheader("Connection") == "close"  # answered, and told to go elsewhere
+        gate.set()
+        answered = busy.getresponse()
+        answered.read()
+        assert answered.status == 200
+        stopper.join(30)
+        busy.close()
+        idle.close()
+    finally:
+        gate.set()
+        server.stop()

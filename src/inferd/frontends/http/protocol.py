@@ -198,6 +198,8 @@ class HttpConnection(asyncio.Protocol):
         ] = {}
         self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
         self._paused = False
+        #: the server is stopping: the next answer says ``Connection: close`` and the connection ends
+        self.draining = False
         self._closing = False
         self.active = 0
         #: flow control: the transport's buffer is over its high-water mark
@@ -328,7 +330,8 @@ class HttpConnection(asyncio.Protocol):
         method = parser.get_method().decode("latin-1")
         if log.isEnabledFor(VERBOSE2):  # verbose level 2: every request
             log.log(VERBOSE2, "HTTP request: %s %s", method, url)
-        responder = Responder(self, parser.should_keep_alive(), parser.get_http_version() != "1.0")
+        keep_alive = parser.should_keep_alive() and not self.draining
+        responder = Responder(self, keep_alive, parser.get_http_version() != "1.0")
         self._queue.append(responder)
         if len(self._queue) > _MAX_PIPELINE and self._transport is not None and not self._paused:
             self._paused = True
@@ -509,7 +512,11 @@ class HttpServer:
             self._sweeper = loop.create_task(sweep_forever(self._connections))
 
     def stop_listening(self) -> None:
-        """Refuse new connections; close the idle ones (in-flight answers still go out)."""
+        """Refuse new connections. Open ones stay open while the server drains: a request a client
+        sends on one meanwhile is answered (503 once the core stops taking requests) with
+        ``Connection: close``, so the client learns to go elsewhere. Closing an idle keep-alive
+        connection at once would race with a request already on its way: its client would get an
+        empty reply (the soak's SIGTERM check counted 16 in 40,000). ``stop`` closes what is left."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -517,7 +524,7 @@ class HttpServer:
             self._server.close()
             self._server = None
         for c in list(self._connections):
-            c.close(only_idle=True)
+            c.draining = True
 
     async def stop(self) -> None:
         self.stop_listening()
