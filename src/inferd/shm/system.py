@@ -86,7 +86,7 @@ class SharedMemoryManager:
             if name in self._regions:
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
         path = os.path.join(SHM_DIR, key.lstrip("/"))
-        if "/" in key.lstrip("/") or not key.strip("/"):
+        if "/" in key.lstrip("/") or not key.strip("/") or "\0" in key:  # a NUL: no such C string
             raise InternalError(f"Unable to open shared memory region: '{key}'")
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -158,3 +158,11 @@ def test_cuda_without_gpu() -> None:
     with pytest.raises(NotFoundError, match="Unable to find cuda shared memory region: 'c'"):
         c.status("c")
     c.unregister()
+
+
+def test_a_key_with_a_nul_byte_is_refused_not_crashed() -> None:
+    # found by make fuzz: os.open raised ValueError ("embedded null byte"), answered as a 500
+    m = SharedMemoryManager()
+    with pytest.raises(InternalError, match="Unable to open shared memory region"):
+        m.register("n", "/inferd\x00x", 0, 64)
+    assert m.status() == []
