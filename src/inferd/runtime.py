@@ -37,7 +37,8 @@ log = logging.getLogger("inferd")
 
 #: how often the drain looks at the number of requests in flight
 _DRAIN_POLL_S = 0.02
-#: past the exit deadline, what unloading (finalize) may still take before it is left behind
+#: the end of the exit timeout kept for unloading (finalize) when requests drain until the end: the
+#: drain stops this much earlier (at most a quarter of the timeout), so the process exits within it
 _UNLOAD_GRACE_S = 1.0
 
 
@@ -176,8 +177,9 @@ class Runtime:
     async def stop(self, timeout_s: float | None = None) -> bool:
         """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``), unload, close.
 
-        A hard bound: requests still open at the deadline are answered UNAVAILABLE (clients get an
-        error, not an empty reply), and models that do not unload by then are left behind. False
+        A hard bound: requests still open near the deadline (a quarter of the timeout, at most a
+        second, is kept for unloading) are answered UNAVAILABLE (clients get an error, not an empty
+        reply), and models that do not unload by the deadline are left behind. False
         when that happened (the process should then exit without waiting for their threads).
         """
         if self._stopped:
@@ -186,13 +188,14 @@ class Runtime:
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
+        drain_deadline = deadline - min(_UNLOAD_GRACE_S, timeout / 4)
         if self.http is not None:
             self.http.stop_listening()
         grpc_stopping = None
         if self.grpc is not None:  # refuses new RPCs from now on; running ones finish while the core drains
             grpc_stopping = loop.create_task(self.grpc.stop(timeout))
         core = self.core
-        while core.inflight() and time.monotonic() < deadline:
+        while core.inflight() and time.monotonic() < drain_deadline:
             await asyncio.sleep(_DRAIN_POLL_S)
         clean = True
         error = UnavailableError(
@@ -206,9 +209,7 @@ class Runtime:
             core.fail_open_requests(error)
             await asyncio.sleep(0)  # their answers are written before the connections close
         unloading = loop.create_task(core.stop(max(0.0, deadline - time.monotonic())))
-        done, _ = await asyncio.wait(
-            {unloading}, timeout=max(0.0, deadline - time.monotonic()) + _UNLOAD_GRACE_S
-        )
+        done, _ = await asyncio.wait({unloading}, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
             clean = False
             log.warning("models did not unload within the exit timeout; leaving them behind")
