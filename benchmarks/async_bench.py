@@ -76,7 +76,7 @@ backend: "python"
 max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+instance_group [ {{ kind: KIND_CPU count: {count} }} ]
 {extra}"""
 
 #: (row id, model, protocol, extra perf_analyzer flags, request count factor)
@@ -98,7 +98,7 @@ def write_repository(dest: Path) -> Path:
         (dest / name / "1").mkdir(parents=True, exist_ok=True)
         (dest / name / "1" / "model.py").write_text(body.lstrip())
         extra = "model_transaction_policy { decoupled: True }\n" if "decoupled" in name else ""
-        (dest / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
+        (dest / name / "config.pbtxt").write_text(CONFIG.format(name=name, count=1, extra=extra))
     return dest
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from async_bench import Inferd, Reference, perf_analyzer
+from async_bench import CONFIG, Inferd, Reference, perf_analyzer
 from bench_paths import ROOT
 
 REFERENCE_MODELS = ROOT / "tests" / "fixtures" / "reference_models"
@@ -49,13 +49,6 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x + np.float32(n % 2))]))
         return out
 """
-CPU_CONFIG = """name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 2 }} ]
-{extra}"""
 MODE = 'parameters: {{ key: "execution_mode" value: {{ string_value: "{mode}" }} }}\n'
 
 #: (row id, model, concurrency, servers, request count, perf_analyzer --shape)
@@ -72,7 +65,7 @@ def write_repository(dest: Path) -> Path:
         (dest / name / "1").mkdir(parents=True, exist_ok=True)
         (dest / name / "1" / "model.py").write_text(CPU_WORK.lstrip())
         extra = MODE.format(mode=mode) if mode else ""
-        (dest / name / "config.pbtxt").write_text(CPU_CONFIG.format(name=name, extra=extra))
+        (dest / name / "config.pbtxt").write_text(CONFIG.format(name=name, count=2, extra=extra))
     src = REFERENCE_MODELS / "add_sub"
     for mode in ("process", "thread"):
         name = f"add_sub_{mode}"

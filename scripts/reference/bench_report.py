@@ -9,6 +9,7 @@ Prints the table; OUT.txt (if given) gets the run header plus the table.
 
 Per-scenario median of infer/s, p50, p99 over several bench.sh CSVs (e.g. three runs).
 """
+import contextlib
 import csv
 import os
 import re
@@ -54,12 +55,11 @@ for line in open(os.path.join(raw, "index.txt")):
             row["infer_per_s"] = float(r["Inferences/Second"])
             for k, col in (("p50_us", "p50 latency"), ("p90_us", "p90 latency"), ("p99_us", "p99 latency")):
                 row[k] = int(r[col]) if r.get(col) else ""
-            try:
+            # the server-side columns: absent when the server answers no statistics
+            with contextlib.suppress(KeyError, ValueError):
                 row["server_queue_us"] = int(r["Server Queue"])
                 row["server_compute_us"] = (int(r["Server Compute Input"]) + int(r["Server Compute Infer"])
                                             + int(r["Server Compute Output"]))
-            except (KeyError, ValueError):
-                pass
         m = re.search(r"Avg latency: (\d+) usec \(standard", last)
         if m:
             row["avg_us"] = int(m.group(1))

@@ -138,6 +138,8 @@ class InstancePool:
             self._threads.append(
                 threading.Thread(target=self._worker, args=(index, cond), name=f"inferd-{name}", daemon=True)
             )
+        #: each worker's condition -> its instance's index (the lowest idle one is woken first)
+        self._rank = {cond: i for i, cond in enumerate(self._conds)}
         for t in self._threads:
             t.start()
 
@@ -207,7 +209,7 @@ class InstancePool:
             self._holding[-1].notify()
         elif self._idle:
             idle = self._idle
-            cond = min(idle, key=self._conds.index) if len(idle) > 1 else idle[0]
+            cond = min(idle, key=self._rank.__getitem__) if len(idle) > 1 else idle[0]
             idle.remove(cond)
             cond.notify()
 
@@ -262,14 +264,13 @@ class InstancePool:
 
     # -- execution_mode auto ---------------------------------------------------------------------
     def _decided(self, to_processes: bool) -> None:
-        if not to_processes or self._promote is None:
-            return
-        promote = self._promote
-        threading.Thread(target=self._promote_now, args=(promote,), daemon=True).start()
+        if to_processes:  # the processes start off the execute's thread (initialize may take long)
+            threading.Thread(target=self._promote_now, daemon=True).start()
 
-    def _promote_now(self, promote: Callable[[], list[BackendInstance]]) -> None:
+    def _promote_now(self) -> None:
+        assert self._promote is not None  # AutoMode exists only with it
         try:
-            instances = promote()
+            instances = self._promote()
         except Exception:
             log.exception(
                 "model '%s': its worker processes did not start; it stays in threads", self._model_name
@@ -413,12 +414,11 @@ class InstancePool:
         clock = self._clock
         t0 = clock()
         auto = self._auto
-        measure = inline or (auto is not None and not auto.done)
-        if measure:
+        counted = not inline and worker >= 0 and auto is not None and not auto.done  # AutoMode's sample
+        if inline or counted:
             c0 = time.thread_time_ns()
         if inline:
             v0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-        counted = measure and not inline and worker >= 0
         if counted:
             self._busy_since[worker] = t0
         queue_ns = [t0 - r.t_queue_ns for r in batch]

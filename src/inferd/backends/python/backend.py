@@ -27,10 +27,6 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import from_numpy
-
-if TYPE_CHECKING:
-    from inferd.backends.python.process import ProcessModel
-
 from inferd.errors import (
     ErrorCode,
     InferdError,
@@ -41,6 +37,9 @@ from inferd.errors import (
 )
 
 pb_utils.install()
+
+if TYPE_CHECKING:
+    from inferd.backends.python.process import ProcessModel
 
 log = logging.getLogger("inferd.python")
 

@@ -27,6 +27,7 @@ moving instances), or the workers would be killed when it did.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import signal
@@ -110,15 +111,23 @@ def answer_call(ctx: LoadContext, name: str, args: tuple[Any, ...]) -> tuple[str
     try:
         if name not in FORWARDED:
             raise InvalidArgumentError(f"'{name}' cannot be called from a worker process")
-        target: Any = links.model_ready if name == "model_ready" else links.metrics
-        if target is None:
+        if name == "model_ready":
+            fn = links.model_ready
+        else:
+            fn = None if links.metrics is None else getattr(links.metrics, name.removeprefix("metrics."))
+        if fn is None:
             raise UnavailableError(f"'{name}' is not available: the model is not served by a server")
-        fn = target if name == "model_ready" else getattr(target, name.removeprefix("metrics."))
         return "ok", fn(*args)
     except MetricError as e:
         return "metric_error", (str(e), e.stub)
     except Exception as e:
         return "error", pack_error(e)
+
+
+def _answer(chan: Channel, message: tuple[Any, ...]) -> None:
+    """Send an answer to the worker; one that died meanwhile is the reader's to report."""
+    with contextlib.suppress(ChannelClosed):
+        chan.send(message)
 
 
 def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
@@ -348,10 +357,7 @@ class ProcessInstance:
 
     def _call(self, chan: Channel, call_id: int, name: str, args: tuple[Any, ...]) -> None:
         """One of the server's links the worker's model called (``FORWARDED``), answered back."""
-        try:
-            chan.send(("call_resp", call_id, answer_call(self._ctx, name, args)))
-        except ChannelClosed:
-            pass
+        _answer(chan, ("call_resp", call_id, answer_call(self._ctx, name, args)))
 
     def _bls(self, chan: Channel, bls_id: int, packed: tuple[Any, ...]) -> None:
         infer = self._ctx.infer_blocking
@@ -362,10 +368,7 @@ class ProcessInstance:
             responses = infer(request)
         except InferdError as e:
             responses = [InferResponse(request.model_name, request.model_version, request.id, error=e)]
-        try:
-            chan.send(("bls_resp", bls_id, [pack_response(r, self._shm) for r in responses]))
-        except ChannelClosed:
-            pass
+        _answer(chan, ("bls_resp", bls_id, [pack_response(r, self._shm) for r in responses]))
 
     def _died(self, proc: subprocess.Popen[bytes]) -> None:
         try:

@@ -146,39 +146,36 @@ class Worker:
         model = PythonBackend().load(ctx)
         self.instance = model.create_instance(InstanceSpec(*init["spec"]))
 
-    # -- BLS -----------------------------------------------------------------------------------------
+    # -- what the model asks of the server --------------------------------------------------------
     def bls(self, request: InferRequest) -> list[InferResponse]:
         """Run ``request`` on the server (the model's thread waits for the answer)."""
-        with self._bls_lock:
-            bls_id = next(self._bls_ids)
-            done = threading.Event()
-            slot: list[Any] = []
-            self._bls[bls_id] = (done, slot)
-        self.channel.send(("bls", bls_id, pack_request(0, request, self.shm)))
-        done.wait()
-        packed = slot[0]
+        packed = self._ask("bls", pack_request(0, request, self.shm))
         return [unpack_response(p) for p in packed]
 
     def call(self, name: str, *args: Any) -> Any:
-        """One of the server's links (process.FORWARDED), answered by the server. Before the read
-        loop runs (``initialize``) and after it ended (``finalize``) the caller reads the answer."""
-        with self._bls_lock:
-            call_id = next(self._bls_ids)
-            done = threading.Event()
-            slot: list[Any] = []
-            self._bls[call_id] = (done, slot)
-        self.channel.send(("call", call_id, name, args))
-        if not self.reading:
-            while not done.is_set():  # nothing else comes meanwhile: the server waits for us
-                self._reply(self.channel.recv())
-        done.wait()
-        kind, value = slot[0]
+        """One of the server's links (process.FORWARDED), answered by the server."""
+        kind, value = self._ask("call", name, args)
         if kind == "ok":
             return value
         if kind == "metric_error":
             raise MetricError(*value)
         code, message = value
         raise error_for_code(ErrorCode[code], message)
+
+    def _ask(self, kind: str, *payload: Any) -> Any:
+        """Send ``(kind, id, *payload)`` and wait for its ``*_resp``. Before the read loop runs
+        (``initialize``) and after it ended (``finalize``) the asking thread reads the answer itself:
+        nothing else comes meanwhile, the server waits for us."""
+        with self._bls_lock:
+            ask_id = next(self._bls_ids)
+            done = threading.Event()
+            slot: list[Any] = []
+            self._bls[ask_id] = (done, slot)
+        self.channel.send((kind, ask_id, *payload))
+        while not self.reading and not done.is_set():
+            self._reply(self.channel.recv())
+        done.wait()
+        return slot[0]
 
     def _reply(self, msg: Any) -> bool:
         """A BLS or call answer: hand it to the thread waiting for it (False: not an answer)."""
@@ -196,6 +193,8 @@ class Worker:
         self.reading = True
         while True:
             msg = self.channel.recv()
+            if self._reply(msg):
+                continue
             kind = msg[0]
             if kind == "exec":
                 _, exec_id, packed = msg
@@ -211,8 +210,6 @@ class Worker:
                 target = self.streams.get(msg[1])
                 if target is not None:
                     target.cancel(msg[2])
-            elif self._reply(msg):
-                pass
             elif kind == "stop":
                 self.execs.put(None)
                 self.reading = False
