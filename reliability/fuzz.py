@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "--http-header-timeout-secs", f"{args.http_header_timeout_secs:g}",
         "--max-connections", str(args.max_connections),
         "--grpc-max-concurrent-streams", str(args.grpc_max_concurrent_streams),
+        "--model-execute-timeout-secs", f"{args.slow_timeout_s:g}",  # the slow_model attack's watchdog
         *shlex.split(args.server_args),
     ]  # fmt: skip
     server = Server(repo, work / "server.log", server_args).start()

@@ -51,6 +51,11 @@ class ServerOptions:
         "seconds one model version may take to load (initialize included); past it the model is "
         "UNAVAILABLE and the others serve; 0: no limit",
     )
+    model_execute_timeout_secs: float = option(
+        0.0,
+        "seconds one execute of a model may take; past it its requests fail UNAVAILABLE and a process "
+        "instance restarts (a model's execute_timeout_secs parameter overrides it); 0: no limit",
+    )
     model_config_name: str | None = option(
         None, "read this file of each model folder instead of config.pbtxt (when it exists)"
     )

@@ -150,11 +150,10 @@ def test_a_sleeping_model_fails_its_deadline_not_the_server(fuzz: dict[str, Any]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    reason="the request 'timeout' parameter is not honoured yet over HTTP (issue 10)", strict=True
-)
-def test_a_sleeping_model_answers_http_at_the_requests_timeout(fuzz: dict[str, Any]) -> None:
-    assert attack(fuzz, "slow_model")["ok"]
+def test_the_execute_watchdog_answers_http_at_its_limit(fuzz: dict[str, Any]) -> None:
+    a = attack(fuzz, "slow_model")
+    assert "HTTP 503 after 1." in a["got"], a
+    assert a["ok"], a
 
 
 # -- soak ---------------------------------------------------------------------------------------------

@@ -29,7 +29,9 @@ from inferd.repository import (
     validate_config,
 )
 from inferd.scheduling.ensemble import EnsembleScheduler
-from inferd.scheduling.instances import BatchPolicy, InstancePool
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.queue import BatchPolicy, queue_policy
+from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
 
 log = logging.getLogger("inferd.repository")
 
@@ -104,6 +106,23 @@ def _policy(cfg: Any) -> BatchPolicy:
     return BatchPolicy()
 
 
+def _execute_timeout_ns(cfg: Any, default_s: float) -> int:
+    """The model's ``execute_timeout_secs`` parameter, else the server's (scheduling/watchdog.py)."""
+    param = cfg.parameters.get(EXECUTE_TIMEOUT_PARAM)
+    if param is None:
+        return int(default_s * 1e9)
+    try:
+        seconds = float(param.string_value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise InvalidArgumentError(
+            f"model '{cfg.name}': parameter '{EXECUTE_TIMEOUT_PARAM}' must be a number of seconds >= 0, "
+            f"not '{param.string_value}'"
+        )
+    return int(seconds * 1e9)
+
+
 def _instance_specs(cfg: Any) -> list[InstanceSpec]:
     specs = []
     for group in cfg.instance_group:
@@ -128,6 +147,8 @@ class LoadSettings:
     default_max_batch_size: int = 4
     load_threads: int = 4
     load_timeout_s: float = 0.0
+    #: the execute watchdog's limit (``--model-execute-timeout-secs``; 0: none)
+    execute_timeout_s: float = 0.0
     #: backend name -> its ``--backend-config`` settings ("" holds the global ones)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -141,6 +162,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
     t0 = time.monotonic()
     model = Model(name, version, cfg, md.path)
     try:
+        execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
         backend = get_backend(cfg.backend)
         ctx = LoadContext(
             name,
@@ -165,6 +187,8 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             model.stats,
             settings.loop,
             promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
+            queue=queue_policy(cfg),
+            execute_timeout_ns=execute_timeout_ns,
         )
         model.state = ModelState.READY
         log.info("successfully loaded '%s' version %d", name, version)

@@ -99,6 +99,7 @@ class ServerCore:
             default_max_batch_size=int(default_mbs) if default_mbs else options.default_max_batch_size,
             load_threads=options.model_load_thread_count,
             load_timeout_s=options.model_load_timeout_secs,
+            execute_timeout_s=options.model_execute_timeout_secs,
             backend_config=backend_config,
         )
         await load_repositories(list(options.model_repository), self.registry, settings)

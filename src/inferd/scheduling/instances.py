@@ -34,7 +34,6 @@ import resource
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
@@ -42,6 +41,8 @@ from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.execution_mode import AutoMode
+from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
+from inferd.scheduling.watchdog import WATCHDOG, Abortable
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -52,33 +53,6 @@ SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
 PROBE_EVERY_NS = 10_000_000_000
 
 Clock = Callable[[], int]
-
-
-@dataclass(slots=True, frozen=True)
-class BatchPolicy:
-    """How many requests one execute may take. ``max_batch_size`` 0: one request at a time."""
-
-    max_batch_size: int = 0
-    max_queue_delay_ns: int = 0
-    preferred_batch_size: tuple[int, ...] = ()
-
-    @property
-    def batching(self) -> bool:
-        return self.max_batch_size > 0
-
-
-def form_batch(queue: collections.deque[InferRequest], policy: BatchPolicy) -> tuple[list[InferRequest], int]:
-    """Pop the next batch off ``queue`` (not empty): requests and their summed batch size."""
-    first = queue.popleft()
-    batch = [first]
-    total = first.batch_size
-    if policy.batching:
-        limit = policy.max_batch_size
-        while queue and total + queue[0].batch_size <= limit:
-            r = queue.popleft()
-            batch.append(r)
-            total += r.batch_size
-    return batch, total
 
 
 class InstancePool:
@@ -94,15 +68,20 @@ class InstancePool:
         loop: asyncio.AbstractEventLoop,
         clock: Clock = time.monotonic_ns,
         promote: Callable[[], list[BackendInstance]] | None = None,
+        queue: PolicyQueue | None = None,
+        execute_timeout_ns: int = 0,
     ) -> None:
-        """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py)."""
+        """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py);
+        ``queue``: the dynamic batcher's queue policy (scheduling/queue.py), None: first in, first out;
+        ``execute_timeout_ns``: the execute watchdog's limit (scheduling/watchdog.py), 0: none."""
         self._model_name = model_name
         self._model_version = model_version
         self._policy = policy
         self._stats = stats
         self._loop = loop
         self._clock = clock
-        self._queue: collections.deque[InferRequest] = collections.deque()
+        self._policy_queue = queue
+        self._queue: RequestQueue = collections.deque() if queue is None else queue
         self._lock = threading.Lock()
         # each worker waits on its own condition (on the one lock) so that the pool picks whom to wake
         self._idle: list[threading.Condition] = []  # a stack: the last worker to go idle is woken first
@@ -113,7 +92,11 @@ class InstancePool:
         self._instances = instances
         # inline mode (see the module docstring)
         # a queue delay means waiting for more requests: that needs a thread that may block
-        self._inline_capable = policy.max_queue_delay_ns == 0 and all(inst.inline_ok for _, inst in instances)
+        self._inline_capable = (
+            policy.max_queue_delay_ns == 0
+            and not execute_timeout_ns  # an execute that hangs on the loop hangs the watchdog too
+            and all(inst.inline_ok for _, inst in instances)
+        )
         self._inline = False
         self._drain_scheduled = False
         self._ewma_ns = 0.0
@@ -140,19 +123,34 @@ class InstancePool:
             )
         #: each worker's condition -> its instance's index (the lowest idle one is woken first)
         self._rank = {cond: i for i, cond in enumerate(self._conds)}
+        #: the watchdog's view: each worker's execute in flight (start, batch) and those given up on
+        self._execute_timeout_ns = execute_timeout_ns
+        self._running: list[tuple[int, list[InferRequest]] | None] = [None] * len(instances)
+        self._abandoned: set[int] = set()
         for t in self._threads:
             t.start()
+        if execute_timeout_ns:
+            WATCHDOG.watch(self)
 
     # -- Scheduler protocol ------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
-        request.t_queue_ns = self._clock()
+        request.t_queue_ns = now = self._clock()
+        deadline = 0
         with self._lock:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
-            self._queue.append(request)
+            if self._abandoned and len(self._abandoned) == len(self._instances):
+                raise self._all_stuck()
+            if self._policy_queue is None:
+                self._queue.append(request)
+            else:
+                deadline = self._policy_queue.admit(request, now)
             if not self._inline:
                 self._wake_one()
-                return
+        if deadline:  # on the loop: reject (or delay) it then if it still waits
+            self._loop.call_later((deadline - now) / 1e9, self._expire)
+        if not self._inline:
+            return
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
@@ -174,6 +172,7 @@ class InstancePool:
             return len(self._holding)
 
     async def stop(self, timeout_s: float) -> None:
+        WATCHDOG.forget(self)
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -248,11 +247,18 @@ class InstancePool:
                 if queue:  # more than one batch waits: another worker takes the rest
                     self._wake_one()
             out: list[tuple[list[InferRequest], list[InferResponse]]] = []
+            watched = self._execute_timeout_ns > 0
+            if watched:
+                with self._lock:
+                    self._running[index] = (self._clock(), batch)
             try:
                 self._execute(instance, batch, total, inline=False, out=out, worker=index)
             finally:
                 with self._lock:
                     self._executing -= len(batch)
+                    if watched:
+                        self._running[index] = None
+                        self._abandoned.discard(index)
                     if self._inline and queue and not self._drain_scheduled:
                         self._drain_scheduled = True
                         self._loop.call_soon_threadsafe(self._drain)
@@ -425,10 +431,16 @@ class InstancePool:
         try:
             responses = instance.execute(batch)
         except InferdError as e:
+            if worker in self._abandoned:
+                self._late(t0, f"failed: {e.message}")
+                return
             self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, e, inline, out)
             return
         except Exception as e:  # a backend bug: answer, log, keep serving
+            if worker in self._abandoned:
+                self._late(t0, f"failed: {type(e).__name__}: {e}")
+                return
             log.exception("execute failed for model '%s'", self._model_name)
             self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, InternalError(f"{type(e).__name__}: {e}"), inline, out)
@@ -437,6 +449,9 @@ class InstancePool:
             if counted:
                 self._busy_since[worker] = 0
         t3 = clock()
+        if worker in self._abandoned:  # the watchdog answered its batch: what it returned is dropped
+            self._late(t0, "returned")
+            return
         if inline:
             cpu = time.thread_time_ns() - c0
             # a wait shorter than a thread hand-off is not worth leaving the loop for
@@ -458,6 +473,70 @@ class InstancePool:
         if responses is None:
             return  # the backend answers through the request streams (decoupled models)
         self._hand_back(batch, responses, inline, out)
+
+    # -- queue policy and the execute watchdog -------------------------------------------------------
+    def _expire(self) -> None:
+        """On the loop, at a request's queue deadline: reject (or delay) what timed out."""
+        assert self._policy_queue is not None  # deadlines come from it
+        with self._lock:
+            rejected = self._policy_queue.expire(self._clock())
+        now = self._clock()
+        for r in rejected:
+            self._stats.record_request(False, now - r.t_start_ns, "REJECTED")
+        _deliver(rejected, [self._error_response(r, UnavailableError(TIMEOUT_EXPIRED)) for r in rejected])
+
+    @property
+    def execute_timeout_ns(self) -> int:
+        return self._execute_timeout_ns
+
+    def check_overdue(self, now_ns: int) -> None:
+        """The watchdog's look: fail the batches executing longer than the timeout, stop what can be."""
+        limit = self._execute_timeout_ns
+        with self._lock:
+            overdue = [
+                (i, run)
+                for i, run in enumerate(self._running)
+                if run is not None and i not in self._abandoned and now_ns - run[0] > limit
+            ]
+            self._abandoned.update(i for i, _ in overdue)
+            stuck = [] if len(self._abandoned) < len(self._instances) else list(self._queue)
+            if stuck:
+                self._queue.clear()
+        for index, (t0, batch) in overdue:
+            name, instance = self._instances[index]
+            abortable = isinstance(instance, Abortable)
+            what = (
+                "its process is killed and restarts"
+                if abortable
+                else "the instance stays busy until it returns"
+            )
+            error = UnavailableError(
+                f"model '{self._model_name}' version {self._model_version}: the execute did not finish within "
+                f"{limit / 1e9:g} s (execute_timeout_secs); {what}"
+            )
+            log.error("%s (instance %s)", error.message, name)
+            self._stats.record_failed_execution(sum(r.batch_size for r in batch), now_ns - t0)
+            self._fail_all(batch, error, inline=False)
+            if isinstance(instance, Abortable):
+                instance.abort(error.message)
+        if stuck:
+            self._fail_all(stuck, self._all_stuck(), inline=False)
+
+    def _all_stuck(self) -> UnavailableError:
+        return UnavailableError(
+            f"model '{self._model_name}' version {self._model_version}: every instance is stuck in an execute "
+            f"longer than {self._execute_timeout_ns / 1e9:g} s (execute_timeout_secs)"
+        )
+
+    def _late(self, t0: int, how: str) -> None:
+        """An execute the watchdog gave up on ended: its answers were already sent."""
+        log.warning(
+            "model '%s' version %s: an execute given up on %s after %.1f s; dropped",
+            self._model_name,
+            self._model_version,
+            how,
+            (self._clock() - t0) / 1e9,
+        )
 
     def _hand_back(
         self,

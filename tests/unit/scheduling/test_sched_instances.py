@@ -6,104 +6,23 @@ import asyncio
 import collections
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
+from poolkit import WAIT_S, FakeInstance, Gate, answers, request, run, submit, until, wait_event
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
 from inferd.scheduling import instances
-from inferd.scheduling.instances import BatchPolicy, InstancePool, form_batch
-
-T = TypeVar("T")
-WAIT_S = 10  # generous: only a broken pool ever waits this long
-
-
-class FakeInstance:
-    """A BackendInstance that records its batches (request ids and thread) and answers each request."""
-
-    uses_bls = False
-    last_timings: tuple[int, int, int] | None = None  # the pool times the execute
-
-    def __init__(
-        self, fn: Callable[[list[InferRequest]], None] | None = None, inline_ok: bool = False
-    ) -> None:
-        self.fn = fn
-        self.calls: list[tuple[list[str], int]] = []
-        self.unloaded = False
-        self.inline_ok = inline_ok
-
-    def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
-        self.calls.append(([r.id for r in requests], threading.get_ident()))
-        if self.fn is not None:
-            self.fn(requests)
-        return [InferResponse(r.model_name, "1", r.id) for r in requests]
-
-    def unload(self) -> None:
-        self.unloaded = True
-
-    @property
-    def batches(self) -> list[list[str]]:
-        return [ids for ids, _ in self.calls]
-
-
-def _request(i: int | str, batch_size: int = 1) -> InferRequest:
-    return InferRequest(model_name="m", inputs={}, id=str(i), batch_size=batch_size)
-
-
-def run(fn: Callable[[asyncio.AbstractEventLoop], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await fn(asyncio.get_running_loop())
-
-    return asyncio.run(main())
-
-
-def submit(pool: InstancePool, loop: asyncio.AbstractEventLoop, *reqs: InferRequest) -> list[ResponseStream]:
-    streams = []
-    for r in reqs:
-        r.stream = ResponseStream(loop)
-        pool.enqueue(r)
-        streams.append(r.stream)
-    return streams
-
-
-async def answers(streams: list[ResponseStream]) -> list[InferResponse]:
-    return await asyncio.wait_for(asyncio.gather(*(s.first() for s in streams)), WAIT_S)
-
-
-async def wait_event(event: threading.Event) -> None:
-    assert await asyncio.to_thread(event.wait, WAIT_S), "the worker never got there"
-
-
-class Gate:
-    """Blocks the first execute until released, so that requests pile up behind it."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, requests: list[InferRequest]) -> None:
-        if not self.started.is_set():
-            self.started.set()
-            assert self.release.wait(WAIT_S)
-
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.queue import BatchPolicy, form_batch
 
 # -- form_batch ----------------------------------------------------------------------------------
 
 
 def _queue(*sizes: int) -> collections.deque[InferRequest]:
-    return collections.deque(_request(i, s) for i, s in enumerate(sizes))
-
-
-async def until(pred: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    """Yield to the loop until ``pred()`` holds (a worker thread reached the state a test needs)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "the pool never reached the awaited state"
-        await asyncio.sleep(0)
+    return collections.deque(request(i, s) for i, s in enumerate(sizes))
 
 
 def test_default_policy_takes_one() -> None:
@@ -149,7 +68,7 @@ def test_requests_are_answered_and_counted() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), stats, loop)
-        resps = await answers(submit(pool, loop, _request("a"), _request("b", 3)))
+        resps = await answers(submit(pool, loop, request("a"), request("b", 3)))
         assert [r.id for r in resps] == ["a", "b"]
         assert all(r.error is None for r in resps)
         assert pool.inflight() == 0
@@ -170,7 +89,7 @@ def test_two_instances_run_in_parallel() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> list[InferResponse]:
         pool = InstancePool("m", "1", [("m_0", a), ("m_1", b)], BatchPolicy(), ModelStats(), loop)
-        resps = await answers(submit(pool, loop, _request(1), _request(2)))
+        resps = await answers(submit(pool, loop, request(1), request(2)))
         await pool.stop(WAIT_S)
         return resps
 
@@ -191,7 +110,7 @@ def test_one_request_at_a_time_stays_on_the_first_instance() -> None:
         )
         await until(lambda: pool.idle_workers() == 3)
         for i in range(12):
-            await answers(submit(pool, loop, _request(i)))
+            await answers(submit(pool, loop, request(i)))
             await until(lambda: pool.idle_workers() == 3)  # the worker is back waiting
         await pool.stop(WAIT_S)
 
@@ -210,7 +129,7 @@ def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
             "m", "1", [(f"m_{i}", x) for i, x in enumerate(insts)], BatchPolicy(), ModelStats(), loop
         )
         await until(lambda: pool.idle_workers() == 3)
-        reqs = [_request(i) for i in range(3)]
+        reqs = [request(i) for i in range(3)]
         for r in reqs:
             r.stream = ResponseStream(loop)
         with pool._lock:  # the requests land together, with one wake-up
@@ -230,9 +149,9 @@ def test_default_scheduler_executes_one_request_at_a_time() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
-        streams = submit(pool, loop, _request(0))
+        streams = submit(pool, loop, request(0))
         await wait_event(gate.started)
-        streams += submit(pool, loop, _request(1), _request(2))
+        streams += submit(pool, loop, request(1), request(2))
         gate.release.set()
         await answers(streams)
         await pool.stop(WAIT_S)
@@ -248,9 +167,9 @@ def test_dynamic_batching_gathers_queued_requests() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=8), stats, loop)
-        streams = submit(pool, loop, _request(0))
+        streams = submit(pool, loop, request(0))
         await wait_event(gate.started)
-        streams += submit(pool, loop, _request(1), _request(2, 2), _request(3))
+        streams += submit(pool, loop, request(1), request(2, 2), request(3))
         assert pool.inflight() == 4
         assert pool.stats() == {"queued": 3, "executing": 1}
         gate.release.set()
@@ -272,9 +191,9 @@ def test_dynamic_batching_respects_max_batch_size() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=4), ModelStats(), loop)
-        streams = submit(pool, loop, _request(0))
+        streams = submit(pool, loop, request(0))
         await wait_event(gate.started)
-        streams += submit(pool, loop, *(_request(i, 2) for i in range(1, 6)))
+        streams += submit(pool, loop, *(request(i, 2) for i in range(1, 6)))
         gate.release.set()
         await answers(streams)
         await pool.stop(WAIT_S)
@@ -288,13 +207,13 @@ def test_stop_drains_in_flight_requests() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=2), ModelStats(), loop)
-        streams = submit(pool, loop, *(_request(i) for i in range(6)))
+        streams = submit(pool, loop, *(request(i) for i in range(6)))
         await pool.stop(WAIT_S)
         assert inst.unloaded
         resps = await answers(streams)
         assert all(r.error is None for r in resps)
         with pytest.raises(UnavailableError, match="Server is stopping"):
-            pool.enqueue(_request("late"))
+            pool.enqueue(request("late"))
 
     run(main)
     assert sorted(i for ids in inst.batches for i in ids) == [str(i) for i in range(6)]
@@ -306,9 +225,9 @@ def test_stop_fails_what_is_left_after_the_timeout() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
-        running = submit(pool, loop, _request(0))
+        running = submit(pool, loop, request(0))
         await wait_event(gate.started)
-        left = submit(pool, loop, _request(1), _request(2))
+        left = submit(pool, loop, request(1), request(2))
         stopping = asyncio.ensure_future(pool.stop(0.05))
         failed = await answers(left)
         for r in failed:
@@ -340,16 +259,16 @@ def test_an_exception_in_execute_answers_the_whole_batch() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(max_batch_size=4), stats, loop)
-        first = submit(pool, loop, _request("ok0"))
+        first = submit(pool, loop, request("ok0"))
         await wait_event(gate.started)
-        bad = submit(pool, loop, _request("bad1"), _request("bad2"))
+        bad = submit(pool, loop, request("bad1"), request("bad2"))
         gate.release.set()
         await answers(first)
         for r in await answers(bad):
             assert isinstance(r.error, InternalError)
             assert r.error.message == "RuntimeError: kaput"
         # the pool keeps working
-        (again,) = await answers(submit(pool, loop, _request("ok3")))
+        (again,) = await answers(submit(pool, loop, request("ok3")))
         assert again.error is None
         await pool.stop(WAIT_S)
 
@@ -366,7 +285,7 @@ def test_an_inferd_error_in_execute_is_passed_on() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> InferdError | None:
         pool = InstancePool("m", "1", [("m_0", FakeInstance(fn))], BatchPolicy(), ModelStats(), loop)
-        (resp,) = await answers(submit(pool, loop, _request(1)))
+        (resp,) = await answers(submit(pool, loop, request(1)))
         await pool.stop(WAIT_S)
         return resp.error
 
@@ -386,7 +305,7 @@ def test_an_instance_answering_through_streams() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> list[InferResponse]:
         pool = InstancePool("m", "1", [("m_0", Streaming())], BatchPolicy(), stats, loop)
-        resps = await answers(submit(pool, loop, _request("a")))
+        resps = await answers(submit(pool, loop, request("a")))
         await pool.stop(WAIT_S)
         return resps
 
@@ -425,7 +344,7 @@ def test_queue_delay_waits_for_a_full_batch() -> None:
         pool = _delay_pool(loop, inst, clock)
         streams = []
         for i in range(4):  # the clock never moves: only a full batch may start an execute
-            streams += submit(pool, loop, _request(i))
+            streams += submit(pool, loop, request(i))
             if i < 3:
                 await until(lambda: pool.holding_workers() == 1)
         await answers(streams)
@@ -441,7 +360,7 @@ def test_queue_delay_stops_at_the_preferred_batch_size() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = _delay_pool(loop, inst, clock, preferred=(2,))
-        await answers(submit(pool, loop, _request(0), _request(1)))
+        await answers(submit(pool, loop, request(0), request(1)))
         await pool.stop(WAIT_S)
 
     run(main)
@@ -454,11 +373,11 @@ def test_queue_delay_expires_on_the_clock() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = _delay_pool(loop, inst, clock)
-        streams = submit(pool, loop, _request(0))
+        streams = submit(pool, loop, request(0))
         await until(lambda: pool.holding_workers() == 1)
         assert not streams[0].done  # held for more
         clock.now = HOUR_NS + 1  # the oldest request's delay is over: go with what is there
-        streams += submit(pool, loop, _request(1))
+        streams += submit(pool, loop, request(1))
         resps = await answers(streams)
         assert [r.id for r in resps] == ["0", "1"]
         await pool.stop(WAIT_S)
@@ -475,9 +394,9 @@ def test_queue_delay_records_queue_time_from_the_clock() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         policy = BatchPolicy(max_batch_size=2, max_queue_delay_ns=HOUR_NS)
         pool = InstancePool("m", "1", [("m_0", inst)], policy, stats, loop, clock=clock)
-        streams = submit(pool, loop, _request(0))
+        streams = submit(pool, loop, request(0))
         clock.now = 500
-        streams += submit(pool, loop, _request(1))
+        streams += submit(pool, loop, request(1))
         await answers(streams)
         await pool.stop(WAIT_S)
 
@@ -494,7 +413,7 @@ def test_stop_while_a_worker_waits_for_a_batch(monkeypatch: pytest.MonkeyPatch) 
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = _delay_pool(loop, inst, clock)
-        (stream,) = submit(pool, loop, _request(0))
+        (stream,) = submit(pool, loop, request(0))
         await until(lambda: pool.holding_workers() == 1)  # waiting for three more
         await pool.stop(0)
         (resp,) = await answers([stream])
@@ -517,7 +436,7 @@ def test_two_workers_waiting_for_one_batch(monkeypatch: pytest.MonkeyPatch) -> N
         pool = InstancePool("m", "1", [("m_0", a), ("m_1", b)], policy, ModelStats(), loop, clock=clock)
         streams = []
         for i in range(8):
-            streams += submit(pool, loop, _request(i))
+            streams += submit(pool, loop, request(i))
             if i % 4 != 3:  # a short batch: a worker holds it open
                 await until(lambda: pool.holding_workers() >= 1)
         resps = await answers(streams)
@@ -538,7 +457,7 @@ def test_small_executes_move_onto_the_loop() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
         for i in range(instances.INLINE_AFTER + 3):
-            (resp,) = await answers(submit(pool, loop, _request(i)))
+            (resp,) = await answers(submit(pool, loop, request(i)))
             assert resp.error is None
         await pool.stop(WAIT_S)
         return threading.get_ident()
@@ -557,10 +476,10 @@ def test_an_execute_that_blocks_goes_back_to_threads() -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
         for i in range(instances.INLINE_AFTER + 1):
-            await answers(submit(pool, loop, _request(i)))
+            await answers(submit(pool, loop, request(i)))
         block.set()
         for i in range(3):
-            await answers(submit(pool, loop, _request(f"slow{i}")))
+            await answers(submit(pool, loop, request(f"slow{i}")))
         await pool.stop(WAIT_S)
         return threading.get_ident()
 
@@ -581,7 +500,7 @@ def test_no_inline_mode(why: str) -> None:
         policy = BatchPolicy(max_batch_size=1 if delay else 0, max_queue_delay_ns=delay)
         pool = InstancePool("m", "1", [("m_0", inst)], policy, ModelStats(), loop)
         for i in range(instances.INLINE_AFTER + 3):
-            await answers(submit(pool, loop, _request(i)))
+            await answers(submit(pool, loop, request(i)))
         await pool.stop(WAIT_S)
         return threading.get_ident()
 
@@ -597,7 +516,8 @@ def test_long_threaded_executes_never_probe_inline() -> None:
     from inferd.core.request import InferRequest
     from inferd.core.response import ResponseStream
     from inferd.core.stats import ModelStats
-    from inferd.scheduling.instances import INLINE_AFTER, BatchPolicy, InstancePool
+    from inferd.scheduling.instances import INLINE_AFTER, InstancePool
+    from inferd.scheduling.queue import BatchPolicy
 
     class Slow:
         inline_ok = True

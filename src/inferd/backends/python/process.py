@@ -153,6 +153,8 @@ class ProcessInstance:
         self._stopping = False
         self._failed_at = 0.0
         self._failure: InferdError | None = None
+        #: why the worker was killed on purpose (the execute watchdog), "" when it was not
+        self._abort_reason = ""
         self._bls_pool: ThreadPoolExecutor | None = None
         self._last_timings: tuple[int, int, int] | None = None
         self._uses_bls = False
@@ -206,6 +208,15 @@ class ProcessInstance:
                 for key in keys:
                     self._open.pop(key, None)
         return pending.responses
+
+    def abort(self, reason: str) -> None:
+        """The execute watchdog gave up on the execute in flight: the worker is killed, and the next
+        execute starts a new one, as after a crash."""
+        with self._lock:
+            proc = self._proc
+            self._abort_reason = reason
+        if proc is not None:
+            proc.kill()
 
     def unload(self) -> None:
         """``finalize`` in the worker, then its exit (killed if it takes longer than a few seconds)."""
@@ -377,15 +388,20 @@ class ProcessInstance:
             proc.kill()
             code = None
         how = _how_it_ended(code)
-        error = UnavailableError(
-            f"the process of {self._who()} exited unexpectedly ({how}); the requests it held failed and "
-            "the instance restarts"
-        )
-        log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
-        EVENTS[(self._ctx.model_name, str(self._ctx.version), "exited")] += 1
         with self._lock:
             self._chan = None
             self._proc = None
+            reason, self._abort_reason = self._abort_reason, ""
+        if reason:
+            error = UnavailableError(f"the process of {self._who()} was killed: {reason}")
+            log.error("the process %d of %s was killed: %s", proc.pid, self._who(), reason)
+        else:
+            error = UnavailableError(
+                f"the process of {self._who()} exited unexpectedly ({how}); the requests it held failed and "
+                "the instance restarts"
+            )
+            log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
+        EVENTS[(self._ctx.model_name, str(self._ctx.version), "exited")] += 1
         self._end(error=error)
         self._fail_open(error)
         self._shm.cleanup()

@@ -31,7 +31,8 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.repository import load_model_config, normalize_config
-from inferd.scheduling.instances import BatchPolicy, InstancePool
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.queue import BatchPolicy
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "models"
 

@@ -1,0 +1,220 @@
+"""A model's queue: the batches formed from it, and the dynamic batcher's queue policy.
+
+``form_batch`` takes the next batch off the queue as the ``BatchPolicy`` allows: one request (the
+default scheduler) or as many as fit in ``max_batch_size`` (the dynamic batcher).
+
+
+Triton's ``dynamic_batching`` may give each priority level a ``ModelQueuePolicy``
+(``default_queue_policy``, ``priority_queue_policy``): a maximum queue size (a request past it is
+refused UNAVAILABLE "Exceeds maximum queue size"), a timeout for the time a request waits in the
+queue (``default_timeout_microseconds``, which a request's own ``timeout`` parameter may shorten
+when ``allow_timeout_override`` is set) and what to do with a request whose timeout passed:
+``REJECT`` it (UNAVAILABLE "Request timeout expired") or ``DELAY`` it behind the requests of its
+level that have not timed out. Requests of a lower level number go first; a request's
+``priority`` 0, or one over ``priority_levels``, means ``default_priority_level``. As the
+reference, the timeout bounds the wait in the queue only, not the execute (that is the execute
+watchdog's, ``scheduling/watchdog.py``); the default scheduler (no ``dynamic_batching``) has no
+queue policy.
+
+A model without any of these keeps the plain ``collections.deque`` (``make_queue``): the policy
+queue costs a deadline per request and a lookup per level.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from inferd.core.request import InferRequest
+from inferd.errors import UnavailableError
+from inferd.repository.config.schema import ModelQueuePolicy
+
+TIMEOUT_EXPIRED = "Request timeout expired"
+
+
+class RequestQueue(Protocol):
+    """What the instance pool needs of its queue (``collections.deque`` has it all)."""
+
+    def append(self, request: InferRequest) -> None: ...
+
+    def popleft(self) -> InferRequest: ...
+
+    def clear(self) -> None: ...
+
+    def __getitem__(self, index: int) -> InferRequest: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[InferRequest]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class BatchPolicy:
+    """How many requests one execute may take. ``max_batch_size`` 0: one request at a time."""
+
+    max_batch_size: int = 0
+    max_queue_delay_ns: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+
+def form_batch(queue: RequestQueue, policy: BatchPolicy) -> tuple[list[InferRequest], int]:
+    """Pop the next batch off ``queue`` (not empty): requests and their summed batch size."""
+    first = queue.popleft()
+    batch = [first]
+    total = first.batch_size
+    if policy.batching:
+        limit = policy.max_batch_size
+        while queue and total + queue[0].batch_size <= limit:
+            r = queue.popleft()
+            batch.append(r)
+            total += r.batch_size
+    return batch, total
+
+
+@dataclass(slots=True, frozen=True)
+class LevelPolicy:
+    """One priority level's ``ModelQueuePolicy``."""
+
+    max_queue_size: int = 0
+    default_timeout_ns: int = 0
+    allow_override: bool = False
+    reject: bool = True
+
+    @classmethod
+    def from_config(cls, policy: Any) -> LevelPolicy:
+        return cls(
+            max_queue_size=int(policy.max_queue_size),
+            default_timeout_ns=int(policy.default_timeout_microseconds) * 1000,
+            allow_override=bool(policy.allow_timeout_override),
+            reject=policy.timeout_action != ModelQueuePolicy.DELAY,
+        )
+
+    def deadline(self, request: InferRequest, now_ns: int) -> int:
+        """When ``request`` times out in the queue (0: never), as the reference computes it: a
+        request's timeout only shortens the policy's, so it counts only over a default."""
+        timeout_ns = self.default_timeout_ns
+        if self.allow_override and request.timeout_us:
+            override_ns = request.timeout_us * 1000
+            if override_ns < timeout_ns:
+                timeout_ns = override_ns
+        return now_ns + timeout_ns if timeout_ns else 0
+
+
+class _Level:
+    __slots__ = ("delayed", "policy", "waiting")
+
+    def __init__(self, policy: LevelPolicy) -> None:
+        self.policy = policy
+        self.waiting: collections.deque[tuple[InferRequest, int]] = collections.deque()
+        self.delayed: collections.deque[InferRequest] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.delayed)
+
+
+class PolicyQueue:
+    """Requests ordered by priority level; within a level, those on time, then the delayed ones."""
+
+    def __init__(
+        self,
+        default: LevelPolicy,
+        levels: int = 0,
+        default_level: int = 0,
+        per_level: dict[int, LevelPolicy] | None = None,
+    ) -> None:
+        self._max_level = levels
+        self._default_level = default_level if levels else 0
+        per_level = per_level or {}
+        numbers = range(1, levels + 1) if levels else (0,)
+        self._levels = {n: _Level(per_level.get(n, default)) for n in numbers}
+        self._size = 0
+        self.has_deadlines = any(lv.policy.default_timeout_ns for lv in self._levels.values())
+
+    def level_of(self, request: InferRequest) -> int:
+        p = request.priority
+        return self._default_level if p == 0 or p > self._max_level else p
+
+    def admit(self, request: InferRequest, now_ns: int) -> int:
+        """Queue ``request``; its deadline (0: none). UNAVAILABLE past the level's maximum size."""
+        level = self._levels[self.level_of(request)]
+        limit = level.policy.max_queue_size
+        if limit and len(level) >= limit:
+            raise UnavailableError(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
+        deadline = level.policy.deadline(request, now_ns)
+        level.waiting.append((request, deadline))
+        self._size += 1
+        return deadline
+
+    def append(self, request: InferRequest) -> None:
+        self.admit(request, request.t_queue_ns)
+
+    def expire(self, now_ns: int) -> list[InferRequest]:
+        """Requests whose queue timeout passed: the rejected ones are removed and returned, the
+        delayed ones move behind their level's other requests."""
+        rejected: list[InferRequest] = []
+        for level in self._levels.values():
+            if not level.policy.default_timeout_ns or not level.waiting:
+                continue
+            kept: collections.deque[tuple[InferRequest, int]] = collections.deque()
+            for request, deadline in level.waiting:
+                if deadline and now_ns > deadline:
+                    if level.policy.reject:
+                        rejected.append(request)
+                        self._size -= 1
+                    else:
+                        level.delayed.append(request)
+                else:
+                    kept.append((request, deadline))
+            level.waiting = kept
+        return rejected
+
+    def _first(self) -> _Level:
+        for level in self._levels.values():
+            if level.waiting or level.delayed:
+                return level
+        raise IndexError("the queue is empty")
+
+    def popleft(self) -> InferRequest:
+        level = self._first()
+        self._size -= 1
+        if level.waiting:
+            return level.waiting.popleft()[0]
+        return level.delayed.popleft()
+
+    def __getitem__(self, index: int) -> InferRequest:
+        if index != 0:
+            raise IndexError("only the queue's first request can be looked at")
+        level = self._first()
+        return level.waiting[0][0] if level.waiting else level.delayed[0]
+
+    def clear(self) -> None:
+        for level in self._levels.values():
+            level.waiting.clear()
+            level.delayed.clear()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[InferRequest]:
+        for level in self._levels.values():
+            yield from (r for r, _ in level.waiting)
+            yield from level.delayed
+
+
+def queue_policy(cfg: Any) -> PolicyQueue | None:
+    """The model's policy queue, or None when its config asks for nothing a deque cannot do."""
+    if not cfg.HasField("dynamic_batching"):
+        return None
+    db = cfg.dynamic_batching
+    default = LevelPolicy.from_config(db.default_queue_policy)
+    per_level = {int(n): LevelPolicy.from_config(p) for n, p in db.priority_queue_policy.items()}
+    if not db.priority_levels and default == LevelPolicy():
+        return None
+    return PolicyQueue(default, int(db.priority_levels), int(db.default_priority_level), per_level)

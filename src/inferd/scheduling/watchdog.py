@@ -1,0 +1,97 @@
+"""The execute watchdog: a request whose execute never ends fails; the server does not wait with it.
+
+A model's ``execute_timeout_secs`` parameter (``parameters { key: "execute_timeout_secs" value:
+{ string_value: "30" } }``), else the server's ``--model-execute-timeout-secs`` (0: none, as the
+reference, which has no such limit), bounds one execute. One thread for the whole server looks at
+every watched pool a few times per timeout (``InstancePool.check_overdue``): an execute running
+longer fails its batch UNAVAILABLE, naming the model and the limit. Then:
+
+- a process instance (``execution_mode: process``) is killed, and its next execute starts a new
+  worker process (``initialize`` again), as after a crash;
+- a thread cannot be killed: the instance stays busy until its execute returns (whatever it
+  returns then is dropped, and logged), and the other instances go on serving. When every instance
+  of the model is stuck, queued and new requests fail at once instead of waiting behind them.
+
+A watched pool never executes on the event loop (inline mode): an execute that hangs there would
+hang the server, watchdog included.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Protocol, runtime_checkable
+
+log = logging.getLogger("inferd.scheduling")
+
+#: the model config parameter that sets a model's own limit
+EXECUTE_TIMEOUT_PARAM = "execute_timeout_secs"
+
+#: the watchdog looks this many times per timeout (a late answer comes at most 1/4 past it)
+CHECKS_PER_TIMEOUT = 4
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 1.0
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    """An instance whose execute can be stopped from outside (a process instance)."""
+
+    def abort(self, reason: str) -> None:
+        """Stop the execute in flight (its batch was already answered with ``reason``)."""
+        ...
+
+
+class Watched(Protocol):
+    """A pool with an execute timeout (``InstancePool``)."""
+
+    @property
+    def execute_timeout_ns(self) -> int: ...
+
+    def check_overdue(self, now_ns: int) -> None: ...
+
+
+class Watchdog:
+    """One daemon thread that checks every watched pool."""
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[Watched] = weakref.WeakSet()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pool: Watched) -> None:
+        with self._cond:
+            self._pools.add(pool)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="inferd-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def forget(self, pool: Watched) -> None:
+        with self._cond:
+            self._pools.discard(pool)
+
+    def _interval_s(self) -> float | None:
+        """How long to wait before the next look (lock held); None: nothing to watch."""
+        if not self._pools:
+            return None
+        shortest = min(p.execute_timeout_ns for p in self._pools) / 1e9
+        return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, shortest / CHECKS_PER_TIMEOUT))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait(self._interval_s())
+                pools = list(self._pools)
+            now = time.monotonic_ns()
+            for pool in pools:
+                try:
+                    pool.check_overdue(now)
+                except Exception:  # a bug here must not end the watchdog for every other model
+                    log.exception("the execute watchdog failed to check a model")
+
+
+#: the server's one watchdog
+WATCHDOG = Watchdog()

@@ -1,0 +1,222 @@
+"""Timeouts behind a real ``inferd serve``, with tritonclient: the execute watchdog (a thread instance
+that never answers, a process instance killed and restarted) and the dynamic batcher's queue
+policy (a request's ``timeout`` parameter, the maximum queue size)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from conftest import InferdProcess
+from tritonclient.utils import InferenceServerException
+
+# sleeps SLEEP_MS; a sleep of a second or more says so with a file in the model's folder meanwhile
+SLEEPY = """
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.mark = os.path.join(args["model_repository"], "executing")
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            ms = pb_utils.get_input_tensor_by_name(request, "SLEEP_MS").as_numpy()
+            long = ms.reshape(-1)[0] >= 1000
+            if long:
+                open(self.mark, "w").close()
+            time.sleep(float(ms.reshape(-1)[0]) / 1000)
+            if long:
+                os.remove(self.mark)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ms.astype(np.int32))]))
+        return out
+"""
+
+
+def _config(name: str, extra: str, max_batch_size: int = 0) -> str:
+    return f"""
+name: "{name}"
+backend: "python"
+max_batch_size: {max_batch_size}
+input [ {{ name: "SLEEP_MS" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+MODELS = {
+    "sleepy": _config("sleepy", 'parameters { key: "execute_timeout_secs" value: { string_value: "0.5" } }'),
+    "sleepy_proc": _config(
+        "sleepy_proc",
+        'parameters { key: "execute_timeout_secs" value: { string_value: "0.5" } }\n'
+        'parameters { key: "execution_mode" value: { string_value: "process" } }',
+    ),
+    "queued": _config(
+        "queued",
+        "dynamic_batching { default_queue_policy { default_timeout_microseconds: 20000000 "
+        "allow_timeout_override: true max_queue_size: 2 } }",
+        max_batch_size=1,
+    ),
+    "bad_timeout": _config(
+        "bad_timeout", 'parameters { key: "execute_timeout_secs" value: { string_value: "soon" } }'
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+    repo = tmp_path_factory.mktemp("timeouts") / "models"
+    for name, config in MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.py").write_text(SLEEPY)
+    log = Path(str(repo.parent)) / "inferd.log"
+    proc = InferdProcess(repo, log).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _http_inputs(ms: int, batched: bool = False) -> list[httpclient.InferInput]:
+    shape = [1, 1] if batched else [1]
+    return [
+        httpclient.InferInput("SLEEP_MS", shape, "INT32").set_data_from_numpy(np.full(shape, ms, np.int32))
+    ]
+
+
+def _grpc_inputs(ms: int, batched: bool = False) -> list[grpcclient.InferInput]:
+    shape = [1, 1] if batched else [1]
+    return [
+        grpcclient.InferInput("SLEEP_MS", shape, "INT32").set_data_from_numpy(np.full(shape, ms, np.int32))
+    ]
+
+
+def _until_ok(call: Callable[[], Any], timeout_s: float = 30) -> Any:
+    """The model serves again (a stuck thread returned, a process restarted)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except InferenceServerException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_a_hanging_thread_instance_fails_its_request_at_the_limit(server: InferdProcess) -> None:
+    client = httpclient.InferenceServerClient(server.url, network_timeout=60)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("sleepy", _http_inputs(3000))
+        took = time.monotonic() - t0
+        assert e.value.status() == "503"
+        assert "the execute did not finish within 0.5 s (execute_timeout_secs)" in e.value.message()
+        assert 0.5 <= took < 2.5, took
+        # its one instance is still asleep: requests fail at once rather than wait behind it
+        with pytest.raises(InferenceServerException, match="every instance is stuck"):
+            client.infer("sleepy", _http_inputs(0))
+        # another model is not affected
+        assert client.infer("queued", _http_inputs(0, batched=True)).as_numpy("OUT").tolist() == [[0]]
+        result = _until_ok(lambda: client.infer("sleepy", _http_inputs(7)))
+        assert result.as_numpy("OUT").tolist() == [7]
+    finally:
+        client.close()
+
+
+def test_a_hanging_process_instance_is_killed_and_restarts(server: InferdProcess) -> None:
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("sleepy_proc", _grpc_inputs(60_000))
+        assert time.monotonic() - t0 < 2.5
+        assert e.value.status() == "StatusCode.UNAVAILABLE"
+        assert "its process is killed and restarts" in e.value.message()
+        result = _until_ok(lambda: client.infer("sleepy_proc", _grpc_inputs(5)))
+        assert result.as_numpy("OUT").tolist() == [5]
+        assert "was killed: model 'sleepy_proc' version 1: the execute did not finish" in server.log()
+    finally:
+        client.close()
+
+
+def test_a_request_timeout_rejects_it_in_the_queue(server: InferdProcess) -> None:
+    client = httpclient.InferenceServerClient(server.url, concurrency=4, network_timeout=60)
+    gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        busy = client.async_infer("queued", _http_inputs(1500, batched=True))
+        _until_busy(server)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("queued", _http_inputs(0, batched=True), timeout=100_000)
+        assert e.value.status() == "503" and e.value.message() == "Request timeout expired"
+        with pytest.raises(InferenceServerException) as g:
+            gclient.infer("queued", _grpc_inputs(0, batched=True), timeout=100_000)
+        assert g.value.status() == "StatusCode.UNAVAILABLE" and g.value.message() == "Request timeout expired"
+        # without its own timeout, a request waits (the policy's is 20 s) and is served
+        waiting = client.async_infer("queued", _http_inputs(3, batched=True))
+        assert busy.get_result().as_numpy("OUT").tolist() == [[1500]]
+        assert waiting.get_result().as_numpy("OUT").tolist() == [[3]]
+        stats = client.get_inference_statistics("queued")["model_stats"][0]["inference_stats"]
+        assert stats["fail"]["count"] == 2
+    finally:
+        client.close()
+        gclient.close()
+
+
+def test_the_maximum_queue_size_refuses_more(server: InferdProcess) -> None:
+    client = httpclient.InferenceServerClient(server.url, concurrency=4, network_timeout=60)
+    try:
+        busy = client.async_infer("queued", _http_inputs(1000, batched=True))
+        _until_busy(server)
+        queued = [client.async_infer("queued", _http_inputs(1, batched=True)) for _ in range(2)]
+        _until_queued(server, 2)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("queued", _http_inputs(1, batched=True), request_id="r9")
+        assert e.value.status() == "503"
+        assert e.value.message() == "[request id: r9] Exceeds maximum queue size"
+        assert busy.get_result().as_numpy("OUT").tolist() == [[1000]]
+        assert [q.get_result().as_numpy("OUT").tolist() for q in queued] == [[[1]], [[1]]]
+    finally:
+        client.close()
+
+
+def test_a_bad_execute_timeout_makes_the_model_unavailable(server: InferdProcess) -> None:
+    r = server.request("POST", "/v2/repository/index", {})
+    reasons = {m["name"]: m.get("reason", "") for m in r.json()}
+    assert reasons["bad_timeout"] == (
+        "Invalid argument: model 'bad_timeout': parameter 'execute_timeout_secs' must be a number of seconds "
+        ">= 0, not 'soon'"
+    )
+
+
+def _until_busy(server: InferdProcess) -> None:
+    """The model's one instance is in a long execute (the model's marker file exists)."""
+    mark = server.repository / "queued" / "executing"
+    deadline = time.monotonic() + 30
+    while not mark.exists():
+        assert time.monotonic() < deadline, "the model never started its long execute"
+        time.sleep(0.005)
+
+
+def _until_queued(server: InferdProcess, n: int) -> None:
+    """``n`` requests wait in the model's queue (nv_inference_pending_request_count)."""
+    line = f'nv_inference_pending_request_count{{model="queued",version="1"}} {n}'
+    deadline = time.monotonic() + 30
+    while (
+        line not in urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    ):
+        assert time.monotonic() < deadline, f"never {n} queued"
+        time.sleep(0.005)
