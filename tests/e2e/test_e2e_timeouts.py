@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +155,10 @@ def test_a_hanging_process_instance_is_killed_and_restarts(server: InferdProcess
 
 
 def test_a_request_timeout_rejects_it_in_the_queue(server: InferdProcess) -> None:
-    client = httpclient.InferenceServerClient(server.url, concurrency=4, network_timeout=60)
+    client = httpclient.InferenceServerClient(server.url, network_timeout=60)
     gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     try:
-        busy = client.async_infer("queued", _http_inputs(1500, batched=True))
+        busy = _background(server, 1500)
         _until_busy(server)
         with pytest.raises(InferenceServerException) as e:
             client.infer("queued", _http_inputs(0, batched=True), timeout=100_000)
@@ -166,9 +167,9 @@ def test_a_request_timeout_rejects_it_in_the_queue(server: InferdProcess) -> Non
             gclient.infer("queued", _grpc_inputs(0, batched=True), timeout=100_000)
         assert g.value.status() == "StatusCode.UNAVAILABLE" and g.value.message() == "Request timeout expired"
         # without its own timeout, a request waits (the policy's is 20 s) and is served
-        waiting = client.async_infer("queued", _http_inputs(3, batched=True))
-        assert busy.get_result().as_numpy("OUT").tolist() == [[1500]]
-        assert waiting.get_result().as_numpy("OUT").tolist() == [[3]]
+        waiting = _background(server, 3)
+        assert busy.result(30) == [[1500]]
+        assert waiting.result(30) == [[3]]
         stats = client.get_inference_statistics("queued")["model_stats"][0]["inference_stats"]
         assert stats["fail"]["count"] == 2
     finally:
@@ -177,18 +178,18 @@ def test_a_request_timeout_rejects_it_in_the_queue(server: InferdProcess) -> Non
 
 
 def test_the_maximum_queue_size_refuses_more(server: InferdProcess) -> None:
-    client = httpclient.InferenceServerClient(server.url, concurrency=4, network_timeout=60)
+    client = httpclient.InferenceServerClient(server.url, network_timeout=60)
     try:
-        busy = client.async_infer("queued", _http_inputs(1000, batched=True))
+        busy = _background(server, 1000)
         _until_busy(server)
-        queued = [client.async_infer("queued", _http_inputs(1, batched=True)) for _ in range(2)]
+        queued = [_background(server, 1) for _ in range(2)]
         _until_queued(server, 2)
         with pytest.raises(InferenceServerException) as e:
             client.infer("queued", _http_inputs(1, batched=True), request_id="r9")
         assert e.value.status() == "503"
         assert e.value.message() == "[request id: r9] Exceeds maximum queue size"
-        assert busy.get_result().as_numpy("OUT").tolist() == [[1000]]
-        assert [q.get_result().as_numpy("OUT").tolist() for q in queued] == [[[1]], [[1]]]
+        assert busy.result(30) == [[1000]]
+        assert [q.result(30) for q in queued] == [[[1]], [[1]]]
     finally:
         client.close()
 
@@ -200,6 +201,23 @@ def test_a_bad_execute_timeout_makes_the_model_unavailable(server: InferdProcess
         "Invalid argument: model 'bad_timeout': parameter 'execute_timeout_secs' must be a number of seconds "
         ">= 0, not 'soon'"
     )
+
+
+_THREADS = ThreadPoolExecutor(4)
+
+
+def _background(server: InferdProcess, ms: int) -> Future[Any]:
+    """A request to "queued" on a thread of its own, with a client of its own (tritonclient's
+    async_infer runs on gevent, which a blocked test thread never lets run)."""
+
+    def call() -> Any:
+        client = httpclient.InferenceServerClient(server.url, network_timeout=60)
+        try:
+            return client.infer("queued", _http_inputs(ms, batched=True)).as_numpy("OUT").tolist()
+        finally:
+            client.close()
+
+    return _THREADS.submit(call)
 
 
 def _until_busy(server: InferdProcess) -> None:

@@ -43,6 +43,7 @@ from inferd.frontends.grpc.service import (
     InferenceServicer,
     RpcError,
 )
+from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge, inflate
 from inferd.frontends.sweep import sweep_forever
 from inferd.frontends.tls import server_context
 from inferd.logs import VERBOSE2
@@ -59,7 +60,6 @@ _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
 _DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
 #: grpc-timeout units (gRPC over HTTP/2) in seconds
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def parse_timeout(value: str) -> float | None:
@@ -78,6 +78,20 @@ class _Failure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def inflate_message(data: bytes, encoding: str, limit: int) -> bytes:
+    """A compressed message (``grpc-encoding``), within ``limit`` bytes once inflated."""
+    if encoding not in WBITS:
+        raise _Failure(_UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported")
+    try:
+        return inflate(data, encoding, limit)[0]
+    except zlib.error as e:
+        raise _Failure(_INTERNAL, f"Failed to decompress the message: {e}") from e
+    except TooLarge:
+        raise _Failure(
+            _RESOURCE_EXHAUSTED, f"Received message larger than max (decompressed: over {limit} bytes)"
+        ) from None
 
 
 class _Context:
@@ -279,19 +293,7 @@ class GrpcConnection(H2Connection[_Call]):
             raise _Failure(_RESOURCE_EXHAUSTED, self._too_large(len(data)))
         if not compressed:
             return data
-        wbits = _WBITS.get(st.encoding)
-        if wbits is None:
-            raise _Failure(_UNIMPLEMENTED, f"Compression algorithm '{st.encoding}' is not supported")
-        d = zlib.decompressobj(wbits)
-        try:
-            out = d.decompress(data, limit + 1)
-        except zlib.error as e:
-            raise _Failure(_INTERNAL, f"Failed to decompress the message: {e}") from e
-        if len(out) > limit or d.unconsumed_tail:
-            raise _Failure(
-                _RESOURCE_EXHAUSTED, f"Received message larger than max (decompressed: over {limit} bytes)"
-            )
-        return out
+        return inflate_message(data, st.encoding, limit)
 
     def end_of_request(self, st: _Call) -> None:
         if st.inbox is not None:
@@ -308,10 +310,27 @@ class GrpcConnection(H2Connection[_Call]):
         try:
             if len(data) < 5 or len(data) != 5 + int.from_bytes(data[1:5], "big"):
                 raise _Failure(_INTERNAL, "Unary RPC expects exactly one request message")
+            if data[0] and len(data) - 5 > OFF_LOOP_MIN:  # a large compressed message: off the loop
+                self._message(st, 0, data[5:])  # its size as sent
+                st.task = asyncio.get_running_loop().create_task(self._inflate_then_dispatch(st, data))
+                return
             payload = self._message(st, data[0], data[5:])
         except _Failure as f:
             self.finish(st, f.code, f.message)
             return
+        self._dispatch(st, payload)
+
+    async def _inflate_then_dispatch(self, st: _Call, data: bytes) -> None:
+        """zlib lets go of the GIL: the loop serves others while a large message inflates."""
+        try:
+            payload = await asyncio.to_thread(inflate_message, data[5:], st.encoding, self._h.max_message)
+        except _Failure as f:
+            self.finish(st, f.code, f.message)
+            return
+        self._dispatch(st, payload)
+
+    def _dispatch(self, st: _Call, payload: bytes) -> None:
+        """A unary call's request message, decoded: to its RPC."""
         h = self._h
         if st.path == h.model_infer:
             st.response = h.servicer.model_infer(

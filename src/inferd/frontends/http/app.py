@@ -29,6 +29,8 @@ from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
+from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
@@ -45,9 +47,6 @@ _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
 _LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
 _INT64_MAX = 2**63 - 1
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-#: compressed /infer bodies larger than this inflate on a worker thread (zlib lets go of the GIL)
-_INFLATE_INLINE_MAX = 1 << 16
 #: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
 _TEXT_ERRORS = ("inference header size should be", "Unsupported compression type", "incomplete string data")
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
@@ -67,19 +66,18 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     inflates past the limit is refused after ``limit`` + 1 bytes, however far it would go)."""
     if not encoding or encoding == "identity":
         return body
-    if encoding not in _WBITS:
+    if encoding not in WBITS:
         raise UnsupportedError("Unsupported compression type")
-    d = zlib.decompressobj(_WBITS[encoding])
     try:
-        out = d.decompress(body, limit + 1)
+        out, ended = bounded_inflate(body, encoding, limit)
     except zlib.error as e:
         raise InvalidArgumentError(f"failed to decompress the request body ({encoding}): {e}") from e
-    if len(out) > limit or d.unconsumed_tail:
+    except TooLarge:
         raise InvalidArgumentError(
             f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
             "--http-max-input-size to increase the limit."
-        )
-    if not d.eof:
+        ) from None
+    if not ended:
         raise InvalidArgumentError(
             f"failed to decompress the request body ({encoding}): the compressed data ends early"
         )
@@ -372,7 +370,7 @@ class HttpApp:
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
         encoding = _encoding(req)
-        if encoding in _WBITS and len(req.body) > _INFLATE_INLINE_MAX:
+        if encoding in WBITS and len(req.body) > OFF_LOOP_MIN:
             task = asyncio.get_running_loop().create_task(self._inflate_then_infer(req, resp, name, version))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

@@ -188,6 +188,12 @@ class HttpConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._header_bytes = 0
         self._body_bytes = 0
+        #: bytes received while a request's head (request line and header fields) is read: a head
+        #: over the limits is refused as it arrives, not once httptools has buffered all of it
+        self._head_bytes = 0
+        self._head_limit = limits.max_url + limits.max_header_bytes + 4 * limits.max_headers + 8192
+        self._began = False  # a request began in the piece being parsed
+        self._rejected = False
         #: monotonic time of the last bytes received, and of the start of a request still being read
         self.last_io = time.monotonic()
         self.reading_since: float | None = None
@@ -259,6 +265,9 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
+        if self._rejected:  # answered and closing: what is left of the request is never read
+            return
+        self._began = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as e:
@@ -272,9 +281,18 @@ class HttpConnection(asyncio.Protocol):
             self._write_simple(400, b'{"error":"protocol upgrade is not supported"}')
         except httptools.HttpParserError:
             self._write_simple(400, b'{"error":"malformed HTTP request"}')
+        else:
+            # a piece that leaves the head unfinished was head (one that began a request may hold
+            # the end of the one before: not counted, so at most one piece more is ever held)
+            if not self._headers_done and not self._began and not self._rejected:
+                self._head_bytes += len(data)
+                if self._head_bytes > self._head_limit:
+                    limit = self._limits.max_header_bytes
+                    self.reject(431, f"the request's header fields are larger than {limit} bytes")
 
     def reject(self, status: int, message: str) -> None:
         """Answer a request over a limit and close: what is left of it is never read."""
+        self._rejected = True
         self._body = []
         if self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()
@@ -286,6 +304,8 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._body = []
         self._header_bytes = 0
+        self._head_bytes = 0
+        self._began = True
         self._body_bytes = 0
         self._headers_done = False
         self.reading_since = self.last_io

@@ -19,6 +19,8 @@ from http_wire import Client, parse_answers, request
 from inferd.errors import InvalidArgumentError, UnsupportedError
 from inferd.frontends.http.app import HttpApp, inflate
 from inferd.frontends.http.protocol import HttpConnection, HttpLimits, HttpRequest, Responder
+from inferd.frontends.inflate import TooLarge
+from inferd.frontends.inflate import inflate as bounded_inflate
 
 SMALL = HttpLimits(
     max_body=1000, max_url=100, max_header_bytes=300, max_headers=5, header_timeout_s=5, idle_timeout_s=60
@@ -72,6 +74,27 @@ def test_url_and_header_limits() -> None:
     assert answer_of(request("GET", "/", headers={"X-1": "1"}))[0] == 200
 
 
+def test_a_header_arriving_in_pieces_is_refused_as_it_arrives() -> None:
+    """httptools hands a header field over only once it is whole: the connection counts the head's
+    bytes itself, so a 64 MiB header costs the server a few pieces, not 64 MiB (and its loop)."""
+    app = Counting()
+    c = Client(app)
+    c.conn = HttpConnection(app, set(), SMALL)
+    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    sent = 0
+    while not c.transport.data:
+        c.send(b"v" * 100)
+        sent += 100
+        assert sent < 10_000, "never refused"
+    limit = SMALL.max_url + SMALL.max_header_bytes + 4 * SMALL.max_headers + 8192
+    assert limit < sent <= limit + 100  # the piece that went past the limit was refused
+    [a] = parse_answers(bytes(c.transport.data))
+    assert a.status == 431 and c.transport.closed and app.calls == 0
+    c.send(b"v" * 100 + b"\r\n\r\n")  # what still comes is never read, never answered again
+    assert len(parse_answers(bytes(c.transport.data))) == 1
+
+
 def test_connections_over_the_limit_get_503() -> None:
     conns: set[HttpConnection] = set()
     app = Counting()
@@ -117,6 +140,18 @@ def test_a_connection_waiting_for_its_answer_is_not_idle() -> None:
     c.send(request("GET", "/"))
     c.conn.sweep(c.conn.last_io + 3600)  # a model may take its time
     assert not c.transport.closed
+
+
+def test_inflate_in_pieces() -> None:
+    data = bytes(range(256)) * 20_000  # 5 MB: five pieces of output
+    assert bounded_inflate(gzip.compress(data), "gzip", len(data)) == (data, True)
+    with pytest.raises(TooLarge):
+        bounded_inflate(gzip.compress(data), "gzip", len(data) - 1)
+    assert bounded_inflate(zlib.compress(b""), "deflate", 0) == (b"", True)
+    packed = gzip.compress(data)
+    cut = packed[: len(packed) // 2]
+    out, ended = bounded_inflate(cut, "gzip", len(data))
+    assert not ended and data.startswith(out) and out
 
 
 def test_inflate_is_bounded_and_says_why() -> None:
