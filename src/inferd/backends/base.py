@@ -23,6 +23,8 @@ class InstanceSpec:
 #: receives the responses of a request run for a model (BLS), on the server's loop: each response
 #: (None: only the final flag) and whether it is the last
 ResponseCallback = Callable[[InferResponse | None, bool], None]
+#: ``ServerLinks.infer_async``: (request, callback, decoupled_error) -> what cancels it, or None
+InferAsync = Callable[[InferRequest, ResponseCallback, str | None], Callable[[str], None] | None]
 
 
 class MetricError(Exception):
@@ -61,8 +63,10 @@ class ServerLinks:
     #: runs a request on another model from a worker thread and waits for its first response (BLS)
     infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
     #: submits a request to another model from any thread; its responses go to the callback on the
-    #: server's loop. The third argument, when not None, refuses a decoupled model with that text.
-    infer_async: Callable[[InferRequest, ResponseCallback, str | None], None] | None = None
+    #: server's loop (in a worker process: on its read thread). The third argument, when not None,
+    #: refuses a decoupled model with that text. It may return what cancels the request (with a
+    #: reason); None: the caller cancels ``request.stream`` on the server's loop itself.
+    infer_async: InferAsync | None = None
     #: whether model (name, version "" for any) is READY
     model_ready: Callable[[str, str], bool] | None = None
     #: the server's custom metrics

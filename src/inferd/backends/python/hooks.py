@@ -13,11 +13,13 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.python import pb_utils
 from inferd.backends.python.pb_bls import BlsStream, ResponseIterator
 from inferd.backends.python.pb_metrics import MetricsTarget
+from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InternalError
 
@@ -36,6 +38,8 @@ _PB_BY_CODE = {
     ErrorCode.CANCELLED: pb_utils.TritonError.CANCELLED,
 }
 BLS_PHASE_ONLY = "BLS is only supported during the 'execute' function."
+#: why an abandoned BLS request is cancelled (its callee's stream carries it)
+BLS_ABANDONED = "the calling model stopped waiting for the responses of its BLS request"
 
 
 def send_to(stream: ResponseStream, response: InferResponse | None, final: bool) -> None:
@@ -45,6 +49,12 @@ def send_to(stream: ResponseStream, response: InferResponse | None, final: bool)
         stream.deliver(response, final)
     else:
         stream.send(response, final)
+
+
+def _cancel_stream(core: InferRequest) -> None:
+    stream = core.stream
+    if stream is not None and not stream.done:
+        stream.cancel(BLS_ABANDONED)
 
 
 def to_pb(response: InferResponse | None) -> pb_utils.InferenceResponse:
@@ -157,7 +167,10 @@ class InstanceHooks(pb_utils._Hooks):
                     "using the decoupled transaction policy. Please use 'decoupled=True' argument to the "
                     "'exec' or 'async_exec' calls for decoupled models.'"
                 )
-            links.infer_async(core, stream.put, refuse)
+            cancel = links.infer_async(core, stream.put, refuse)
+            stream.abandon = (
+                partial(cancel, BLS_ABANDONED) if cancel is not None else partial(self._cancel_bls, core)
+            )
             return stream
         blocking = self.instance.model.ctx.infer_blocking
         if blocking is None:
@@ -187,13 +200,26 @@ class InstanceHooks(pb_utils._Hooks):
     def bls_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Coroutine[Any, Any, Any]:
         async def run() -> Any:
             stream = self._submit(request, decoupled)
-            if decoupled:
-                await stream.wait()  # the first response is there: iterating it does not block
-                return ResponseIterator(stream, to_pb)
-            response, _final = await stream.aget()
+            try:
+                if decoupled:
+                    await stream.wait()  # the first response is there: iterating it does not block
+                    return ResponseIterator(stream, to_pb)
+                response, _final = await stream.aget()
+            except asyncio.CancelledError:  # the model's timeout (asyncio.wait_for) or its unload
+                stream.give_up()
+                raise
             return to_pb(response)
 
         return run()
+
+    def _cancel_bls(self, core: InferRequest) -> None:
+        """Cancel an abandoned BLS request on the server's loop, where its submission was queued
+        before: by then ``core.stream`` is the request's stream. Safe in a finalizer (no lock)."""
+        loop = self.instance.server_loop
+        if loop is None:
+            _cancel_stream(core)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(_cancel_stream, core)
 
     # -- the rest of the server ------------------------------------------------------------------------
     def metrics(self) -> MetricsTarget:

@@ -5,6 +5,11 @@ with ``get`` (blocking) and an async model with ``aget`` (awaiting, so its loop 
 executes meanwhile). ``ResponseIterator`` is what ``exec(decoupled=True)`` returns: each response
 as it comes, then, when the last one only carried the final flag, an empty response, as the
 reference's iterator does.
+
+A model that lets go of the responses before the last (drops the iterator, or its ``async_exec``
+is cancelled: ``asyncio.wait_for`` timed out) abandons the request: ``give_up`` cancels it on the
+server (the callee sees ``is_cancelled()``, a queued request is not executed) and what still comes
+is dropped, not held for nobody.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ Item = tuple[InferResponse | None, bool]
 class BlsStream:
     """Responses of one BLS request, put on the server's loop, taken from any thread or loop."""
 
-    __slots__ = ("_cond", "_done", "_items", "_waiters")
+    __slots__ = ("_cond", "_done", "_items", "_waiters", "abandon")
 
     def __init__(self) -> None:
         self._items: collections.deque[Item] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._done = False
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        #: cancels the request on the server (set by whoever submitted it; None: nothing to cancel)
+        self.abandon: Callable[[], None] | None = None
 
     def put(self, response: InferResponse | None, final: bool) -> None:
         """The server's callback (on its loop)."""
@@ -72,6 +79,19 @@ class BlsStream:
         with self._cond:
             return bool(self._items)
 
+    def give_up(self) -> None:
+        """The model no longer wants the responses: cancel the request unless its last response
+        came, and drop what came and what still comes. Called from finalizers too: the hook must
+        not block (it hands the cancellation to the server's loop or to a queue)."""
+        with self._cond:
+            if self._done:
+                return
+            self._done = True
+            self._items.clear()
+            hook, self.abandon = self.abandon, None
+        if hook is not None:
+            hook()
+
 
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
@@ -82,7 +102,8 @@ class ResponseIterator:
     """The responses of a decoupled BLS request (``exec(decoupled=True)``), as they come.
 
     Iterating blocks until the next response; an async model may ``async for`` over it instead,
-    which lets its loop run other executes meanwhile.
+    which lets its loop run other executes meanwhile. Dropped before the last response, it
+    abandons the request (``BlsStream.give_up``).
     """
 
     __slots__ = ("_convert", "_ended", "_stream")
@@ -111,3 +132,7 @@ class ResponseIterator:
         response, final = await self._stream.aget()
         self._ended = final
         return self._convert(response)
+
+    def __del__(self) -> None:
+        if not self._ended:
+            self._stream.give_up()
