@@ -8,8 +8,9 @@ process an instance has a core of its own, and its death fails only the requests
 The server side of one instance is a ``ProcessInstance``: ``execute`` (in the pool's worker thread)
 sends the batch and waits; a reader thread takes what the worker sends: each request's responses
 (response senders, decoupled models; delivered on the request's ResponseStream at once), the
-execute's end (its responses and timings, or its error), and BLS requests (run on a small thread
-pool through the server, answered back). A cancelled request is told to the worker, where the
+execute's end (its responses and timings, or its error), BLS requests (``relay.py``: submitted to
+the server, each response relayed back as it comes) and calls of the server's links (``FORWARDED``,
+run on a small thread pool, answered back). A cancelled request is told to the worker, where the
 model sees ``is_cancelled()``.
 
 Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), the execute in
@@ -49,11 +50,10 @@ from inferd.backends.python.ipc import (
     ShmNames,
     pack_error,
     pack_request,
-    pack_response,
     release_unmapped,
-    unpack_request,
     unpack_response,
 )
+from inferd.backends.python.relay import BlsRelay
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, error_for_code
@@ -150,6 +150,8 @@ class ProcessInstance:
         self._pending: _Pending | None = None
         self._chan: Channel | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        #: the BLS requests of the current worker
+        self._relay: BlsRelay | None = None
         self._stopping = False
         self._failed_at = 0.0
         self._failure: InferdError | None = None
@@ -178,6 +180,9 @@ class ProcessInstance:
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         chan = self._chan if self._chan is not None else self._restart()
+        relay = self._relay
+        if relay is not None and relay.loop is None and requests and requests[0].stream is not None:
+            relay.loop = requests[0].stream.loop
         pending = _Pending()
         keys = []
         with self._lock:
@@ -283,9 +288,10 @@ class ProcessInstance:
             raise error_for_code(ErrorCode[code], message)
         self.pid = int(reply[1])
         log.info("%s runs in process %d (started in %.0f ms)", self._who(), self.pid, reply[2] * 1000)
-        self._chan, self._proc = chan, proc
+        relay = BlsRelay(ctx, chan, self._shm, self._pool, spec.name)
+        self._chan, self._proc, self._relay = chan, proc, relay
         threading.Thread(
-            target=self._read, args=(chan, proc), name=f"inferd-{spec.name}-reader", daemon=True
+            target=self._read, args=(chan, proc, relay), name=f"inferd-{spec.name}-reader", daemon=True
         ).start()
         return chan
 
@@ -312,7 +318,7 @@ class ProcessInstance:
             pass
 
     # -- reader thread -------------------------------------------------------------------------------
-    def _read(self, chan: Channel, proc: subprocess.Popen[bytes]) -> None:
+    def _read(self, chan: Channel, proc: subprocess.Popen[bytes], relay: BlsRelay) -> None:
         try:
             while True:
                 msg = chan.recv()
@@ -329,7 +335,9 @@ class ProcessInstance:
                     self._end(error=error_for_code(ErrorCode[code], message))
                 elif kind == "bls":
                     self._uses_bls = True
-                    self._pool().submit(self._bls, chan, msg[1], msg[2])
+                    relay.start(msg[1], msg[2], msg[3])
+                elif kind == "bls_cancel":
+                    relay.cancel(msg[1], msg[2])
                 elif kind == "call":
                     self._pool().submit(self._call, chan, msg[1], msg[2], msg[3])
                 elif kind == "stopped":
@@ -338,6 +346,7 @@ class ProcessInstance:
             pass
         finally:
             chan.close()
+            relay.close()
         if not self._stopping:
             self._died(proc)
 
@@ -369,17 +378,6 @@ class ProcessInstance:
     def _call(self, chan: Channel, call_id: int, name: str, args: tuple[Any, ...]) -> None:
         """One of the server's links the worker's model called (``FORWARDED``), answered back."""
         _answer(chan, ("call_resp", call_id, answer_call(self._ctx, name, args)))
-
-    def _bls(self, chan: Channel, bls_id: int, packed: tuple[Any, ...]) -> None:
-        infer = self._ctx.infer_blocking
-        _, request = unpack_request(packed)
-        try:
-            if infer is None:
-                raise UnavailableError("BLS is not available: the model is not served by a server")
-            responses = infer(request)
-        except InferdError as e:
-            responses = [InferResponse(request.model_name, request.model_version, request.id, error=e)]
-        _answer(chan, ("bls_resp", bls_id, [pack_response(r, self._shm) for r in responses]))
 
     def _died(self, proc: subprocess.Popen[bytes]) -> None:
         try:

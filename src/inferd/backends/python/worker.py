@@ -7,12 +7,19 @@ both modes; only the edges differ:
 
 - a request's responses (response senders, decoupled models) go to the server through a
   ``ProxyStream`` standing in for its ResponseStream;
-- BLS requests are sent to the server, which runs them, and their responses come back;
+- BLS requests (``exec``, ``async_exec``, decoupled or not) are sent to the server, which runs
+  them; their responses come back one message each as the callee sends them (``ServerLinks.
+  infer_async`` here, so ``hooks.py`` treats them as in a thread instance), and a request the
+  model abandons is cancelled there (``relay.py`` is the server's half);
 - the server's ``cancel`` makes ``is_cancelled()`` true.
 
 The main thread reads the channel; executes run one at a time on an execute thread, so BLS
 answers and cancellations are read while a model executes. The worker dies with the server
 (``PR_SET_PDEATHSIG``; and the channel's end of file).
+
+What the worker asks of the server (``_ask``, ``_send_ask``) is ``(kind, id, *payload)``; each
+answer is ``(kind + "_resp", id, value)`` and goes to the handler registered under ``id``: one
+answer for a link call, one per response for BLS (``("bls_resp", id, response, final)``).
 """
 
 from __future__ import annotations
@@ -26,10 +33,19 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, MetricError, ServerLinks
+from inferd.backends.base import (
+    BackendInstance,
+    InstanceSpec,
+    LoadContext,
+    MetricError,
+    ResponseCallback,
+    ServerLinks,
+)
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
@@ -37,6 +53,7 @@ from inferd.backends.python.ipc import (
     pack_error,
     pack_request,
     pack_response,
+    release_unmapped,
     unpack_request,
     unpack_response,
 )
@@ -117,9 +134,12 @@ class Worker:
         self.instance: BackendInstance | None = None
         self.streams: dict[int, ProxyStream] = {}
         self.execs: queue.Queue[tuple[int, list[InferRequest]] | None] = queue.Queue()
-        self._bls_ids = iter(range(1, 1 << 62))
-        self._bls_lock = threading.Lock()
-        self._bls: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._ask_ids = iter(range(1, 1 << 62))
+        self._ask_lock = threading.Lock()
+        #: what waits for the answers of each request sent to the server: (answer, final) -> None
+        self._asks: dict[int, Callable[[Any, bool], None]] = {}
+        #: BLS requests the model abandoned (id, reason), put from any thread, finalizers included
+        self.cancels: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
         #: whether the main thread runs the read loop (else a call reads its own answer)
         self.reading = False
 
@@ -135,9 +155,9 @@ class Worker:
             Path(init["model_dir"]),
             Path(init["version_dir"]),
             config,
-            self.bls,
+            None,
             ServerLinks(
-                infer_blocking=self.bls,
+                infer_async=self.infer_async,
                 model_ready=lambda name, version: bool(self.call("model_ready", name, version)),
                 metrics=ForwardedMetrics(self.call),
             ),
@@ -147,10 +167,37 @@ class Worker:
         self.instance = model.create_instance(InstanceSpec(*init["spec"]))
 
     # -- what the model asks of the server --------------------------------------------------------
-    def bls(self, request: InferRequest) -> list[InferResponse]:
-        """Run ``request`` on the server (the model's thread waits for the answer)."""
-        packed = self._ask("bls", pack_request(0, request, self.shm))
-        return [unpack_response(p) for p in packed]
+    def infer_async(
+        self, request: InferRequest, callback: ResponseCallback, decoupled_error: str | None
+    ) -> Callable[[str], None]:
+        """Run ``request`` on the server (BLS): each response goes to ``callback`` on the read
+        thread as the callee sends it, the last with ``final``; returns what abandons it."""
+
+        def answered(packed: Any, final: bool) -> None:
+            callback(None if packed is None else unpack_response(packed), final)
+
+        ask_id = self._send_ask("bls", answered, pack_request(0, request, self.shm), decoupled_error)
+        return partial(self._abandon, ask_id)
+
+    def _abandon(self, ask_id: int, reason: str) -> None:
+        """The model let go of a BLS request's responses. Only queued here (this runs in finalizers,
+        which must not take the channel's lock); ``run_cancels`` tells the server."""
+        self.cancels.put((ask_id, reason))
+
+    def run_cancels(self) -> None:
+        """The cancel thread: forget each abandoned BLS request (what still comes for it is
+        dropped) and have the server cancel it."""
+        while True:
+            item = self.cancels.get()
+            if item is None:
+                return
+            ask_id, reason = item
+            with self._ask_lock:
+                self._asks.pop(ask_id, None)
+            try:
+                self.channel.send(("bls_cancel", ask_id, reason))
+            except ChannelClosed:
+                return
 
     def call(self, name: str, *args: Any) -> Any:
         """One of the server's links (process.FORWARDED), answered by the server."""
@@ -162,29 +209,47 @@ class Worker:
         code, message = value
         raise error_for_code(ErrorCode[code], message)
 
+    def _send_ask(self, kind: str, handler: Callable[[Any, bool], None], *payload: Any) -> int:
+        """Send ``(kind, id, *payload)``; its answers go to ``handler``. The id."""
+        with self._ask_lock:
+            ask_id = next(self._ask_ids)
+            self._asks[ask_id] = handler
+        self.channel.send((kind, ask_id, *payload))
+        return ask_id
+
     def _ask(self, kind: str, *payload: Any) -> Any:
-        """Send ``(kind, id, *payload)`` and wait for its ``*_resp``. Before the read loop runs
+        """Send ``(kind, id, *payload)`` and wait for its one answer. Before the read loop runs
         (``initialize``) and after it ended (``finalize``) the asking thread reads the answer itself:
         nothing else comes meanwhile, the server waits for us."""
-        with self._bls_lock:
-            ask_id = next(self._bls_ids)
-            done = threading.Event()
-            slot: list[Any] = []
-            self._bls[ask_id] = (done, slot)
-        self.channel.send((kind, ask_id, *payload))
+        done = threading.Event()
+        slot: list[Any] = []
+
+        def answered(value: Any, final: bool) -> None:
+            slot.append(value)
+            done.set()
+
+        self._send_ask(kind, answered, *payload)
         while not self.reading and not done.is_set():
             self._reply(self.channel.recv())
         done.wait()
         return slot[0]
 
     def _reply(self, msg: Any) -> bool:
-        """A BLS or call answer: hand it to the thread waiting for it (False: not an answer)."""
-        if msg[0] not in ("bls_resp", "call_resp"):
+        """An answer: hand it to what waits for it (False: not an answer). A BLS request's handler
+        goes with its final response; one the model abandoned is gone, and what comes is dropped."""
+        kind = msg[0]
+        if kind == "call_resp":
+            final = True
+        elif kind == "bls_resp":
+            final = msg[3]
+        else:
             return False
-        with self._bls_lock:
-            done, slot = self._bls.pop(msg[1])
-        slot.append(msg[2])
-        done.set()
+        with self._ask_lock:
+            handler = self._asks.pop(msg[1], None) if final else self._asks.get(msg[1])
+        if handler is not None:
+            handler(msg[2], final)
+        elif kind == "bls_resp" and msg[2] is not None:
+            release_unmapped(msg[2][3])  # its tensors' shared memory: nobody will map it
         return True
 
     # -- the loops -----------------------------------------------------------------------------------
@@ -275,11 +340,13 @@ def main(argv: list[str]) -> int:
         channel.send(("ready", os.getpid(), time.monotonic() - t0))
         executor = threading.Thread(target=worker.run_executes, name="inferd-execute", daemon=True)
         executor.start()
+        threading.Thread(target=worker.run_cancels, name="inferd-bls-cancel", daemon=True).start()
         try:
             worker.read()
         except ChannelClosed:
             return 0  # the server went away
         executor.join()
+        worker.cancels.put(None)
         inst = worker.instance
         if inst is not None:
             inst.unload()  # finalize
