@@ -230,6 +230,11 @@ class GrpcConnection(H2Connection[_Call]):
         if st.inbox is not None:
             self._feed(st, data)
         elif data and not st.answered:
+            if not st.received and len(data) >= 5:  # the message's length prefix: refused before a byte more
+                n = int.from_bytes(data[1:5], "big")
+                if n > self._h.max_message:
+                    self.finish(st, _RESOURCE_EXHAUSTED, self._too_large(n))
+                    return
             st.received += len(data)
             if st.received > self._h.max_message + 5:  # never buffered past the limit
                 st.body = []

@@ -91,6 +91,15 @@ def test_a_message_over_the_limit_is_refused_before_it_is_buffered() -> None:
         assert trailers is not None and trailers["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
         assert "Received message larger than max" in trailers["grpc-message"]
         assert sid not in p.conn.streams
+        # refused from its length prefix alone: nothing of it is buffered
+        sid = p.call("ServerLive", b"", end=False)
+        p.h2.send_data(sid, b"\x00" + struct.pack(">I", 100_000) + b"a" * 10, end_stream=False)
+        await p.pump()
+        trailers = p.stream(sid)[2]
+        assert (
+            trailers is not None
+            and trailers["grpc-message"] == "Received message larger than max (100000 vs. 1000)"
+        )
 
     run(main())
 
