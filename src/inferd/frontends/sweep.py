@@ -14,6 +14,8 @@ from typing import Protocol
 
 #: how often connections are looked at
 SWEEP_S = 1.0
+#: connections swept between two turns of the loop
+BATCH = 500
 
 
 class Sweepable(Protocol):
@@ -25,5 +27,7 @@ async def sweep_forever(connections: Iterable[Sweepable], interval_s: float = SW
     while True:
         await asyncio.sleep(interval_s)
         now = time.monotonic()
-        for c in list(connections):
+        for i, c in enumerate(list(connections), 1):
             c.sweep(now)
+            if not i % BATCH:  # thousands of connections: let requests in between
+                await asyncio.sleep(0)
