@@ -1,7 +1,7 @@
 """The async-execute rows: a Python model whose execute awaits I/O for 10 ms, one instance, concurrency 16.
 
-    python benchmarks/async_bench.py                      # inferd and the reference, one after the other
-    python benchmarks/async_bench.py --servers inferd --count 3000
+    python benchmarks/async_bench.py                      # 3 rounds, inferd and the reference in turn
+    python benchmarks/async_bench.py --rounds 1 --servers inferd --count 3000
 
 Three models, each one instance, max_batch_size 0, in a repository written into the results folder:
 ``io_sync`` (``def execute``: ``time.sleep(0.01)``), ``io_async`` (``async def execute``: ``await
@@ -13,7 +13,9 @@ instance concurrently only for decoupled models (a non-decoupled ``async def exe
 the end before the next request: observed on 2.51), so its best async figure is the decoupled row.
 
 Goals (issue 16): inferd's ``io_async`` >= 10x inferd's ``io_sync``, and >= the reference's best async row.
-Raw output and a Markdown table: ``benchmarks/results/async-<UTC timestamp>/``. Python stdlib only.
+Medians over the rounds with the per-round figures and ratios (who goes first flips each round), raw
+output and a Markdown table: ``benchmarks/results/async-<UTC timestamp>/async_io.md`` (or ``--output``);
+``make bench`` runs it after its rounds (``benchmarks/run.py``'s ``AsyncSection``). Python stdlib only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -192,64 +195,120 @@ def perf_analyzer(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", default="inferd,reference")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--count", type=int, default=2000, help="requests per measurement window (async rows)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs inferd")
+    ap.add_argument("--output", type=Path, default=None, help="results folder (default: a new one)")
     args = ap.parse_args()
-    out = ROOT / "benchmarks" / "results" / time.strftime("async-%Y%m%d-%H%M%S", time.gmtime())
+    out = args.output or ROOT / "benchmarks" / "results" / time.strftime("async-%Y%m%d-%H%M%S", time.gmtime())
     repo = write_repository(out / "models")
     load_start = Path("/proc/loadavg").read_text().split()[:3]
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    for name in args.servers.split(","):
-        server = (
-            Inferd(repo, out / "inferd.log", args.python)
-            if name == "inferd"
-            else Reference(repo, out / "reference.log")
-        )
-        http, grpc = server.start()
-        try:
-            for row, model, proto, extra, factor in ROWS:
-                url = f"localhost:{http}" if proto == "http" else f"localhost:{grpc}"
-                count = max(50, int(args.count * factor))
-                got = perf_analyzer(
-                    model, url, proto, extra, count, args.concurrency, out / f"{name}-{row}.txt"
-                )
-                results.setdefault(row, {})[name] = got
-                print(f"{name:9} {row:38} {got}", flush=True)
-        finally:
-            server.stop()
-    load_end = Path("/proc/loadavg").read_text().split()[:3]
-    lines = [
-        f"Load average at start / end: {' '.join(load_start)} / {' '.join(load_end)}; concurrency {args.concurrency}.",
-        "",
-        "| row | inferd infer/s | inferd p50 / p99 (us) | reference infer/s | reference p50 / p99 (us) |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for row, *_ in ROWS:
-        cells = []
-        for name in ("inferd", "reference"):
-            r = results.get(row, {}).get(name)
-            cells += (
-                [f"{r['infer_per_s']:,.1f}", f"{r['p50_us']:,.0f} / {r['p99_us']:,.0f}"] if r else ["-", "-"]
+    names = args.servers.split(",")
+    #: row -> server -> one dict per round (empty: perf_analyzer failed that round)
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for rnd in range(1, args.rounds + 1):
+        for name in names if rnd % 2 else list(reversed(names)):  # who goes first flips each round
+            server = (
+                Inferd(repo, out / "inferd.log", args.python)
+                if name == "inferd"
+                else Reference(repo, out / "reference.log")
             )
-        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
-    inferd = {row: r.get("inferd", {}).get("infer_per_s") for row, r in results.items()}
-    ref = {row: r.get("reference", {}).get("infer_per_s") for row, r in results.items()}
-    if inferd.get("io_async_http_c16") and inferd.get("io_sync_http_c16"):
-        lines.append(
-            f"\ninferd async / inferd sync: {inferd['io_async_http_c16'] / inferd['io_sync_http_c16']:.1f}x"
-        )
-    best_ref = max((v for k, v in ref.items() if k != "io_sync_http_c16" and v), default=None)
-    if inferd.get("io_async_http_c16") and best_ref:
-        lines.append(
-            f"inferd async (HTTP) / reference's best async row: {inferd['io_async_http_c16'] / best_ref:.2f}x"
-        )
-    text = "\n".join(lines) + "\n"
+            http, grpc = server.start()
+            try:
+                for row, model, proto, extra, factor in ROWS:
+                    url = f"localhost:{http}" if proto == "http" else f"localhost:{grpc}"
+                    count = max(50, int(args.count * factor))
+                    raw = out / f"r{rnd}-{name}-{row}.txt"
+                    got = perf_analyzer(model, url, proto, extra, count, args.concurrency, raw)
+                    results.setdefault(row, {}).setdefault(name, []).append(got)
+                    print(f"round {rnd} {name:9} {row:38} {got}", flush=True)
+            finally:
+                server.stop()
+    load_end = Path("/proc/loadavg").read_text().split()[:3]
+    text = render(results, load_start, load_end, args.rounds, args.concurrency)
     (out / "async_io.md").write_text(text)
     (out / "summary.json").write_text(json.dumps(results, indent=1))
     print(text)
     print(f"results: {out}")
     return 0
+
+
+def median(runs: list[dict[str, float]], key: str) -> float | None:
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+#: the async rows the reference's best is taken from (its non-decoupled async row runs one at a time)
+ASYNC_ROWS = ("io_async_http_c16", "io_async_decoupled_grpc_stream_c16")
+
+
+def render(
+    results: dict[str, dict[str, list[dict[str, float]]]],
+    start: list[str],
+    end: list[str],
+    rounds: int,
+    concurrency: int,
+) -> str:
+    """The rows (medians with each round's figure) and the two ratios of issue 16's goals, from the
+    medians and round by round (a round's servers ran minutes apart, on the same machine)."""
+    lines = [
+        f"{rounds} round(s), concurrency {concurrency}; load average at start / end: "
+        f"{' '.join(start)} / {' '.join(end)}.",
+        "",
+        "| row | inferd infer/s (median; rounds) | inferd p50 / p99 (us) | reference infer/s (median; rounds) "
+        "| reference p50 / p99 (us) | inferd / reference |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    med: dict[tuple[str, str], float | None] = {}
+    for row, *_ in ROWS:
+        cells = []
+        for name in ("inferd", "reference"):
+            runs = results.get(row, {}).get(name, [])
+            m = med[row, name] = median(runs, "infer_per_s")
+            per = ", ".join(f"{r['infer_per_s']:,.0f}" if r else "-" for r in runs)
+            p50, p99 = median(runs, "p50_us"), median(runs, "p99_us")
+            cells += (
+                [f"{m:,.1f} ({per})", f"{p50:,.0f} / {p99:,.0f}" if p50 and p99 else "-"] if m else ["-", "-"]
+            )
+        x, y = med[row, "inferd"], med[row, "reference"]
+        cells.append(f"{x / y:.2f}x" if x and y else "-")
+        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
+
+    def per_round(name: str, row: str) -> list[float | None]:
+        return [r.get("infer_per_s") for r in results.get(row, {}).get(name, [])]
+
+    def best_reference(i: int | None) -> float | None:
+        """The reference's best async row: of the medians, or of round ``i``'s figures."""
+        vals = [
+            med.get((row, "reference")) if i is None else _at(per_round("reference", row), i)
+            for row in ASYNC_ROWS
+        ]
+        return max((v for v in vals if v), default=None)
+
+    def ratios(top: list[float | None], bottom: list[float | None]) -> str:
+        each = [f"{a / b:.2f}x" if a and b else "-" for a, b in zip(top, bottom, strict=False)]
+        return f" (rounds: {', '.join(each)})" if any(x != "-" for x in each) else ""
+
+    asyncs, syncs = per_round("inferd", "io_async_http_c16"), per_round("inferd", "io_sync_http_c16")
+    best = [best_reference(i) for i in range(len(asyncs))]
+    a, s, r = (
+        med.get(("io_async_http_c16", "inferd")),
+        med.get(("io_sync_http_c16", "inferd")),
+        best_reference(None),
+    )
+    lines += [
+        "",
+        f"- inferd `io_async` / inferd `io_sync` (HTTP): {f'{a / s:.2f}x' if a and s else 'n/a'}"
+        f"{ratios(asyncs, syncs)} (goal >= 10x)",
+        f"- inferd `io_async` (HTTP) / the reference's best async row: {f'{a / r:.2f}x' if a and r else 'n/a'}"
+        f"{ratios(asyncs, best)} (goal >= 1.0x)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _at(values: list[float | None], i: int) -> float | None:
+    return values[i] if i < len(values) else None
 
 
 if __name__ == "__main__":
