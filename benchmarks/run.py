@@ -547,6 +547,8 @@ class RunData:
     onnx: list[dict[str, Any]] = field(default_factory=list)
     #: the every-core rows (cores_bench.py): its markdown, or why it is missing
     cores: str = ""
+    #: the async-execute rows (async_bench.py): its markdown, or why it is missing
+    async_io: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -1100,6 +1102,23 @@ class CoresSection(Section):
         )
 
 
+class AsyncSection(Section):
+    """benchmarks/async_bench.py's table: an async execute awaiting I/O vs a sync one vs the reference (issue 16)."""
+
+    def render(self, data: RunData) -> str:
+        if not data.async_io:
+            return ""
+        return (
+            "## Async execute: a Python model awaiting I/O (perf_analyzer, concurrency 16)\n\n"
+            "`benchmarks/async_bench.py`, run after the rounds above with as many rounds: one instance, each "
+            "request waits 10 ms of I/O, `io_sync` with `def execute` (`time.sleep`), `io_async` with `async def "
+            "execute` (`await asyncio.sleep`), both over HTTP, and `io_async_decoupled` (the same, answering "
+            "through its response sender) over a gRPC stream. The reference overlaps coroutine executes only in "
+            "decoupled models (a non-decoupled one is awaited to its end before the next request), so its best "
+            "async row is what inferd's HTTP `io_async` is held against.\n\n" + data.async_io
+        )
+
+
 class GoalsSection(Section):
     def __init__(self, goals: Sequence[Goal]) -> None:
         self.goals = list(goals)
@@ -1125,6 +1144,7 @@ def default_sections() -> list[Section]:
         ShmSection(),
         OnnxSection(),
         CoresSection(),
+        AsyncSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -1361,6 +1381,21 @@ def cores_rows(rounds: int, outdir: Path) -> str:
     return md.read_text()
 
 
+def async_rows(rounds: int, outdir: Path, quick: bool) -> str:
+    """async_bench.py, its own servers and rounds: the markdown it wrote, or a line saying why none."""
+    log(f"async: benchmarks/async_bench.py --rounds {rounds} (log {rel(outdir)}/async.log)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "async_bench.py")]
+    cmd += ["--rounds", str(rounds), "--output", str(outdir / "async")]
+    if quick:  # as BENCH_SCALE=0.3 shortens bench.sh's windows
+        cmd += ["--count", "600"]
+    log_path = outdir / "async.log"
+    rc = run_logged(cmd, log_path, echo=False)
+    md = outdir / "async" / "async_io.md"
+    if rc != 0 or not md.exists():
+        return f"async_bench.py failed (rc {rc}); see {rel(log_path)}\n"
+    return md.read_text()
+
+
 def ensure_reference(outdir: Path) -> None:
     log(f"ensuring the reference is installed: bash {rel(SETUP_SH)} (log {rel(outdir)}/setup.log)")
     rc = run_logged(["bash", str(SETUP_SH)], outdir / "setup.log", echo=False)
@@ -1443,6 +1478,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--no-cores", action="store_true", help="skip the every-core rows (benchmarks/cores_bench.py)"
     )
     ap.add_argument(
+        "--no-async",
+        action="store_true",
+        help="skip the async-execute rows (benchmarks/async_bench.py)",
+    )
+    ap.add_argument(
+        "--python-rows-only",
+        action="store_true",
+        help="only the rows of cores_bench.py and async_bench.py (each with its own servers and "
+        "--repeat rounds; --no-cores / --no-async leave one out): no bench.sh, measure.sh or ONNX rows",
+    )
+    ap.add_argument(
         "--onnx-only",
         action="store_true",
         help="only the ONNX rows: inferd vs bare ONNX Runtime (no reference, no measure.sh)",
@@ -1456,13 +1502,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error(f"--servers: unknown {bad}; choose from reference,inferd")
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
+    if a.onnx_only and a.python_rows_only:
+        ap.error("--onnx-only and --python-rows-only exclude each other")
     return a
 
 
 def bench_selection(a: argparse.Namespace) -> str:
     """BENCH_ONLY: --scenarios as given (plus the gRPC rows on an explicit --grpc), else every row
-    (HTTP, gRPC unless --no-grpc, shm unless --no-shm); nothing with --onnx-only."""
-    if a.onnx_only:
+    (HTTP, gRPC unless --no-grpc, shm unless --no-shm); nothing with --onnx-only or --python-rows-only."""
+    if a.onnx_only or a.python_rows_only:
         return "^$"  # no bench.sh scenario: the report leaves those tables out
     if a.scenarios:
         return f"{a.scenarios}|{anchored(GRPC_SCENARIOS)}" if a.grpc else a.scenarios
@@ -1494,8 +1542,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reference": ReferenceServer(),
         "inferd": CommandServer("inferd", "inferd", a.inferd_cmd, a.ready_timeout),
     }
-    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers and not a.onnx_only]
-    run_onnx = not a.no_onnx and "inferd" in opts.servers
+    bench_rounds = not (a.onnx_only or a.python_rows_only)
+    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers and bench_rounds]
+    run_onnx = not a.no_onnx and not a.python_rows_only and "inferd" in opts.servers
 
     if not a.no_setup:
         ensure_reference(outdir)
@@ -1533,8 +1582,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if run_onnx:
                 data.onnx += onnx_round(rnd, outdir, a.inferd_cmd, a.ready_timeout, a.quick)
                 write_json(data, outdir / "summary.json")
-        if not a.no_cores and not a.onnx_only and {"reference", "inferd"} <= set(opts.servers):
+        python_rows = not a.onnx_only and {"reference", "inferd"} <= set(opts.servers)
+        if python_rows and not a.no_cores:
             data.cores = cores_rows(a.repeat, outdir)
+            write_json(data, outdir / "summary.json")
+        if python_rows and not a.no_async:
+            data.async_io = async_rows(a.repeat, outdir, a.quick)
             write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
@@ -1605,6 +1658,7 @@ def read_json(path: Path) -> RunData:
         rounds=rounds,
         onnx=raw.get("onnx", []),
         cores=raw.get("cores", ""),
+        async_io=raw.get("async_io", ""),
     )
 
 
