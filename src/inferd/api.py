@@ -145,6 +145,17 @@ class Server:
     def repository_index(self, ready: bool = False) -> list[dict[str, Any]]:
         return self._core.repository_index(ready)
 
+    def load_model(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload ``name`` (``model_control_mode="explicit"``); ``config``: a JSON config
+        override, ``files``: file overrides by path within the model's folder (e.g. "1/model.py")."""
+        self._run(self._core.load_model(name, config, dict(files or {})))
+
+    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name`` once its requests in flight are answered."""
+        self._run(self._core.unload_model(name, unload_dependents))
+
     # -- inference -------------------------------------------------------------------------------
     def infer(
         self,

@@ -168,7 +168,10 @@ def hard_exit(code: int) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
+        parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
     if argv is None:
         # models see the command line Triton's Python stub gives them ([""]), not the server's: a
         # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit

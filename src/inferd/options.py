@@ -31,8 +31,16 @@ class ServerOptions:
     )
     id: str = option("triton", "the server's name in the server metadata")
     model_control_mode: str = option(
-        "none", "how models are loaded: 'none' loads every model at start", choices=("none",)
+        "none",
+        "how models are loaded: 'none' every model at start; 'explicit' those of --load-model, then "
+        "the repository API loads and unloads; 'poll' every model, then the repository's changes",
+        choices=("none", "poll", "explicit"),
     )
+    load_model: list[str] = field(
+        default_factory=list,
+        metadata={"help": "a model to load at start in explicit mode ('*': all; repeatable)"},
+    )
+    repository_poll_secs: int = option(15, "seconds between two looks at the repositories in poll mode")
     strict_model_config: bool = option(
         False,
         "use config.pbtxt as written: no auto-completion from the model files",

@@ -290,3 +290,15 @@ def test_server_without_http_and_before_start() -> None:
     with pytest.raises(InternalError, match="the server is not started: call start\\(\\) first"):
         s.infer("add_sub", {})
     s.stop()  # stopping a server that never started does nothing
+
+
+def test_explicit_mode_loads_and_unloads_in_process() -> None:
+    with Server(REFERENCE_MODELS, model_control_mode="explicit", load_model=["identity_fp32"]) as s:
+        assert s.model_ready("identity_fp32") and not s.model_ready("add_sub")
+        s.load_model("add_sub")
+        a = np.ones((1, 16), np.float32)
+        assert s.infer("add_sub", {"INPUT0": a, "INPUT1": a})["OUTPUT0"].tolist() == (a + a).tolist()
+        s.unload_model("add_sub")
+        assert not s.model_ready("add_sub")
+        entry = next(m for m in s.repository_index() if m["name"] == "add_sub")
+        assert (entry["state"], entry["reason"]) == ("UNAVAILABLE", "unloaded")

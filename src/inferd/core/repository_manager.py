@@ -1,4 +1,5 @@
-"""Loads the models of the repositories into the registry (control mode none: everything at start)."""
+"""Loads the models of the repositories into the registry: every model at start, or one version at a time
+(``load_version``, also for core/model_control.py)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ _STATUS_TEXT = {
 _KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
 
 
+def status_text(e: InferdError) -> str:
+    """An error as Triton prints a Status in a load failure's reason: "Internal: <message>"."""
+    return f"{_STATUS_TEXT[e.code]}: {e.message}"
+
+
 class LoadedModels:
     """name -> {version -> Model}, plus what failed to load and why (for the index and the table)."""
 
@@ -78,8 +84,12 @@ class LoadedModels:
                 self.ready_default[name] = max(ready, key=lambda m: m.version)
 
 
-def _prepare_config(md: ModelDir, config_name: str | None, strict: bool, default_mbs: int) -> Any:
-    cfg, _had_file = load_model_config(md.path, config_name=config_name)
+def prepare_config(
+    md: ModelDir, config_name: str | None, strict: bool, default_mbs: int, override: Any | None = None
+) -> Any:
+    """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
+    instead of the model's file (a load request's ``config``)."""
+    cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
@@ -201,8 +211,8 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             len(instances),
             (time.monotonic() - t0) * 1000,
         )
-    except InferdError as e:  # the reason reads as Triton prints a Status: "Internal: <message>"
-        model.state, model.reason = ModelState.UNAVAILABLE, f"{_STATUS_TEXT[e.code]}: {e.message}"
+    except InferdError as e:
+        model.state, model.reason = ModelState.UNAVAILABLE, status_text(e)
     except Exception as e:  # a model's own import or initialize error: keep the others serving
         model.state, model.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
     return model
@@ -225,7 +235,7 @@ async def load_repositories(paths: list[Path], registry: LoadedModels, settings:
         async with sem:
             try:
                 cfg = await asyncio.to_thread(
-                    _prepare_config,
+                    prepare_config,
                     entry,
                     settings.config_name,
                     settings.strict_model_config,
@@ -242,7 +252,7 @@ async def load_repositories(paths: list[Path], registry: LoadedModels, settings:
                 ensembles.append((entry, cfg))
                 return
             for v in versions:
-                model = await _load_bounded(name, v, entry, cfg, settings)
+                model = await load_bounded(name, v, entry, cfg, settings)
                 if model.reason.startswith(_GIVEN_UP):
                     registry.abandoned_loads += 1
                 registry.add(model)
@@ -250,19 +260,26 @@ async def load_repositories(paths: list[Path], registry: LoadedModels, settings:
     await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
     registry.refresh_defaults()
     for entry, cfg in ensembles:
-        versions = select_versions(cfg.version_policy, list(entry.versions), model_name=entry.name)
-        for v in versions:
-            model = Model(entry.name, v, cfg, entry.path)
-            try:
-                model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.infer)
-                model.state = ModelState.READY
-            except InferdError as e:
-                model.state, model.reason = ModelState.UNAVAILABLE, e.message
+        for model in ensemble_versions(entry, cfg, registry, settings):
             registry.add(model)
     registry.refresh_defaults()
 
 
-async def _load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: LoadSettings) -> list[Model]:
+    """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
+    models = []
+    for v in select_versions(cfg.version_policy, list(md.versions), model_name=md.name):
+        model = Model(md.name, v, cfg, md.path)
+        try:
+            model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.infer)
+            model.state = ModelState.READY
+        except InferdError as e:
+            model.state, model.reason = ModelState.UNAVAILABLE, e.message
+        models.append(model)
+    return models
+
+
+async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
     """``load_version`` on a worker thread, given up on after the load timeout (the thread cannot
     be stopped: a load that finishes later is unloaded at once)."""
     timeout_s, loop = settings.load_timeout_s, settings.loop

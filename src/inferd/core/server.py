@@ -18,13 +18,8 @@ from inferd.core.classification import classify
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
-from inferd.core.repository_manager import (
-    LoadedModels,
-    LoadSettings,
-    check_mode_allows_load,
-    load_repositories,
-    parse_backend_config,
-)
+from inferd.core.model_control import ModelControl
+from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.validate import validate_request
@@ -80,10 +75,13 @@ class ServerCore:
         self.version = __version__
         #: streams of the requests submitted and not answered yet (failed at a forced shutdown)
         self._open: set[ResponseStream] = set()
+        #: loads and unloads after start (core/model_control.py); made by ``start``
+        self.control: ModelControl | None = None
+        self._poll: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load the repositories (control mode none: every model, now)."""
+        """Load the repositories: every model, or in explicit mode those of ``--load-model``."""
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._live = True
@@ -102,13 +100,24 @@ class ServerCore:
             execute_timeout_s=options.model_execute_timeout_secs,
             backend_config=backend_config,
         )
-        await load_repositories(list(options.model_repository), self.registry, settings)
+        self.control = ModelControl(
+            options.model_control_mode,
+            list(options.model_repository),
+            self.registry,
+            settings,
+            drain_timeout_s=float(options.exit_timeout_secs),
+        )
+        await self.control.start(list(options.load_model))
+        if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
+            self._poll = self.loop.create_task(self.control.poll_forever(options.repository_poll_secs))
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish in-flight ones (up to the exit timeout), unload."""
         if self._stopping:
             return
         self._stopping = True
+        if self._poll is not None:
+            self._poll.cancel()
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout  # one deadline for all: not one timeout per model
         models = [m for versions in self.registry.models.values() for m in versions.values()]
@@ -355,11 +364,14 @@ class ServerCore:
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        names = sorted(set(self.registry.models) | set(self.registry.failed))
+        known = self.control.known_models() if self.control is not None else []
+        names = sorted(set(self.registry.models) | set(self.registry.failed) | set(known))
         for name in names:
             versions = self.registry.models.get(name, {})
             if not versions:
-                if not ready_only:
+                if not ready_only and name not in self.registry.failed:
+                    out.append({"name": name})  # in the repository, never loaded (explicit mode)
+                elif not ready_only:
                     entry: dict[str, Any] = {"name": name, "version": "", "state": "UNAVAILABLE"}
                     entry["reason"] = self.registry.failed.get(name, "")
                     out.append({k: v for k, v in entry.items() if v != ""})
@@ -373,11 +385,20 @@ class ServerCore:
                 out.append(entry)
         return out
 
-    def load_model(self, name: str) -> None:
-        check_mode_allows_load(self.options.model_control_mode)
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """The repository API's load: ``config`` a JSON config override, ``files`` the ``file:``
+        overrides (path -> contents); returns once the model is READY (or raises why not)."""
+        if self.control is None:
+            raise UnavailableError("the server has not started")
+        await self.control.load(name, config, files)
 
-    def unload_model(self, name: str) -> None:
-        check_mode_allows_load(self.options.model_control_mode)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """The repository API's unload: returns once the model drained and was released."""
+        if self.control is None:
+            raise UnavailableError("the server has not started")
+        await self.control.unload(name, unload_dependents)
 
 
 def _apply_classification(wanted: dict[str, int], model: Model, resp: InferResponse) -> None:

@@ -297,8 +297,10 @@ def test_model_metadata(repo: Path) -> None:
 
 def test_load_and_unload_refused_in_mode_none(repo: Path) -> None:
     async def check(server: Server) -> None:
-        for fn in (lambda: server.load_model("good"), lambda: server.unload_model("good")):
-            e = _error(fn)
+        for call in (server.load_model("good"), server.unload_model("good")):
+            with pytest.raises(InferdError) as info:
+                await call
+            e = info.value
             assert isinstance(e, UnavailableError)
             assert e.code.http_status == 503
             assert e.message == "explicit model load / unload is not allowed if polling is enabled"

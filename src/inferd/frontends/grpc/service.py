@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from inferd.core.facade import Core
 from inferd.core.model import Model
+from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
@@ -330,13 +331,18 @@ class InferenceServicer:
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
-        self.core.load_model(request.model_name)
+        params = {k: _parameter_value(p) for k, p in request.parameters.items()}
+        config, files = load_parameters(params, base64_files=False)
+        await self.core.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
-        self.core.unload_model(request.model_name)
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            raise InvalidArgumentError("'unload_dependents' must be a bool_param")
+        await self.core.unload_model(request.model_name, dependents is not None and dependents.bool_param)
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory ---------------------------------------------------------------------------
@@ -526,3 +532,9 @@ class _Call:
     def targets(self) -> dict[str, memoryview] | None:
         request = self.request
         return None if request is None or request.outputs is None else output_targets(request)
+
+
+def _parameter_value(p: Any) -> Any:
+    """A ModelRepositoryParameter's value (bool, int, str or bytes)."""
+    which = p.WhichOneof("parameter_choice")
+    return None if which is None else getattr(p, which)

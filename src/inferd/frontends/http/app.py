@@ -10,6 +10,7 @@ import gzip
 import logging
 import re
 import zlib
+from collections.abc import Awaitable
 from importlib import resources
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 
 from inferd.core.facade import Core
 from inferd.core.model import Model
+from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
@@ -82,6 +84,13 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
             f"failed to decompress the request body ({encoding}): the compressed data ends early"
         )
     return out
+
+
+def _unload_dependents(params: dict[str, Any]) -> bool:
+    value = params.get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise InvalidArgumentError("'unload_dependents' must be a boolean")
+    return value
 
 
 def _encoding(req: HttpRequest) -> str:
@@ -277,13 +286,29 @@ class HttpApp:
                 return
             if repo:
                 raise UnsupportedError("'repository_name' specification is not supported")
+            params = doc.get("parameters", {}) if isinstance(doc, dict) else {}
+            if not isinstance(params, dict):
+                raise InvalidArgumentError("'parameters' must be a JSON object")
             if action == "load":
-                self.core.load_model(model)
+                config, files = load_parameters(params, base64_files=True)
+                call = self.core.load_model(model, config, files)
             else:
-                self.core.unload_model(model)
-            resp.send(200, _EMPTY, _JSON)
+                call = self.core.unload_model(model, _unload_dependents(params))
         except InferdError as e:
             _error(resp, e)
+            return
+        task = asyncio.get_running_loop().create_task(self._model_control(call, resp))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _model_control(self, call: Awaitable[None], resp: Responder) -> None:
+        """A load or unload: answered when it is done (it may take a while; the loop serves on)."""
+        try:
+            await call
+        except InferdError as e:
+            _error(resp, e)
+            return
+        resp.send(200, _EMPTY, _JSON)
 
     # -- logging ---------------------------------------------------------------------------------
     def _logging(self, req: HttpRequest, resp: Responder) -> None:

@@ -1,0 +1,367 @@
+"""Model control: what is loaded after start, in Triton's three modes.
+
+- ``none``: every model loads at start; load and unload requests are refused.
+- ``explicit``: only ``--load-model`` models (``*``: all) load at start; the repository API loads
+  and unloads, a load optionally with a ``config`` override (JSON) and ``file:<path>`` overrides
+  written to a fresh private folder, never into the repository.
+- ``poll``: every model loads at start, and the repositories are looked at every
+  ``--repository-poll-secs``: a model added, changed (any file's size or modification time) or
+  removed is loaded, reloaded or unloaded.
+
+A reload brings the new versions up beside the old ones and switches when they are READY: a
+request is routed to the old or to the new, never to neither (routing and the switch both happen
+on the event loop). The old versions then drain (their in-flight requests finish, up to
+``--exit-timeout-secs``) and unload. A reload that fails leaves the old versions serving.
+Unload answers once the model is gone, drained and released (the reference answers at once, while
+the model is still UNLOADING). Actions run one at a time, as the reference's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any, NoReturn
+
+from google.protobuf import json_format
+
+from inferd.core.lifecycle import ModelState
+from inferd.core.model import Model
+from inferd.core.repository_manager import (
+    LoadedModels,
+    LoadSettings,
+    ensemble_versions,
+    load_bounded,
+    load_repositories,
+    prepare_config,
+    status_text,
+)
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+from inferd.repository import DuplicateModel, ModelDir, scan_repositories, select_versions
+from inferd.repository.config.schema import ModelConfig
+from inferd.repository.scan import scan_model_dir
+
+log = logging.getLogger("inferd.repository")
+
+MODES = ("none", "poll", "explicit")
+FILE_PREFIX = "file:"
+
+
+def load_parameters(params: dict[str, Any], base64_files: bool) -> tuple[str | None, dict[str, bytes]]:
+    """A load request's parameters: the ``config`` override and the ``file:<path>`` overrides
+    (base64 text over HTTP, bytes over gRPC), with the reference's answers to other values."""
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InternalError("attempt to access JSON non-string as string")
+            config = value
+        elif key.startswith(FILE_PREFIX):
+            if base64_files:
+                if not isinstance(value, str):
+                    raise InternalError("attempt to access JSON non-string as string")
+                try:
+                    data = base64.b64decode(value, validate=True)
+                except binascii.Error as e:
+                    raise InvalidArgumentError(f"the contents of '{key}' are not base64: {e}") from None
+            elif isinstance(value, bytes):
+                data = value
+            else:
+                raise InvalidArgumentError(f"the contents of '{key}' must be bytes_param")
+            files[key[len(FILE_PREFIX) :]] = data
+        else:
+            raise InternalError(
+                f"unexpected error on creating Triton parameter: '{key}' is not a load parameter "
+                "('config' or 'file:<path>')"
+            )
+    return config, files
+
+
+def _poll_failed(name: str, why: str) -> InternalError:
+    return InternalError(f"failed to load '{name}', failed to poll from model repository: {why}")
+
+
+def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """What poll mode compares: every file and folder under a model's folder, with its size and
+    modification time (a file replaced, edited or touched changes it)."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for entry in (*dirs, *sorted(files)):
+            full = os.path.join(root, entry)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            out.append((os.path.relpath(full, path), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def write_overrides(name: str, files: dict[str, bytes]) -> Path:
+    """``file:<path>`` overrides written to a fresh private folder (the model's folder for this load)."""
+    root = Path(tempfile.mkdtemp(prefix="inferd-override-"))
+    folder = root / name  # a model's folder bears its name
+    try:
+        for rel, data in files.items():
+            pure = PurePosixPath(rel)
+            target = (folder / pure).resolve()
+            if (
+                pure.is_absolute()
+                or ".." in pure.parts
+                or not rel
+                or not target.is_relative_to(folder.resolve())
+            ):
+                raise _poll_failed(
+                    name,
+                    f"Invalid file parameter '{FILE_PREFIX}{rel}': the path must stay within the model directory",
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return folder
+
+
+class ModelControl:
+    """Loads and unloads the models of ``registry`` after start (see the module docstring)."""
+
+    def __init__(
+        self,
+        mode: str,
+        repositories: list[Path],
+        registry: LoadedModels,
+        settings: LoadSettings,
+        drain_timeout_s: float,
+    ) -> None:
+        self.mode = mode
+        self._repositories = repositories
+        self._registry = registry
+        self._settings = settings
+        self._drain_timeout_s = drain_timeout_s
+        self._lock = asyncio.Lock()
+        #: model name -> the fingerprint of the folder it was loaded from (poll mode)
+        self._seen: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        #: model name -> the private folder of its file overrides (removed when it unloads)
+        self._override_dirs: dict[str, Path] = {}
+
+    # -- start ---------------------------------------------------------------------------------------
+    async def start(self, startup_models: list[str]) -> None:
+        if self.mode == "explicit" and startup_models != ["*"]:
+            if "*" in startup_models:
+                raise InvalidArgumentError(
+                    "Wildcard model name '*' must be the ONLY startup model if specified at all."
+                )
+            for name in startup_models:
+                try:
+                    await self.load(name, check_mode=False)
+                except InferdError as e:
+                    log.error("%s", e.message)
+                    if not self._registry.models.get(name):
+                        self._registry.failed[name] = e.message
+            return
+        await load_repositories(self._repositories, self._registry, self._settings)
+        if self.mode == "poll":
+            self._seen = self._scan_fingerprints()
+
+    def known_models(self) -> list[str]:
+        """Every model the repositories hold now (the index lists those not loaded too)."""
+        if self.mode == "none":
+            return []
+        try:
+            return list(scan_repositories(self._repositories))
+        except InferdError:
+            return []
+
+    # -- the repository API --------------------------------------------------------------------------
+    def _check_mode(self) -> None:
+        if self.mode != "explicit":
+            raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load(
+        self,
+        name: str,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        check_mode: bool = True,
+    ) -> None:
+        """Load (or reload) ``name``; an ensemble's missing step models load first."""
+        if check_mode:
+            self._check_mode()
+        async with self._lock:
+            await self._load(name, config, files or {}, set())
+
+    async def unload(self, name: str, unload_dependents: bool = False, check_mode: bool = True) -> None:
+        if check_mode:
+            self._check_mode()
+        async with self._lock:
+            await self._unload(name, unload_dependents)
+
+    # -- poll mode -----------------------------------------------------------------------------------
+    def _scan_fingerprints(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
+        found = scan_repositories(self._repositories)
+        return {n: fingerprint(e.path) for n, e in found.items() if isinstance(e, ModelDir)}
+
+    async def poll_once(self) -> None:
+        """Load what was added or changed since the last look, unload what was removed."""
+        async with self._lock:
+            try:
+                now = await asyncio.to_thread(self._scan_fingerprints)
+            except InferdError as e:
+                log.error("polling the model repositories failed: %s", e.message)
+                return
+            for name in sorted(set(self._seen) - set(now)):
+                log.info("'%s' left the repository: unloading it", name)
+                await self._unload(name, False)
+                self._seen.pop(name, None)
+            for name, mark in sorted(now.items()):
+                if self._seen.get(name) == mark:
+                    continue
+                log.info(
+                    "'%s' %s the repository: loading it",
+                    name,
+                    "changed in" if name in self._seen else "joined",
+                )
+                self._seen[name] = mark
+                try:
+                    await self._load(name, None, {}, set())
+                except InferdError as e:
+                    log.error("%s", e.message)
+
+    async def poll_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.poll_once()
+
+    # -- the work (lock held) ------------------------------------------------------------------------
+    def _model_dir(
+        self, name: str, config: str | None, files: dict[str, bytes]
+    ) -> tuple[ModelDir, Any | None]:
+        override = None
+        if config is not None:
+            try:
+                override = json_format.Parse(config, ModelConfig())
+            except json_format.ParseError as e:
+                raise _poll_failed(name, f"Invalid config override: {e}") from None
+            if not override.name:
+                override.name = name
+        if files:
+            if override is None:
+                raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
+            folder = write_overrides(name, files)
+            return scan_model_dir(folder, folder.parent), override
+        entry = scan_repositories(self._repositories).get(name)
+        if entry is None:
+            raise _poll_failed(name, "model not found in any model repository")
+        if isinstance(entry, DuplicateModel):
+            raise _poll_failed(name, entry.reason)
+        return entry, override
+
+    async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
+        settings, registry = self._settings, self._registry
+        loading.add(name)
+        md, override = self._model_dir(name, config, files)
+        try:
+            cfg = await asyncio.to_thread(
+                prepare_config,
+                md,
+                settings.config_name,
+                settings.strict_model_config,
+                settings.default_max_batch_size,
+                override,
+            )
+        except InferdError as e:  # as the reference's backends find it at load: the version fails
+            if not md.versions:
+                self._drop_override(md, files)
+                raise _poll_failed(name, e.message) from None
+            failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
+            failed_model.state, failed_model.reason = ModelState.UNAVAILABLE, status_text(e)
+            self._fail(name, [failed_model], md, files)
+        if cfg.platform == "ensemble":
+            for step in cfg.ensemble_scheduling.step:
+                if step.model_name not in loading and not registry.is_ready(step.model_name):
+                    await self._load(step.model_name, None, {}, loading)
+            new = ensemble_versions(md, cfg, registry, settings)
+        else:
+            versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+            if not versions:
+                self._drop_override(md, files)
+                raise _poll_failed(name, "no version is available")
+            new = [await load_bounded(name, v, md, cfg, settings) for v in versions]
+        if any(not m.ready for m in new):
+            for m in new:
+                if m.ready:
+                    await self._stop(m)
+            self._fail(name, new, md, files)
+        old = registry.models.get(name, {})
+        fresh = {m.version: m for m in new}
+        # versions the new load leaves out stay listed, as UNAVAILABLE "unloaded" once stopped
+        registry.models[name] = {**{v: m for v, m in old.items() if v not in fresh}, **fresh}
+        registry.failed.pop(name, None)
+        registry.refresh_defaults()  # requests go to the new versions from here on
+        old_dir = self._override_dirs.pop(name, None)
+        if files:
+            self._override_dirs[name] = md.path
+        log.info("loaded '%s' (%s)", name, ", ".join(f"version {m.version}" for m in new))
+        for m in old.values():
+            await self._stop(m)
+        if old_dir is not None:
+            shutil.rmtree(old_dir.parent, ignore_errors=True)
+
+    def _fail(self, name: str, new: list[Model], md: ModelDir, files: dict[str, bytes]) -> NoReturn:
+        """A load whose versions did not all come up: the old ones serve on; with none, the new
+        failures are listed (the index shows why)."""
+        self._drop_override(md, files)
+        registry = self._registry
+        if not any(m.ready for m in registry.models.get(name, {}).values()):
+            registry.models[name] = {m.version: m for m in new}
+            registry.refresh_defaults()
+        failed = [m for m in new if not m.ready]
+        reasons = "".join(f"version {m.version} is at UNAVAILABLE state: {m.reason};\n" for m in failed)
+        raise InvalidArgumentError(f"load failed for model '{name}': {reasons}")
+
+    def _drop_override(self, md: ModelDir, files: dict[str, bytes]) -> None:
+        if files:
+            shutil.rmtree(md.path.parent, ignore_errors=True)
+
+    async def _unload(self, name: str, unload_dependents: bool) -> None:
+        registry = self._registry
+        if unload_dependents:
+            for other, versions in list(registry.models.items()):
+                if other != name and any(
+                    _uses(m, name) for m in versions.values() if m.scheduler is not None
+                ):
+                    await self._unload(other, False)
+        versions = registry.models.get(name, {})
+        live = [m for m in versions.values() if m.scheduler is not None]
+        for m in live:
+            m.state = ModelState.UNLOADING  # no new requests
+        registry.refresh_defaults()
+        for m in live:
+            await self._stop(m)
+        folder = self._override_dirs.pop(name, None)
+        if folder is not None:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+        if live:
+            log.info("successfully unloaded '%s'", name)
+
+    async def _stop(self, model: Model) -> None:
+        """Drain ``model`` (in-flight requests finish) and release it."""
+        model.state = ModelState.UNLOADING
+        scheduler, model.scheduler = model.scheduler, None
+        if scheduler is not None:
+            await scheduler.stop(self._drain_timeout_s)
+        model.state = ModelState.UNAVAILABLE
+        model.reason = "unloaded"
+
+
+def _uses(model: Model, name: str) -> bool:
+    """Whether ``model`` is an ensemble with a step on ``name``."""
+    cfg = model.config
+    return cfg.platform == "ensemble" and any(s.model_name == name for s in cfg.ensemble_scheduling.step)
