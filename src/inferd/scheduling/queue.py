@@ -29,7 +29,6 @@ from typing import Any, Protocol
 
 from inferd.core.request import InferRequest
 from inferd.errors import UnavailableError
-from inferd.repository.config.schema import ModelQueuePolicy
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 
@@ -92,7 +91,7 @@ class LevelPolicy:
             max_queue_size=int(policy.max_queue_size),
             default_timeout_ns=int(policy.default_timeout_microseconds) * 1000,
             allow_override=bool(policy.allow_timeout_override),
-            reject=policy.timeout_action != ModelQueuePolicy.DELAY,
+            reject=policy.timeout_action != type(policy).DELAY,  # the message's enum, no config import
         )
 
     def deadline(self, request: InferRequest, now_ns: int) -> int:
