@@ -32,6 +32,7 @@ from inferd.repository import (
 from inferd.scheduling.ensemble import EnsembleScheduler
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
+from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
 
 log = logging.getLogger("inferd.repository")
@@ -189,17 +190,29 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
         specs = _instance_specs(cfg)
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in specs]
         promotion = bmodel.promotion()
-        model.scheduler = InstancePool(
-            name,
-            str(version),
-            instances,
-            _policy(cfg),
-            model.stats,
-            settings.loop,
-            promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
-            queue=queue_policy(cfg),
-            execute_timeout_ns=execute_timeout_ns,
-        )
+        if cfg.HasField("sequence_batching"):  # a stateful model: scheduling/sequence.py
+            model.scheduler = SequenceBatcher(
+                name,
+                str(version),
+                cfg,
+                instances,
+                model.stats,
+                settings.loop,
+                model_dir=md.path,
+                execute_timeout_ns=execute_timeout_ns,
+            )
+        else:
+            model.scheduler = InstancePool(
+                name,
+                str(version),
+                instances,
+                _policy(cfg),
+                model.stats,
+                settings.loop,
+                promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
+                queue=queue_policy(cfg),
+                execute_timeout_ns=execute_timeout_ns,
+            )
         model.state = ModelState.READY
         log.info("successfully loaded '%s' version %d", name, version)
         log.log(

@@ -36,6 +36,7 @@ from inferd.backends.onnxruntime.options import (
     session_options,
     session_settings,
 )
+from inferd.backends.sequence_io import sequence_tensors
 from inferd.backends.signature import GraphTensor
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -96,6 +97,10 @@ class OnnxModel(NativeModel):
 
     def __init__(self, ctx: LoadContext) -> None:
         super().__init__(ctx)
+        # a stateful model's control and state tensors are graph inputs and outputs too
+        extra_inputs, extra_outputs = sequence_tensors(ctx.config)
+        self.inputs += extra_inputs
+        self.outputs += extra_outputs
         self.settings = session_settings(ctx.config, self.instance_count)
         self.available = list(ort.get_available_providers())
         self._checked = False
@@ -112,7 +117,10 @@ class OnnxModel(NativeModel):
         session = _open_session(self.path, options, providers, f"failed to load '{self.path}'")
         with self._lock:
             if not self._checked:
-                check_config_against_graph(self.ctx.config, *graph_signature(session))
+                extra_inputs, extra_outputs = sequence_tensors(self.ctx.config)
+                check_config_against_graph(
+                    self.ctx.config, *graph_signature(session), extra_inputs, extra_outputs
+                )
                 self._checked = True
             self.sessions += 1
         log.info(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.backends.signature import GraphTensor, check_datatype, check_shape, config_dims, shape_text
+from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
 #: ONNX Runtime's type strings -> ModelConfig data types
@@ -60,14 +61,19 @@ def check_config_against_graph(
     inputs: Sequence[GraphTensor],
     outputs: Sequence[GraphTensor],
     initializers: Sequence[GraphTensor] = (),
+    sequence_inputs: Sequence[TensorSpec] = (),
+    sequence_outputs: Sequence[TensorSpec] = (),
 ) -> None:
-    """Raise InvalidArgumentError naming the first tensor where ``config`` and the graph disagree."""
+    """Raise InvalidArgumentError naming the first tensor where ``config`` and the graph disagree.
+
+    ``sequence_inputs``/``sequence_outputs``: what sequence batching adds (``backends/sequence_io.py``):
+    graph tensors the config does not list as inputs or outputs, which must be in the graph."""
     name = config.name
     prefix = f"unable to load model '{name}'"
     mbs = int(config.max_batch_size)
     graph_inputs = {t.name: t for t in inputs}
     overridable = {t.name: t for t in initializers}
-    configured = {i.name for i in config.input}
+    configured = {i.name for i in config.input} | {s.name for s in sequence_inputs}
     missing = [t.name for t in inputs if t.name not in configured]
     if missing:
         raise InvalidArgumentError(
@@ -95,6 +101,27 @@ def check_config_against_graph(
                 f"outputs are: {', '.join(graph_outputs) or '(none)'}"
             )
         _check_tensor(prefix, "output", io, g, mbs)
+    for kind, specs, tensors in (
+        ("input", sequence_inputs, graph_inputs),
+        ("output", sequence_outputs, graph_outputs),
+    ):
+        for spec in specs:
+            _check_sequence_tensor(prefix, kind, spec, tensors)
+
+
+def _check_sequence_tensor(prefix: str, kind: str, spec: TensorSpec, tensors: dict[str, GraphTensor]) -> None:
+    """A control or state tensor: in the graph, with the type sequence_batching gives it."""
+    g = tensors.get(spec.name)
+    if g is None:
+        raise InvalidArgumentError(
+            f"{prefix}: sequence_batching {kind} '{spec.name}' (a control or implicit state tensor) is not an "
+            f"{kind} of the ONNX graph, whose {kind}s are: {', '.join(tensors) or '(none)'}"
+        )
+    if g.data_type != spec.datatype.config:
+        raise InvalidArgumentError(
+            f"{prefix}, sequence_batching expects datatype {spec.datatype.config} for {kind} '{spec.name}', "
+            f"model provides {g.data_type or g.type_name}"
+        )
 
 
 def _check_tensor(prefix: str, kind: str, io: Any, g: GraphTensor, mbs: int) -> None:

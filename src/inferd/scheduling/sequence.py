@@ -1,0 +1,519 @@
+"""The sequence batcher: the scheduler of a model with ``sequence_batching`` (a stateful model).
+
+A sequence is the requests that share a correlation ID (``sequence_id``), from the one flagged
+START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
+
+- A sequence gets a **slot** at its START: an instance and a batch slot on it (``max_batch_size``
+  slots per instance for ``direct``, ``max_candidate_sequences`` for ``oldest``; the lowest slot
+  index first, so sequences spread over the instances), and keeps it to its END. A START that finds
+  every slot taken waits in the **backlog**, with the requests that follow it, until a slot frees.
+- Requests of a sequence execute **one at a time, in order**: the next one is handed to the
+  instance when the previous one got its final response (its state, if any, written back first).
+- ``direct``: each execute holds at most one request per slot, in slot order; an empty slot below
+  a busy one gets a **filler** request (READY false, CORRID 0, zeros), whose response is dropped,
+  so that position ``i`` of a batch is always slot ``i`` (what a model keeping state per batch slot
+  needs). ``max_queue_delay_microseconds`` with ``minimum_slot_utilization`` holds a batch until
+  that share of the slots is ready. ``oldest``: the dynamic batcher over the sequences' next
+  requests (``preferred_batch_size``, ``max_queue_delay_microseconds``), no fillers.
+- Control inputs and implicit state (``sequence_state.py``) are added to each request as it is
+  handed to the instance; the state outputs are taken out of its response before the client sees
+  it, and feed the sequence's next request.
+- A sequence without a request for ``max_sequence_idle_microseconds`` is released (its slot goes to
+  the backlog or is free again); a later request of it is refused as a continuation without a
+  START. A request's ``timeout`` bounds its sequence's wait in the backlog ("timeout of the
+  corresponding sequence has been expired"). A cancelled request ends its sequence: the requests
+  queued behind it are cancelled too.
+
+Execution is the instance pool's (``instances.py``): one pool per instance, whose instance is
+wrapped by :class:`SequenceInstance` (slot order, fillers, state outputs requested), so statistics,
+inline mode, the execute watchdog and cancellation are the same as for any model. The batcher's
+own state (slots, backlog, sequences) lives on the event loop: ``enqueue``, completions and timers
+all run there, so it takes no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inferd.backends.base import BackendInstance
+from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
+from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.stats import ModelStats
+from inferd.errors import (
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    RequestCancelledError,
+    UnavailableError,
+)
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.queue import BatchPolicy
+from inferd.scheduling.sequence_state import (
+    SequenceControls,
+    SequenceStates,
+    StateSpec,
+    filler,
+    state_specs,
+    take_states,
+)
+from inferd.scheduling.watchdog import Abortable
+
+log = logging.getLogger("inferd.scheduling")
+
+#: how soon the reaper looks again at an idle sequence still waiting in the backlog (the reference's)
+BACKLOG_IDLE_RECHECK_NS = 50_000_000
+BACKLOG_EXPIRED = "timeout of the corresponding sequence has been expired"
+STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+
+Clock = Callable[[], int]
+CorrelationId = int | str
+
+
+class _Slot:
+    """A batch slot of one instance, and the sequence that holds it."""
+
+    __slots__ = ("busy", "index", "number", "pool", "seq")
+
+    def __init__(self, number: int, pool: int, index: int) -> None:
+        self.number = number  # its place in the batcher's list
+        self.pool = pool
+        self.index = index
+        self.seq: _Sequence | None = None
+        #: a request of this slot is with the instance and has not had its final response
+        self.busy = False
+
+
+class _Sequence:
+    """One sequence: its requests not yet handed to the instance, its slot (None: in the backlog)."""
+
+    __slots__ = ("cid", "ended", "expire_ns", "last_ns", "queue", "slot", "states", "timer")
+
+    def __init__(self, cid: CorrelationId, states: SequenceStates | None, now_ns: int) -> None:
+        self.cid = cid
+        self.queue: collections.deque[InferRequest] = collections.deque()
+        self.slot: _Slot | None = None
+        self.states = states
+        #: its END was queued, or it was released (idle): no request joins it any more
+        self.ended = False
+        self.last_ns = now_ns
+        self.expire_ns = 0  # a backlogged sequence's deadline (its requests' timeouts)
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class SequenceBatcher:
+    """The scheduler of a ``sequence_batching`` model (the Scheduler protocol, ``base.py``)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: str,
+        config: Any,
+        instances: list[tuple[str, BackendInstance]],
+        stats: ModelStats,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        model_dir: Path | None = None,
+        clock: Clock = time.monotonic_ns,
+        execute_timeout_ns: int = 0,
+    ) -> None:
+        """``instances``: the model's instances (unloaded here if the config's sequence settings fail
+        the reference's load checks); ``model_dir``: where ``initial_state/`` files are."""
+        self._model_name = model_name
+        self._model_version = model_version
+        self._loop = loop
+        self._clock = clock
+        self._stats = stats
+        try:
+            self._controls = SequenceControls(config)
+            self._state_specs: list[StateSpec] = state_specs(config, model_dir)
+        except InferdError:
+            for _, inst in instances:
+                inst.unload()
+            raise
+        sb = config.sequence_batching
+        mbs = int(config.max_batch_size)
+        self.oldest = sb.HasField("oldest")
+        slot_count = max(1, mbs)
+        if self.oldest:
+            slot_count = int(sb.oldest.max_candidate_sequences) or slot_count
+            policy = BatchPolicy(
+                max_batch_size=mbs,
+                max_queue_delay_ns=int(sb.oldest.max_queue_delay_microseconds) * 1000 if mbs > 0 else 0,
+                preferred_batch_size=tuple(int(x) for x in sb.oldest.preferred_batch_size),
+            )
+        else:
+            utilization = float(sb.direct.minimum_slot_utilization)
+            delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
+            wait = mbs > 1 and delay_ns > 0 and utilization > 0
+            policy = BatchPolicy(
+                max_batch_size=mbs,
+                max_queue_delay_ns=delay_ns if wait else 0,
+                preferred_batch_size=(max(1, math.ceil(utilization * mbs)),) if wait else (),
+            )
+        decoupled = bool(config.model_transaction_policy.decoupled)
+        #: direct: fillers keep every request at its slot's position (a decoupled model's fillers
+        #: would have nobody to send to: it gets none)
+        self.fillers = not self.oldest and mbs > 0 and not decoupled
+        self._idle_ns = int(sb.max_sequence_idle_microseconds) * 1000
+        # what the wrapped instances ask the backend for besides the client's outputs: the states
+        self.state_outputs = [RequestedOutput(s.output_name) for s in self._state_specs]
+        self.state_output_names = frozenset(s.output_name for s in self._state_specs)
+        self.all_outputs = [RequestedOutput(o.name) for o in config.output] + self.state_outputs
+        self.all_output_names = frozenset(o.name for o in self.all_outputs)
+        #: id(request) -> its slot, from its hand-off to the instance until its final response
+        self.tickets: dict[int, _Slot] = {}
+        self._pools = [
+            InstancePool(
+                model_name,
+                model_version,
+                [(name, wrap_instance(inst, self))],
+                policy,
+                stats,
+                loop,
+                clock=clock,
+                execute_timeout_ns=execute_timeout_ns,
+            )
+            for name, inst in instances
+        ]
+        pairs = [(i, p) for i in range(slot_count) for p in range(len(instances))]
+        self._slots = [_Slot(n, p, i) for n, (i, p) in enumerate(pairs)]
+        #: free slots, the lowest slot index first (then the lowest instance), as the reference
+        self._free = [(s.index, s.pool, s.number) for s in self._slots]
+        heapq.heapify(self._free)
+        self._live: dict[CorrelationId, _Sequence] = {}
+        self._backlog: collections.deque[_Sequence] = collections.deque()
+        self._waiting = 0  # requests in the sequences' queues
+        self._handed = 0  # requests with the instances, final response not yet seen
+        self._reaper: asyncio.TimerHandle | None = None
+        self._stopping = False
+
+    # -- Scheduler protocol ------------------------------------------------------------------
+    def enqueue(self, request: InferRequest) -> None:
+        """Check ``request`` against its sequence (the reference's texts), then queue it there."""
+        now = self._clock()
+        request.t_queue_ns = now
+        name = self._model_name
+        if request.batch_size > 1:
+            raise InvalidArgumentError(
+                f"inference request to model '{name}' must specify batch-size 1 due to requirements of "
+                "sequence batcher"
+            )
+        cid = request.correlation_id
+        if cid == 0 or cid == "":
+            raise InvalidArgumentError(
+                f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
+            )
+        start = bool(request.flags & SEQUENCE_START)
+        end = bool(request.flags & SEQUENCE_END)
+        if self._stopping and start:
+            raise UnavailableError(STOPPING)
+        seq = self._live.get(cid)
+        if seq is None and not start:
+            raise InvalidArgumentError(
+                f"inference request for sequence {cid} to model '{name}' must specify the START flag on the "
+                "first request of the sequence"
+            )
+        stream = request.stream
+        if stream is None:
+            raise InternalError("a sequence request needs a response stream")
+        if seq is None:
+            seq = _Sequence(cid, SequenceStates(self._state_specs) if self._state_specs else None, now)
+            if not end:
+                self._live[cid] = seq
+            if self._free:
+                self._assign(seq, self._slots[heapq.heappop(self._free)[2]])
+            else:
+                self._backlog.append(seq)
+        elif start:
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
+                "sequence start. Previous sequence will be terminated early.",
+                cid,
+                name,
+            )
+        seq.last_ns = now
+        self._track(request, stream, seq)
+        seq.queue.append(request)
+        self._waiting += 1
+        if end:
+            seq.ended = True
+            if self._live.get(cid) is seq:
+                del self._live[cid]
+        if seq.slot is None:
+            if request.timeout_us:
+                self._set_backlog_deadline(seq, now + request.timeout_us * 1000)
+        else:
+            self._pump(seq.slot)
+        if self._reaper is None and self._live:
+            self._reaper = self._loop.call_later(self._idle_ns / 1e9, self.reap)
+
+    def inflight(self) -> int:
+        return self._waiting + self._handed
+
+    async def stop(self, timeout_s: float) -> None:
+        """No new sequence starts; what is queued finishes (up to ``timeout_s``), the rest fails."""
+        self._stopping = True
+        deadline = time.monotonic() + timeout_s
+        while self.inflight() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        error = UnavailableError("Server is stopping")
+        for seq in [*(s.seq for s in self._slots if s.seq is not None), *self._backlog]:
+            self._fail_queue(seq, error)
+        self._backlog.clear()
+        left = max(0.0, deadline - time.monotonic())
+        await asyncio.gather(*(p.stop(left) for p in self._pools))
+
+    # -- what tests and the statistics may look at ------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        return {
+            "queued": self._waiting,
+            "executing": self._handed,
+            "sequences": sum(1 for s in self._slots if s.seq is not None) + len(self._backlog),
+            "backlog": len(self._backlog),
+        }
+
+    @property
+    def pools(self) -> list[InstancePool]:
+        return self._pools
+
+    def controls_for_filler(self) -> dict[str, Any]:
+        """The control tensors of a ``direct`` filler request (for the wrapped instances)."""
+        return self._controls.for_filler()
+
+    # -- the sequences --------------------------------------------------------------------------
+    def _assign(self, seq: _Sequence, slot: _Slot) -> None:
+        seq.slot = slot
+        slot.seq = seq
+        if seq.timer is not None:
+            seq.timer.cancel()
+            seq.timer = None
+
+    def _pump(self, slot: _Slot) -> None:
+        """Hand the slot's next request to its instance, or pass the slot on once its sequence ended."""
+        while not slot.busy:
+            seq = slot.seq
+            if seq is None:
+                return
+            if seq.queue:
+                self._hand_off(slot, seq, seq.queue.popleft())
+                return
+            if not seq.ended:
+                return  # it waits for the sequence's next request
+            self._release(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        """The slot's sequence is over: the oldest backlogged sequence takes it, else it is free."""
+        slot.seq = None
+        while self._backlog:
+            seq = self._backlog.popleft()
+            if seq.queue or not seq.ended:
+                log.debug("sequence %s of model '%s' takes slot %d", seq.cid, self._model_name, slot.index)
+                self._assign(seq, slot)
+                return
+        heapq.heappush(self._free, (slot.index, slot.pool, slot.number))
+
+    def _hand_off(self, slot: _Slot, seq: _Sequence, request: InferRequest) -> None:
+        """Controls and state in, then to the slot's instance (on the loop)."""
+        self._waiting -= 1
+        inputs = {**request.inputs, **self._controls.for_request(request)}
+        states = seq.states
+        if states is not None:
+            if request.flags & SEQUENCE_START:
+                states.reset(self._state_specs)
+            inputs.update(states.current)
+        request.inputs = inputs
+        slot.busy = True
+        self.tickets[id(request)] = slot
+        self._handed += 1
+        try:
+            self._pools[slot.pool].enqueue(request)
+        except InferdError as e:  # the pool stopped: the final response frees the slot as any other
+            assert request.stream is not None
+            request.stream.deliver(self._error(request, e), True)
+
+    def _track(self, request: InferRequest, stream: ResponseStream, seq: _Sequence) -> None:
+        """Hear of the request's final response; take the states out of its responses."""
+        on_final = stream.on_final
+        loop = self._loop
+
+        def final(s: ResponseStream) -> None:
+            if on_final is not None:
+                on_final(s)
+            # after this delivery: its states are taken (postprocess) before the next request goes
+            loop.call_soon(self._completed, request)
+
+        stream.on_final = final
+        specs = self._state_specs
+        if specs:
+            post = stream.postprocess
+
+            def take(response: InferResponse) -> None:
+                take_states(response, specs, seq.states)
+                if post is not None:
+                    post(response)
+
+            stream.postprocess = take
+
+    def _completed(self, request: InferRequest) -> None:
+        """On the loop, after a request's final response: its slot takes the sequence's next one."""
+        slot = self.tickets.pop(id(request), None)
+        if slot is None:
+            return  # answered before it was handed off (the sequence failed or the server stops)
+        self._handed -= 1
+        slot.busy = False
+        seq = slot.seq
+        stream = request.stream
+        if seq is not None and stream is not None and stream.cancelled:
+            # as the reference: a cancelled request ends its sequence and cancels the ones behind it
+            self._end(seq, RequestCancelledError("Request was cancelled"), "CANCELED")
+        self._pump(slot)
+
+    def _end(self, seq: _Sequence, error: InferdError, reason: str) -> None:
+        seq.ended = True
+        if self._live.get(seq.cid) is seq:
+            del self._live[seq.cid]
+        self._fail_queue(seq, error, reason)
+
+    def _fail_queue(self, seq: _Sequence, error: InferdError, reason: str = "REJECTED") -> None:
+        now = self._clock()
+        while seq.queue:
+            r = seq.queue.popleft()
+            self._waiting -= 1
+            self._stats.record_request(False, now - r.t_start_ns, reason)
+            if r.stream is not None:
+                r.stream.deliver(self._error(r, error), True)
+
+    def _error(self, request: InferRequest, error: InferdError) -> InferResponse:
+        return InferResponse(self._model_name, self._model_version, request.id, error=error)
+
+    # -- timers ----------------------------------------------------------------------------------
+    def reap(self) -> None:
+        """The idle timer: release the sequences idle for ``max_sequence_idle_microseconds``."""
+        self._reaper = None
+        now = self._clock()
+        wait = self._idle_ns
+        idle: list[_Slot] = []
+        for cid, seq in list(self._live.items()):
+            left = seq.last_ns + self._idle_ns - now
+            if left > 0:
+                wait = min(wait, left)
+                continue
+            if seq.slot is None:  # still waiting for a slot: looked at again soon
+                wait = min(wait, BACKLOG_IDLE_RECHECK_NS)
+                continue
+            log.debug("sequence %s of model '%s': max sequence idle exceeded", cid, self._model_name)
+            del self._live[cid]
+            seq.ended = True
+            idle.append(seq.slot)
+        for slot in idle:  # released now, or when their queued requests are done
+            self._pump(slot)
+        if self._live and not self._stopping:
+            self._reaper = self._loop.call_later(max(wait, 1000) / 1e9, self.reap)
+
+    def _set_backlog_deadline(self, seq: _Sequence, deadline_ns: int) -> None:
+        if seq.expire_ns and seq.expire_ns <= deadline_ns:
+            return
+        seq.expire_ns = deadline_ns
+        if seq.timer is not None:
+            seq.timer.cancel()
+        seq.timer = self._loop.call_later(max(0, deadline_ns - self._clock()) / 1e9, self.expire, seq)
+
+    def expire(self, seq: _Sequence) -> None:
+        """A backlogged sequence's deadline passed: its requests are rejected, the sequence forgotten."""
+        seq.timer = None
+        if seq.slot is not None:
+            return
+        try:
+            self._backlog.remove(seq)
+        except ValueError:
+            return
+        self._end(seq, UnavailableError(BACKLOG_EXPIRED), "REJECTED")
+
+
+class SequenceInstance:
+    """A model instance as the sequence batcher's pool sees it: each execute gets the batch in slot
+    order with fillers (``direct``), and asks the backend for the state outputs too."""
+
+    def __init__(self, inner: BackendInstance, batcher: SequenceBatcher) -> None:
+        self.inner = inner
+        self._batcher = batcher
+
+    @property
+    def inline_ok(self) -> bool:
+        return self.inner.inline_ok
+
+    @property
+    def uses_bls(self) -> bool:
+        return self.inner.uses_bls
+
+    @property
+    def last_timings(self) -> tuple[int, int, int] | None:
+        return self.inner.last_timings
+
+    def unload(self) -> None:
+        self.inner.unload()
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        b = self._batcher
+        full, positions = requests, None
+        if b.fillers:
+            full, positions = self._arrange(requests)
+        saved = None
+        if b.state_outputs:
+            saved = [(r.outputs, r.output_names) for r in full]
+            for r in full:
+                if r.outputs is None:
+                    r.outputs, r.output_names = b.all_outputs, b.all_output_names
+                else:
+                    names = (
+                        r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
+                    )
+                    r.outputs, r.output_names = [*r.outputs, *b.state_outputs], names | b.state_output_names
+        try:
+            responses = self.inner.execute(full)
+        finally:
+            if saved is not None:
+                for r, (outputs, output_names) in zip(full, saved, strict=True):
+                    r.outputs, r.output_names = outputs, output_names
+        if responses is None or positions is None:
+            return responses
+        return [responses[i] for i in positions]
+
+    def _arrange(self, requests: list[InferRequest]) -> tuple[list[InferRequest], list[int] | None]:
+        """``requests`` at their slots' positions, fillers in the empty slots below the highest; the
+        position of each request of ``requests`` (None: nothing moved)."""
+        tickets = self._batcher.tickets
+        index = [tickets[id(r)].index for r in requests]
+        if index == list(range(len(requests))):
+            return requests, None
+        by_slot = dict(zip(index, requests, strict=True))
+        controls = self._batcher.controls_for_filler()
+        full = [by_slot[i] if i in by_slot else filler(requests[0], controls) for i in range(max(index) + 1)]
+        return full, index
+
+
+class AbortableSequenceInstance(SequenceInstance):
+    """A wrapped instance whose execute the watchdog can stop (a process instance)."""
+
+    def abort(self, reason: str) -> None:
+        inner = self.inner
+        assert isinstance(inner, Abortable)
+        inner.abort(reason)
+
+
+def wrap_instance(inner: BackendInstance, batcher: SequenceBatcher) -> SequenceInstance:
+    """The wrapper for ``inner``, abortable when ``inner`` is."""
+    if isinstance(inner, Abortable):
+        return AbortableSequenceInstance(inner, batcher)
+    return SequenceInstance(inner, batcher)
