@@ -210,10 +210,12 @@ class FakeCore:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return [{"name": n, "version": "1", "state": "READY"} for n in sorted(self.models)]
 
-    def load_model(self, name: str) -> None:
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
 
-    def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
 
 
