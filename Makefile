@@ -64,8 +64,10 @@ bench-quick: install
 fuzz: install
 	$(BIN)/python -m reliability.fuzz $(ARGS)
 
+# soak, then the reloads and load/unload cycles of model control (RELOAD_ARGS: python -m reliability.reload --help)
 soak: install
 	$(BIN)/python -m reliability.soak $(ARGS)
+	$(BIN)/python -m reliability.reload $(RELOAD_ARGS)
 
 clean:
 	rm -rf $(VENV) $(MODELS) .mypy_cache .ruff_cache .pytest_cache

@@ -173,3 +173,15 @@ def test_sigterm_under_load_answers_every_accepted_request(soak: dict[str, Any])
     assert all(x.startswith("HTTP 503") for x in t["long_requests"]), t
     assert t["outcomes"].get("empty reply on a fresh connection", 0) == 0, t
     assert t["outcomes"].get("empty reply (connection broke under the call)", 0) == 0, t
+
+
+@pytest.mark.timeout(300)
+def test_reloads_under_load_and_load_unload_cycles(tmp_path: Path) -> None:
+    """reliability.reload, scaled down: reloads under load fail nothing, cycles leave RSS flat."""
+    out = tmp_path / "reload.json"
+    args = ["--reloads", "5", "--cycles", "30", "--concurrency", "4"]
+    code, doc, log = run_suite("reliability.reload", args, out, timeout=240)
+    assert doc["explicit"]["failed"] == 0 and doc["explicit"]["requests"] > 0, log
+    assert doc["poll"]["failed"] == 0 and doc["poll"]["reloads"] == 5, log
+    assert [c["model"] for c in doc["cycles"]] == ["identity_fp32", "onnx_add"]
+    assert code == 0, log
