@@ -57,7 +57,7 @@ class TritonPythonModel:
 
 
 def _python_config(
-    name: str, mbs: int, strategy: str = "", corrid: str = "TYPE_UINT64", idle_us: int = 0
+    name: str, mbs: int, strategy: str = "", corrid: str = "TYPE_UINT64", idle_us: int = 0, extra: str = ""
 ) -> str:
     idle = f"max_sequence_idle_microseconds: {idle_us}" if idle_us else ""
     corrid_out = "TYPE_STRING" if corrid == "TYPE_STRING" else "TYPE_UINT64"
@@ -72,6 +72,7 @@ output [
   {{ name: "CORRID_OUT" data_type: {corrid_out} dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}
 sequence_batching {{
   {idle}
   {strategy}
@@ -144,6 +145,10 @@ def _onnx_accumulator() -> Any:
 PYTHON_MODELS = {
     "seq_direct": _python_config("seq_direct", 4),
     "seq_oldest": _python_config("seq_oldest", 4, "oldest { max_candidate_sequences: 4 }"),
+    # its instance in a worker process: controls, state and fillers cross the process boundary
+    "seq_process": _python_config(
+        "seq_process", 4, extra='parameters { key: "execution_mode" value: { string_value: "process" } }'
+    ),
     "seq_nobatch": _python_config("seq_nobatch", 0),
     "seq_strid": _python_config("seq_strid", 4, corrid="TYPE_STRING"),
     # one slot and a short idle timeout: a quiet sequence is released and its slot reused
@@ -222,7 +227,7 @@ def _first(result: Any, name: str) -> Any:
 # -- control inputs and implicit state on a Python model ---------------------------------------------
 
 
-@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest", "seq_nobatch"])
+@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest", "seq_nobatch", "seq_process"])
 def test_http_sequence_sums_with_state_and_sees_its_controls(
     http: httpclient.InferenceServerClient, model: str
 ) -> None:
@@ -283,7 +288,7 @@ class Collector:
         return [self.items.get(timeout=timeout) for _ in range(n)]
 
 
-@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest", "seq_onnx", "seq_onnx_oldest"])
+@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest", "seq_process", "seq_onnx", "seq_onnx_oldest"])
 def test_grpc_stream_interleaves_sequences_in_order(
     grpc: grpcclient.InferenceServerClient, model: str
 ) -> None:
