@@ -16,6 +16,7 @@ from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
+from inferd.core.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import VERBOSE1
 from inferd.repository import (
@@ -189,6 +190,12 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
         bmodel = backend.load(ctx)
         specs = _instance_specs(cfg)
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in specs]
+        try:
+            warm_up(cfg, md.path, instances, settings.loop)
+        except BaseException:
+            for _, inst in instances:
+                inst.unload()
+            raise
         promotion = bmodel.promotion()
         if cfg.HasField("sequence_batching"):  # a stateful model: scheduling/sequence.py
             model.scheduler = SequenceBatcher(
