@@ -19,6 +19,7 @@ FAMILIES = {
     "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
     "nv_inference_pending_request_count",
+    "nv_model_load_duration_secs",
 }
 
 ADD_SUB = {
@@ -71,6 +72,8 @@ def test_metrics_follow_the_statistics(server: InferdProcess) -> None:
     assert reasons == {"OTHER", "REJECTED", "CANCELED", "BACKEND"}
     stats = server.request("GET", "/v2/models/add_sub/stats").json()["model_stats"][0]
     assert after[("nv_inference_exec_count", key)] == stats["execution_count"]
+    assert families["nv_model_load_duration_secs"].type == "gauge"
+    assert 0 < after[("nv_model_load_duration_secs", key)] < 60  # seconds add_sub took to load
 
 
 def test_metrics_failures_and_methods(server: InferdProcess) -> None:

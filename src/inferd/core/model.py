@@ -52,6 +52,8 @@ class Model:
         self.output_names = tuple(self.outputs)
         self.required_inputs = tuple(n for n, s in self.inputs.items() if not s.optional)
         self._config_json: dict[str, Any] | None = None
+        #: seconds its load took (instances, initialize and warmup; nv_model_load_duration_secs)
+        self.load_seconds = 0.0
         #: validation keys this version accepted -> the batch size they validated to (core.server)
         self.validated: dict[Hashable, int] = {}
 

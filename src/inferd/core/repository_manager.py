@@ -221,6 +221,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
                 execute_timeout_ns=execute_timeout_ns,
             )
         model.state = ModelState.READY
+        model.load_seconds = time.monotonic() - t0
         log.info("successfully loaded '%s' version %d", name, version)
         log.log(
             VERBOSE1,
@@ -229,7 +230,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             version,
             cfg.backend,
             len(instances),
-            (time.monotonic() - t0) * 1000,
+            model.load_seconds * 1000,
         )
     except InferdError as e:
         model.state, model.reason = ModelState.UNAVAILABLE, status_text(e)

@@ -47,6 +47,8 @@ _PENDING = (
     "nv_inference_pending_request_count",
     "Instantaneous number of pending requests awaiting execution per-model.",
 )
+#: newer reference releases' gauge (core r24.12 on): how long the version took to load
+_LOAD_TIME = ("nv_model_load_duration_secs", "Model load time in seconds")
 _FAILURE_REASONS = ("OTHER", "REJECTED", "CANCELED", "BACKEND")
 
 
@@ -104,6 +106,9 @@ def render(server: ServerCore) -> bytes:
             stats_fn = getattr(sched, "stats", None)
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
+    family(*_LOAD_TIME, "gauge")
+    for name, version, model, _ in rows:
+        out.append(f'{_LOAD_TIME[0]}{{model="{name}",version="{version}"}} {model.load_seconds:g}')
     _process_events(out, family)
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
