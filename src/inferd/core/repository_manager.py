@@ -16,6 +16,7 @@ from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.request import InferRequest
+from inferd.core.routing import VersionRouter, parse_weights, router_for
 from inferd.core.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import VERBOSE1
@@ -64,6 +65,8 @@ class LoadedModels:
         self.models: dict[str, dict[int, Model]] = {}
         self.failed: dict[str, str] = {}  # model name -> reason, when no version could be made
         self.ready_default: dict[str, Model] = {}  # name -> highest READY version
+        #: name -> how requests naming no version are split between versions (core/routing.py)
+        self.routes: dict[str, VersionRouter] = {}
         #: loads given up after their timeout whose threads may still run
         self.abandoned_loads = 0
 
@@ -80,10 +83,17 @@ class LoadedModels:
 
     def refresh_defaults(self) -> None:
         self.ready_default = {}
+        self.routes = {}
         for name, versions in self.models.items():
             ready = [m for m in versions.values() if m.ready]
             if ready:
                 self.ready_default[name] = max(ready, key=lambda m: m.version)
+                try:
+                    router = router_for(ready)
+                except InferdError:  # checked at load; an ensemble's config is not: it serves unsplit
+                    router = None
+                if router is not None:
+                    self.routes[name] = router
 
 
 def prepare_config(
@@ -175,6 +185,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
     model = Model(name, version, cfg, md.path)
     try:
         execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
+        parse_weights(cfg)  # a bad version_weights fails the load, not the routing
         backend = get_backend(cfg.backend)
         ctx = LoadContext(
             name,

@@ -240,7 +240,8 @@ class ServerCore:
         """
         if self._stopping:
             raise UnavailableError("Server is stopping")
-        model = self.get_model(name, version)
+        route = None if version else self.registry.routes.get(name)
+        model = route.pick() if route is not None else self.get_model(name, version)
         if decoupled_error is not None and model.decoupled:
             raise UnsupportedError(decoupled_error)
         request = decode(model)
