@@ -336,8 +336,12 @@ class SequenceBatcher:
         slot.busy = True
         self.tickets[id(request)] = slot
         self._handed += 1
+        queued_ns = request.t_queue_ns
         try:
             self._pools[slot.pool].enqueue(request)
+            # the queue time counts from the batcher, as the reference's (the wait for its turn in the
+            # sequence, or for a slot, is queueing too); a direct batch's delay counts from there too
+            request.t_queue_ns = queued_ns
         except InferdError as e:  # the pool stopped: the final response frees the slot as any other
             assert request.stream is not None
             request.stream.deliver(self._error(request, e), True)

@@ -8,7 +8,7 @@ import pytest
 from poolkit import Gate, run, until, wait_event
 from seqkit import CONTROLS, STATE, Accumulator, batcher, config, out, req, results, send
 
-from inferd.core.request import SEQUENCE_END, SEQUENCE_START
+from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.scheduling.sequence import BACKLOG_EXPIRED, STOPPING
 
@@ -335,6 +335,51 @@ def test_string_ids_and_a_string_corrid_control() -> None:
         got = await results(streams)
         assert [out(r) for r in got] == [1, 2, 4]
         assert [s.value("CORRID") for s in inst.seen] == [b"x", b"x", b"y"]  # one slot: y waited
+        await b.stop(5)
+
+    run(main)
+
+
+class SendingAccumulator(Accumulator):
+    """A decoupled instance: answers through the request streams after execute returned None."""
+
+    def execute(self, requests: list[InferRequest]) -> None:  # type: ignore[override]
+        responses = super().execute(requests)
+        for r, resp in zip(requests, responses, strict=True):
+            assert r.stream is not None
+            r.stream.send(resp)
+            r.stream.send(None, True)
+
+
+def test_a_decoupled_model_gets_no_fillers_and_its_states_come_from_its_sent_responses() -> None:
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        inst = SendingAccumulator()
+        b = batcher(loop, config(mbs=2, sequence=CONTROLS + STATE, decoupled=True), [inst])
+        assert not b.fillers
+        got = await results(
+            send(b, loop, req(1, 5, start=True, mbs=2), req(1, 6, mbs=2), req(1, 7, end=True, mbs=2))
+        )
+        assert [out(r) for r in got] == [5, 11, 18]
+        assert all([t.name for t in r.outputs] == ["OUT"] for r in got)
+        await until(lambda: b.inflight() == 0)
+        await b.stop(5)
+
+    run(main)
+
+
+def test_queue_time_counts_from_the_batcher() -> None:
+    now = [1_000]
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        b = batcher(loop, config(), [Accumulator()], clock=lambda: now[0])
+        first = req(1, 1, start=True)
+        streams = send(b, loop, first)
+        assert first.t_queue_ns == 1_000
+        second = req(1, 2, end=True)
+        streams += send(b, loop, second)
+        now[0] = 5_000  # the second waits for the first to be answered
+        await results(streams)
+        assert second.t_queue_ns == 1_000  # not when the pool got it
         await b.stop(5)
 
     run(main)
