@@ -200,7 +200,8 @@ def _initial_data(
     name = state.input_name
     if initial.data_type != state.data_type:
         raise _invalid(
-            f"The data type used for 'initial_state' field of state '{name}' does not match the state data type."
+            f"The data type used for 'initial_state' field of state '{name}' does not match the state data "
+            "type."
         )
     if not initial.name:
         raise _invalid(f"Field 'name' must be set when using initial_state for state input '{name}'.")
@@ -220,7 +221,8 @@ def _initial_data(
             )
         if sd != -1 and d != sd:
             raise _invalid(
-                f"'initial_state' dim for input name '{name}' doesn't match 'state' dim description. {d} != {sd}"
+                f"'initial_state' dim for input name '{name}' doesn't match 'state' dim description. "
+                f"{d} != {sd}"
             )
         dims.append(int(d))
     shape = tuple(head + dims)

@@ -114,8 +114,8 @@ def _check_sequence_tensor(prefix: str, kind: str, spec: TensorSpec, tensors: di
     g = tensors.get(spec.name)
     if g is None:
         raise InvalidArgumentError(
-            f"{prefix}: sequence_batching {kind} '{spec.name}' (a control or implicit state tensor) is not an "
-            f"{kind} of the ONNX graph, whose {kind}s are: {', '.join(tensors) or '(none)'}"
+            f"{prefix}: sequence_batching {kind} '{spec.name}' (a control or implicit state tensor) is not "
+            f"an {kind} of the ONNX graph, whose {kind}s are: {', '.join(tensors) or '(none)'}"
         )
     if g.data_type != spec.datatype.config:
         raise InvalidArgumentError(
