@@ -203,6 +203,9 @@ class ServerOptions:
     allow_metrics: bool = option(True, "serve Prometheus metrics")
     metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
     metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
+    metrics_interval_ms: int = option(
+        2000, "the CPU and memory gauges are sampled at most this often (milliseconds)"
+    )
 
     def __post_init__(self) -> None:
         if self.grpc_use_ssl_mutual:

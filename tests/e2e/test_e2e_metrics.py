@@ -8,6 +8,8 @@ import http.client
 from conftest import InferdProcess
 from prometheus_client.parser import text_string_to_metric_families
 
+from repo_paths import PROTOCOL
+
 FAMILIES = {
     "nv_inference_request_success",
     "nv_inference_request_failure",
@@ -57,7 +59,7 @@ def test_metrics_follow_the_statistics(server: InferdProcess) -> None:
     assert families["nv_inference_count"].type == "counter"
     assert families["nv_inference_pending_request_count"].type == "gauge"
     # no "_total" suffix: the names dashboards built on Triton query
-    assert "nv_inference_count{" in text and "_total" not in text
+    assert "nv_inference_count{" in text and "_total{" not in text and "_total " not in text
     key = (("model", "add_sub"), ("version", "1"))
     before = _samples(text)
     assert server.infer("add_sub", ADD_SUB).status == 200
@@ -89,3 +91,15 @@ def test_metrics_failures_and_methods(server: InferdProcess) -> None:
     assert fails["BACKEND"] >= 1
     assert _scrape(server, "POST")[0] == 405
     assert _scrape(server, "GET", "/nope")[0] == 404
+
+
+def test_every_family_the_reference_exports(server: InferdProcess) -> None:
+    """The families the reference's /metrics had (recorded in the protocol file) are all here."""
+    line = next(x for x in PROTOCOL.read_text().splitlines() if x.strip().startswith("families:"))
+    reference = set(line.split(":", 1)[1].split())
+    text = _scrape(server)[2]
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert reference <= set(families), reference - set(families)
+    samples = _samples(text)
+    assert 0.0 <= samples[("nv_cpu_utilization", ())] <= 1.0
+    assert 0 < samples[("nv_cpu_memory_used_bytes", ())] <= samples[("nv_cpu_memory_total_bytes", ())]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.metrics.custom import CustomMetricRegistry
+from inferd.metrics.system import SYSTEM
 
 if TYPE_CHECKING:
     from inferd.core.server import ServerCore
@@ -110,6 +111,7 @@ def render(server: ServerCore) -> bytes:
     for name, version, model, _ in rows:
         out.append(f'{_LOAD_TIME[0]}{{model="{name}",version="{version}"}} {model.load_seconds:g}')
     _process_events(out, family)
+    out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000))
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
         out.extend(custom.render())
