@@ -30,6 +30,7 @@ from inferd.frontends.http.errors import send_error
 from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
+from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
@@ -142,6 +143,7 @@ class HttpApp:
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.headers = HeaderCache(shm=self.shm)
         self._generate = GenerateRoutes(core)
+        self._openai = OpenAIRoutes(core, self.access, max_input_size)
         #: bytes a body may inflate to (the HTTP protocol caps the body as sent)
         self.max_input_size = max_input_size
         #: inflations under way on worker threads (owned until they end)
@@ -185,6 +187,8 @@ class HttpApp:
             self._logging(req, resp)
         elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
             self._shared_memory(req, resp)
+        elif path.startswith("/v1/"):  # the OpenAI API: its own access check and error shape
+            self._openai.handle(req, resp)
         else:
             resp.send(404, _NOT_FOUND, _TEXT)
 
