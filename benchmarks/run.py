@@ -549,6 +549,8 @@ class RunData:
     cores: str = ""
     #: the async-execute rows (async_bench.py): its markdown, or why it is missing
     async_io: str = ""
+    #: the OpenAI embeddings rows (openai_bench.py): its markdown, or why it is missing
+    openai: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -1119,6 +1121,25 @@ class AsyncSection(Section):
         )
 
 
+class OpenAISection(Section):
+    """benchmarks/openai_bench.py's table: /v1/embeddings against the KServe endpoint doing the same work (issue 15)."""
+
+    def render(self, data: RunData) -> str:
+        if not data.openai:
+            return ""
+        return (
+            "## The OpenAI API: /v1/embeddings against the KServe endpoint (minilm, HTTP)\n\n"
+            "`benchmarks/openai_bench.py`, run after the rounds above with as many rounds, inferd only (the "
+            "reference has no OpenAI front end for such models): the example `minilm` "
+            "(all-MiniLM-L6-v2) embeds the same sentence, 1 or 8 a request, through `POST /v1/embeddings` "
+            "(`encoding_format` `base64`, the official SDK's default, and `float`) and through `POST "
+            "/v2/models/minilm/infer` (binary tensors, as tritonclient sends them, and JSON), from the same "
+            "stdlib client (4 threads, keep-alive connections). The last column is the cost of the OpenAI "
+            "layer: each row's requests/s over the KServe binary row of its batch; the server's CPU per "
+            "request (process tree, from /proc) is the steadier figure on a shared machine.\n\n" + data.openai
+        )
+
+
 class GoalsSection(Section):
     def __init__(self, goals: Sequence[Goal]) -> None:
         self.goals = list(goals)
@@ -1145,6 +1166,7 @@ def default_sections() -> list[Section]:
         OnnxSection(),
         CoresSection(),
         AsyncSection(),
+        OpenAISection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -1396,6 +1418,21 @@ def async_rows(rounds: int, outdir: Path, quick: bool) -> str:
     return md.read_text()
 
 
+def openai_rows(rounds: int, outdir: Path, quick: bool) -> str:
+    """openai_bench.py, its own server and rounds: the markdown it wrote, or a line saying why none."""
+    log(f"openai: benchmarks/openai_bench.py --rounds {rounds} (log {rel(outdir)}/openai.log)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "openai_bench.py")]
+    cmd += ["--rounds", str(rounds), "--output", str(outdir / "openai")]
+    if quick:  # as BENCH_SCALE=0.3 shortens bench.sh's windows
+        cmd += ["--seconds", "3"]
+    log_path = outdir / "openai.log"
+    rc = run_logged(cmd, log_path, echo=False)
+    md = outdir / "openai" / "openai.md"
+    if rc != 0 or not md.exists():
+        return f"openai_bench.py failed (rc {rc}); see {rel(log_path)}\n"
+    return md.read_text()
+
+
 def ensure_reference(outdir: Path) -> None:
     log(f"ensuring the reference is installed: bash {rel(SETUP_SH)} (log {rel(outdir)}/setup.log)")
     rc = run_logged(["bash", str(SETUP_SH)], outdir / "setup.log", echo=False)
@@ -1483,6 +1520,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the async-execute rows (benchmarks/async_bench.py)",
     )
     ap.add_argument(
+        "--no-openai",
+        action="store_true",
+        help="skip the OpenAI embeddings rows (benchmarks/openai_bench.py)",
+    )
+    ap.add_argument(
+        "--openai-only",
+        action="store_true",
+        help="only the OpenAI embeddings rows (openai_bench.py, its own server, --repeat rounds): no "
+        "bench.sh, measure.sh, ONNX or Python rows",
+    )
+    ap.add_argument(
         "--python-rows-only",
         action="store_true",
         help="only the rows of cores_bench.py and async_bench.py (each with its own servers and "
@@ -1502,15 +1550,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error(f"--servers: unknown {bad}; choose from reference,inferd")
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
-    if a.onnx_only and a.python_rows_only:
-        ap.error("--onnx-only and --python-rows-only exclude each other")
+    if sum((a.onnx_only, a.python_rows_only, a.openai_only)) > 1:
+        ap.error("--onnx-only, --python-rows-only and --openai-only exclude each other")
     return a
 
 
 def bench_selection(a: argparse.Namespace) -> str:
     """BENCH_ONLY: --scenarios as given (plus the gRPC rows on an explicit --grpc), else every row
     (HTTP, gRPC unless --no-grpc, shm unless --no-shm); nothing with --onnx-only or --python-rows-only."""
-    if a.onnx_only or a.python_rows_only:
+    if a.onnx_only or a.python_rows_only or a.openai_only:
         return "^$"  # no bench.sh scenario: the report leaves those tables out
     if a.scenarios:
         return f"{a.scenarios}|{anchored(GRPC_SCENARIOS)}" if a.grpc else a.scenarios
@@ -1542,11 +1590,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reference": ReferenceServer(),
         "inferd": CommandServer("inferd", "inferd", a.inferd_cmd, a.ready_timeout),
     }
-    bench_rounds = not (a.onnx_only or a.python_rows_only)
+    bench_rounds = not (a.onnx_only or a.python_rows_only or a.openai_only)
     servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers and bench_rounds]
-    run_onnx = not a.no_onnx and not a.python_rows_only and "inferd" in opts.servers
+    run_onnx = not (a.no_onnx or a.python_rows_only or a.openai_only) and "inferd" in opts.servers
 
-    if not a.no_setup:
+    if not (a.no_setup or a.openai_only):  # the OpenAI rows need neither the reference nor perf_analyzer
         ensure_reference(outdir)
     data = RunData(
         started=started,
@@ -1582,12 +1630,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if run_onnx:
                 data.onnx += onnx_round(rnd, outdir, a.inferd_cmd, a.ready_timeout, a.quick)
                 write_json(data, outdir / "summary.json")
-        python_rows = not a.onnx_only and {"reference", "inferd"} <= set(opts.servers)
+        python_rows = not (a.onnx_only or a.openai_only) and {"reference", "inferd"} <= set(opts.servers)
         if python_rows and not a.no_cores:
             data.cores = cores_rows(a.repeat, outdir)
             write_json(data, outdir / "summary.json")
         if python_rows and not a.no_async:
             data.async_io = async_rows(a.repeat, outdir, a.quick)
+            write_json(data, outdir / "summary.json")
+        run_openai = not (a.onnx_only or a.python_rows_only or a.no_openai) and "inferd" in opts.servers
+        if run_openai:
+            data.openai = openai_rows(a.repeat, outdir, a.quick)
             write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
@@ -1659,6 +1711,7 @@ def read_json(path: Path) -> RunData:
         onnx=raw.get("onnx", []),
         cores=raw.get("cores", ""),
         async_io=raw.get("async_io", ""),
+        openai=raw.get("openai", ""),
     )
 
 
