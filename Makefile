@@ -11,7 +11,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test lint typecheck unit e2e bench bench-quick fuzz soak models clean
+.PHONY: install install-run run test azurite lint typecheck unit e2e bench bench-quick fuzz soak models clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -22,7 +22,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow,s3,azure]'
 	touch $(STAMP)
 
 install-run: $(RUN_STAMP)
@@ -42,13 +42,17 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+# the Azure Blob emulator for the object-storage repository tests (npm; they skip without it)
+azurite:
+	-scripts/get_azurite.sh
+
+test: lint typecheck azurite
 	$(BIN)/pytest -q -n 2
 
 unit: install
 	$(BIN)/pytest -q -n 2 tests/unit
 
-e2e: install
+e2e: install azurite
 	$(BIN)/pytest -q -n 2 tests/e2e
 
 # three rounds of every row (about 30 minutes on 2 cores); ARGS passes options (benchmarks/run.py --help)

@@ -20,6 +20,7 @@ from inferd import __version__
 from inferd.errors import InferdError
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
+from inferd.repository.remote import parse_store_url
 
 __all__ = ["TritonFormatter", "build_parser", "format_table", "main", "options_from_args", "serve"]
 
@@ -113,7 +114,12 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     for repo in options.model_repository:
-        if not repo.is_dir():
+        try:
+            remote = parse_store_url(repo) is not None  # a store is read when the models load
+        except InferdError as e:
+            print(f"error: creating server: {e}", file=sys.stderr)
+            return 1
+        if not remote and not repo.is_dir():
             log.error("failed to stat file %s", repo)
             print(f"error: creating server: Internal - failed to stat file {repo}", file=sys.stderr)
             return 1

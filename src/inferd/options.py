@@ -24,7 +24,8 @@ class ServerOptions:
     model_repository: list[Path] = field(
         default_factory=list,
         metadata={
-            "help": "a model repository folder (repeat the flag for several)",
+            "help": "a model repository: a folder, s3://bucket/path (or s3://host:port/bucket/path) or "
+            "as://account/container/path, fetched into a local cache (repeat the flag for several)",
             "flags": ("--model-repository", "--model-store"),
             "required": True,
         },

@@ -42,8 +42,9 @@ from inferd.core.repository_manager import (
     status_text,
 )
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
-from inferd.repository import DuplicateModel, ModelDir, scan_repositories, select_versions
+from inferd.repository import DuplicateModel, ModelDir, select_versions
 from inferd.repository.config.schema import ModelConfig
+from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.repository.scan import scan_model_dir
 
 log = logging.getLogger("inferd.repository")
@@ -142,6 +143,8 @@ class ModelControl:
     ) -> None:
         self.mode = mode
         self._repositories = repositories
+        #: the repositories, local and in object storage (repository/remote.py)
+        self._sources = RepositorySet(repositories)
         self._registry = registry
         self._settings = settings
         self._drain_timeout_s = drain_timeout_s
@@ -166,18 +169,15 @@ class ModelControl:
                     if not self._registry.models.get(name):
                         self._registry.failed[name] = e.message
             return
-        await load_repositories(self._repositories, self._registry, self._settings)
-        if self.mode == "poll":
-            self._seen = self._scan_fingerprints()
+        await load_repositories(self._sources, self._registry, self._settings)
+        if self.mode == "poll":  # the stores' marks from the listings the load used
+            self._seen = await asyncio.to_thread(self._sources.fingerprints, fingerprint, False)
 
     def known_models(self) -> list[str]:
         """Every model the repositories hold now (the index lists those not loaded too)."""
         if self.mode == "none":
             return []
-        try:
-            return list(scan_repositories(self._repositories))
-        except InferdError:
-            return []
+        return self._sources.names()  # a store's models as of its last listing: no network here
 
     # -- the repository API --------------------------------------------------------------------------
     def _check_mode(self) -> None:
@@ -205,8 +205,7 @@ class ModelControl:
 
     # -- poll mode -----------------------------------------------------------------------------------
     def _scan_fingerprints(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
-        found = scan_repositories(self._repositories)
-        return {n: fingerprint(e.path) for n, e in found.items() if isinstance(e, ModelDir)}
+        return self._sources.fingerprints(fingerprint)
 
     async def poll_once(self) -> None:
         """Load what was added or changed since the last look, unload what was removed."""
@@ -216,6 +215,7 @@ class ModelControl:
             except InferdError as e:
                 log.error("polling the model repositories failed: %s", e.message)
                 return
+            self._sources.clear_recovered(self._registry.failed)
             for name in sorted(set(self._seen) - set(now)):
                 log.info("'%s' left the repository: unloading it", name)
                 await self._unload(name, False)
@@ -256,17 +256,17 @@ class ModelControl:
                 raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
             folder = write_overrides(name, files)
             return scan_model_dir(folder, folder.parent), override
-        entry = scan_repositories(self._repositories).get(name)
+        entry = self._sources.find(name)
         if entry is None:
             raise _poll_failed(name, "model not found in any model repository")
-        if isinstance(entry, DuplicateModel):
+        if isinstance(entry, DuplicateModel | Unreadable):
             raise _poll_failed(name, entry.reason)
         return entry, override
 
     async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
         settings, registry = self._settings, self._registry
         loading.add(name)
-        md, override = self._model_dir(name, config, files)
+        md, override = await asyncio.to_thread(self._model_dir, name, config, files)
         try:
             cfg = await asyncio.to_thread(
                 prepare_config,

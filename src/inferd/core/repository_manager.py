@@ -27,10 +27,10 @@ from inferd.repository import (
     load_model_config,
     normalize_config,
     require_io,
-    scan_repositories,
     select_versions,
     validate_config,
 )
+from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.scheduling.ensemble import EnsembleScheduler
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
@@ -250,18 +250,21 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
     return model
 
 
-async def load_repositories(paths: list[Path], registry: LoadedModels, settings: LoadSettings) -> None:
+async def load_repositories(
+    paths: list[Path] | RepositorySet, registry: LoadedModels, settings: LoadSettings
+) -> None:
     """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles.
 
     A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
     with that reason and the others go on; if its load ever finishes, what it made is unloaded.
     """
-    found = scan_repositories(paths)
+    sources = paths if isinstance(paths, RepositorySet) else RepositorySet(paths)
+    found = await asyncio.to_thread(sources.scan)  # remote repositories are fetched: off the loop
     sem = asyncio.Semaphore(max(1, settings.load_threads))
     ensembles: list[tuple[ModelDir, Any]] = []
 
-    async def one(name: str, entry: ModelDir | DuplicateModel) -> None:
-        if isinstance(entry, DuplicateModel):
+    async def one(name: str, entry: ModelDir | DuplicateModel | Unreadable) -> None:
+        if not isinstance(entry, ModelDir):  # a duplicate, or a model or store that cannot be read
             registry.failed[name] = entry.reason
             return
         async with sem:

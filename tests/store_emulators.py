@@ -1,0 +1,179 @@
+"""Object-storage emulators the repository tests start on 127.0.0.1: moto's S3 server and Azurite.
+
+Each runs as a subprocess on a free port and is stopped by the test that started it. Azurite comes
+from npm (``scripts/get_azurite.sh``, which ``make test`` runs); :func:`azurite_command` says why it
+is missing so that the Azure tests skip with a reason. Credentials are dummies: nothing leaves the
+machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT_S = 30.0
+#: the secret the S3 tests use: any error text that shows it fails the test
+S3_SECRET = "inferd-test-secret-Xq7Zr2"
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "inferdtestkeyid",
+    "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+#: Azurite's well-known development account
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Emulator:
+    """A running emulator: its process and port."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _wait_http(emu: Emulator, path: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if emu.proc.poll() is not None:
+            break
+        try:
+            urllib.request.urlopen(f"{emu.endpoint}{path}", timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.05)
+    emu.stop()
+    raise RuntimeError(f"emulator did not start; log:\n{emu.log.read_text(errors='replace')[-3000:]}")
+
+
+def start_moto(port: int | None = None, env: dict[str, str] | None = None) -> Emulator:
+    """moto's S3 server (``env`` e.g. INITIAL_NO_AUTH_ACTION_COUNT=0 to refuse every credential)."""
+    port = port or free_port()
+    log = Path(tempfile.mkstemp(prefix="moto-", suffix=".log")[1])
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    emu = Emulator(proc, port, log)
+    _wait_http(emu, "/moto-api/")
+    return emu
+
+
+def azurite_command() -> tuple[list[str] | None, str]:
+    """Azurite's blob server command, or None with why it is missing."""
+    base = Path(os.environ.get("INFERD_AZURITE_DIR") or Path(tempfile.gettempdir()) / "inferd-azurite")
+    local = base / "node_modules" / ".bin" / "azurite-blob"
+    if local.exists():
+        return [str(local)], ""
+    found = shutil.which("azurite-blob")
+    if found:
+        return [found], ""
+    return None, f"Azurite is not installed (run scripts/get_azurite.sh; looked in {base} and PATH)"
+
+
+def start_azurite(workdir: Path) -> Emulator:
+    cmd, why = azurite_command()
+    if cmd is None:
+        raise RuntimeError(why)
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "azurite.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                *cmd,
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                str(workdir),
+                "--skipApiVersionCheck",
+                "--loose",
+                "--silent",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    emu = Emulator(proc, port, log)
+    _wait_http(emu, f"/{AZURITE_ACCOUNT}?comp=list")
+    return emu
+
+
+def azurite_connection_string(emu: Emulator) -> str:
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint={emu.endpoint}/{AZURITE_ACCOUNT};"
+    )
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.session.Session(
+        aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    ).client("s3", endpoint_url=endpoint)
+
+
+def _files(src: Path) -> Iterator[tuple[str, Path]]:
+    for path in sorted(src.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            yield path.relative_to(src).as_posix(), path
+
+
+def upload_s3(client: Any, bucket: str, prefix: str, src: Path, create: bool = True) -> None:
+    """Every file under ``src`` to ``bucket``/``prefix``/..., the bucket made first."""
+    if create:
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            client.create_bucket(Bucket=bucket)
+    for rel, path in _files(src):
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{rel}" if prefix else rel, Body=path.read_bytes())
+
+
+def upload_azure(conn: str, container: str, prefix: str, src: Path) -> None:
+    from azure.storage.blob import ContainerClient
+
+    client = ContainerClient.from_connection_string(conn, container)
+    with contextlib.suppress(Exception):
+        client.create_container()
+    for rel, path in _files(src):
+        client.upload_blob(f"{prefix}/{rel}" if prefix else rel, path.read_bytes(), overwrite=True)
