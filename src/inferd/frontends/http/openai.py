@@ -193,7 +193,7 @@ class OpenAIRoutes:
                 gather.cancel()
                 raise
             gather.streams.append(stream)
-            stream.set_callback(partial(gather.on_response, i))
+            stream.set_callback(_guarded(partial(gather.on_response, i), resp, gather.streams))
         resp.on_close = gather.cancel
 
     # -- completions and chat ---------------------------------------------------------------------
@@ -218,7 +218,7 @@ class OpenAIRoutes:
         else:
             collect = _Collect(answer, streams, resp)
             for i, s in enumerate(streams):
-                s.set_callback(partial(collect.on_response, i))
+                s.set_callback(_guarded(partial(collect.on_response, i), resp, streams))
             resp.on_close = partial(_cancel_all, streams, None)
 
 
@@ -236,6 +236,24 @@ def _dimensions(body: EmbeddingsBody, size: int) -> OpenAIError:
 def _decode(task: str, texts: list[str], parameters: dict[str, Any] | None, model: Model) -> InferRequest:
     """The core's decoder: the request for ``texts`` as this model version maps them."""
     return mapping_for(model, task).request(model, texts, parameters)
+
+
+Callback = Callable[[InferResponse | None, bool], None]
+
+
+def _guarded(callback: Callback, resp: Responder, streams: list[ResponseStream]) -> Callback:
+    """``callback`` for a stream, answering 500 (and logging) should it raise: a bug of ours must not
+    leave the client waiting."""
+
+    def call(r: InferResponse | None, final: bool) -> None:
+        try:
+            callback(r, final)
+        except Exception:
+            log.exception("answering an OpenAI API request failed")
+            _cancel_open(streams, "the server failed to answer")
+            send_error(resp, OpenAIError(500, "internal server error", SERVER_ERROR))
+
+    return call
 
 
 def _cancel_open(streams: list[ResponseStream], reason: str) -> None:

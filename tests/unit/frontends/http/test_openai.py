@@ -177,6 +177,22 @@ def test_embeddings_errors(core: Any) -> None:
     assert run(core, "POST", "/v1/embeddings", {"model": "embedder", "input": "x"}).status == 400
 
 
+def test_a_bug_while_answering_is_a_500_and_logged(core: Any, caplog: pytest.LogCaptureFixture) -> None:
+    core.answer = lambda r: InferResponse(
+        r.model_name,
+        "1",
+        outputs=[Tensor.from_array("EMB", np.array([b"not a number"] * 3, dtype=np.object_))],
+    )
+    a = run(core, "POST", "/v1/embeddings", {"model": "embedder", "input": "x"})
+    assert a.status == 500 and error(a) == {
+        "message": "internal server error",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    assert "answering an OpenAI API request failed" in caplog.text
+
+
 def test_one_failed_part_fails_the_batch_and_cancels_the_rest(core: Any) -> None:
     async def main() -> None:
         core.hold = True
