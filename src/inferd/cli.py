@@ -82,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(ServerOptions):
         if f.metadata.get("cli", True):
             _add_option(s, f, hints[f.name])
+    c = sub.add_parser(
+        "check",
+        help="check model repositories offline: every problem as file:line:column",
+        description="Check every model of the repositories as the server would load it, without loading "
+        "any: print each problem as file:line:column: severity: message; exit 1 if one is an error.",
+    )
+    from inferd.check import add_arguments
+
+    add_arguments(c)
     return p
 
 
@@ -176,6 +185,10 @@ def hard_exit(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "check":
+        from inferd.check import run
+
+        return run(args)
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
     if argv is None:

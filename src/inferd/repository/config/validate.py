@@ -1,10 +1,11 @@
 """Triton core's config checks (``ValidateModelConfig``, ``ValidateInstanceGroup``,
-``ValidateModelIOConfig``), with its messages."""
+``ValidateModelIOConfig``), with its messages; :func:`config_checks` lists them one by one."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from inferd.errors import InvalidArgumentError
@@ -31,16 +32,59 @@ def _invalid(message: str) -> InvalidArgumentError:
     return InvalidArgumentError(message)
 
 
+#: a config field's path: names and occurrence indices, ``("input", 1)`` for the second input
+FieldPath = tuple[str | int, ...]
+
+
 def validate_config(cfg: ModelConfig) -> None:
     """Triton core's config checks; raises InvalidArgumentError (InternalError for an impossible kind).
 
     Run it after :func:`normalize_config` (a missing version policy is an error here).  Inputs and
     outputs that are present are validated; whether they must be present is :func:`require_io`.
     """
-    name = cfg.name
-    if not name:
+    for _, check in config_checks(cfg):
+        check()
+
+
+def config_checks(cfg: ModelConfig) -> list[tuple[FieldPath, Callable[[], None]]]:
+    """:func:`validate_config`'s checks in its order, each with the field it is about.
+
+    The server stops at the first that raises; ``inferd check`` runs them all and reports each
+    failure at its field. A check of one input or output looks at that tensor alone (and at the
+    names before it, for duplicates), so one bad tensor hides no other.
+    """
+    checks: list[tuple[FieldPath, Callable[[], None]]] = [
+        (("name",), partial(_validate_name, cfg)),
+        (("backend",), partial(_validate_platform, cfg)),
+        (("max_batch_size",), partial(_validate_max_batch_size, cfg)),
+        (("version_policy",), partial(_validate_version_policy, cfg)),
+    ]
+    if cfg.HasField("dynamic_batching"):
+        checks.append((("dynamic_batching",), partial(_validate_dynamic_batching, cfg)))
+    if cfg.HasField("sequence_batching"):
+        checks.append((("sequence_batching",), partial(_validate_sequence_batching, cfg)))
+    checks.append((("ensemble_scheduling",), partial(_validate_scheduling, cfg)))
+    checks.append((("model_transaction_policy",), partial(_validate_response_cache, cfg)))
+    if cfg.HasField("model_metrics"):
+        checks.append((("model_metrics",), partial(_validate_model_metrics, cfg)))
+    if not cfg.HasField("ensemble_scheduling"):
+        for index in range(len(cfg.instance_group)):
+            checks.append((("instance_group", index), partial(_validate_instance_group, cfg, index)))
+    for index in range(len(cfg.input)):
+        checks.append((("input", index), partial(_for_model, cfg, _validate_input, cfg, index)))
+    for index in range(len(cfg.output)):
+        checks.append((("output", index), partial(_for_model, cfg, _validate_output, cfg, index)))
+    checks.append((("batch_input",), partial(_for_model, cfg, _validate_batch_io, cfg)))
+    return checks
+
+
+def _validate_name(cfg: ModelConfig) -> None:
+    if not cfg.name:
         raise _invalid("model configuration must specify 'name'")
 
+
+def _validate_platform(cfg: ModelConfig) -> None:
+    name = cfg.name
     if not cfg.backend:
         if cfg.platform != ENSEMBLE_PLATFORM:
             raise _invalid(f"unexpected platform type '{cfg.platform}' for {name}")
@@ -48,40 +92,35 @@ def validate_config(cfg: ModelConfig) -> None:
         raise _invalid(
             f"Ensemble model '{name}' must have platform type '{cfg.platform}' and empty backend type"
         )
-
     if cfg.backend in _KNOWN_BACKENDS and KNOWN_PLATFORM_BACKENDS.get(cfg.platform) != cfg.backend:
         raise _invalid(f"unexpected 'platform' and 'backend' pair, got:{cfg.platform}, {cfg.backend}")
 
+
+def _validate_max_batch_size(cfg: ModelConfig) -> None:
     if cfg.max_batch_size < 0:
-        raise _invalid(f"'max_batch_size' must be non-negative value for {name}")
+        raise _invalid(f"'max_batch_size' must be non-negative value for {cfg.name}")
 
+
+def _validate_version_policy(cfg: ModelConfig) -> None:
     if not cfg.HasField("version_policy"):
-        raise _invalid(f"must specify 'version policy' for {name}")
+        raise _invalid(f"must specify 'version policy' for {cfg.name}")
 
-    if cfg.HasField("dynamic_batching"):
-        _validate_dynamic_batching(cfg)
 
-    if cfg.HasField("sequence_batching"):
-        _validate_sequence_batching(cfg)
-
+def _validate_scheduling(cfg: ModelConfig) -> None:
     if cfg.HasField("ensemble_scheduling"):
         validate_ensemble(cfg)
     elif cfg.platform == ENSEMBLE_PLATFORM:
         raise _invalid(
-            f"ensemble scheduling must be set for ensemble {name} whose platform is {ENSEMBLE_PLATFORM}"
+            f"ensemble scheduling must be set for ensemble {cfg.name} whose platform is {ENSEMBLE_PLATFORM}"
         )
 
+
+def _validate_response_cache(cfg: ModelConfig) -> None:
     if cfg.model_transaction_policy.decoupled and cfg.response_cache.enable:
         raise _invalid(
-            f"Response Cache does not currently support model {name} with 'decoupled' transaction "
+            f"Response Cache does not currently support model {cfg.name} with 'decoupled' transaction "
             "policy. Please disable the response cache."
         )
-
-    if cfg.HasField("model_metrics"):
-        _validate_model_metrics(cfg)
-
-    _validate_instance_groups(cfg)
-    _validate_io(cfg)
 
 
 def _validate_dynamic_batching(cfg: ModelConfig) -> None:
@@ -234,38 +273,36 @@ def _validate_model_metrics(cfg: ModelConfig) -> None:
             raise _invalid("histogram options must specify non-empty 'buckets'")
 
 
-def _validate_instance_groups(cfg: ModelConfig) -> None:
+def _validate_instance_group(cfg: ModelConfig, index: int) -> None:
     """``ValidateInstanceGroup`` for a server without GPUs; KIND_AUTO is left to normalisation."""
-    if cfg.HasField("ensemble_scheduling"):
-        return
     name = cfg.name
-    for group in cfg.instance_group:
-        prefix = f"instance group {group.name} of model {name}"
-        if group.kind == ModelInstanceGroup.KIND_MODEL:
-            if len(group.gpus) > 0:
-                raise _invalid(f"{prefix} has kind KIND_MODEL but specifies one or more GPUs")
-        elif group.kind == ModelInstanceGroup.KIND_GPU:
-            raise _invalid(f"{prefix} has kind KIND_GPU but no GPUs are available")
-        elif group.kind == ModelInstanceGroup.KIND_CPU and len(group.gpus) > 0:
-            raise _invalid(f"{prefix} has kind KIND_CPU but specifies one or more GPUs")
-        if len(group.profile) > 0:
-            if cfg.platform != TENSORRT_PLATFORM:
-                # (sic) no space before "specifies" in Triton's message
+    group = cfg.instance_group[index]
+    prefix = f"instance group {group.name} of model {name}"
+    if group.kind == ModelInstanceGroup.KIND_MODEL:
+        if len(group.gpus) > 0:
+            raise _invalid(f"{prefix} has kind KIND_MODEL but specifies one or more GPUs")
+    elif group.kind == ModelInstanceGroup.KIND_GPU:
+        raise _invalid(f"{prefix} has kind KIND_GPU but no GPUs are available")
+    elif group.kind == ModelInstanceGroup.KIND_CPU and len(group.gpus) > 0:
+        raise _invalid(f"{prefix} has kind KIND_CPU but specifies one or more GPUs")
+    if len(group.profile) > 0:
+        if cfg.platform != TENSORRT_PLATFORM:
+            # (sic) no space before "specifies" in Triton's message
+            raise _invalid(
+                f"{prefix} and platform {cfg.platform}specifies profile field which is only "
+                "supported for TensorRT models"
+            )
+        for profile in group.profile:
+            if not profile:
+                raise _invalid("profile name must not be empty")
+            leading = _LEADING_INT.match(profile)  # std::stoi parses a leading integer
+            if leading is None:
+                raise _invalid(f"unable to parse '{profile}': stoi")
+            if int(leading.group()) < 0:
                 raise _invalid(
-                    f"{prefix} and platform {cfg.platform}specifies profile field which is only "
-                    "supported for TensorRT models"
+                    f"{prefix} and platform {cfg.platform} specifies invalid profile {profile}. The "
+                    "field should contain the string representation of a non-negative integer."
                 )
-            for profile in group.profile:
-                if not profile:
-                    raise _invalid("profile name must not be empty")
-                leading = _LEADING_INT.match(profile)  # std::stoi parses a leading integer
-                if leading is None:
-                    raise _invalid(f"unable to parse '{profile}': stoi")
-                if int(leading.group()) < 0:
-                    raise _invalid(
-                        f"{prefix} and platform {cfg.platform} specifies invalid profile {profile}. The "
-                        "field should contain the string representation of a non-negative integer."
-                    )
 
 
 _LEADING_INT = re.compile(r"\s*[+-]?\d+")
@@ -346,36 +383,36 @@ def _validate_non_linear(io: Any, platform: str, is_input: bool) -> None:
         raise _invalid(f"Non-linear IO format {'input' if is_input else 'output'} requires 3 dims")
 
 
-def _validate_io(cfg: ModelConfig) -> None:
-    """``ValidateModelIOConfig`` plus unique tensor names; every message ends `` for <model>``."""
-    name = cfg.name
+def _for_model(cfg: ModelConfig, check: Callable[..., None], *args: Any) -> None:
+    """``ValidateModelIOConfig``'s messages end `` for <model>``."""
     try:
-        seen: set[str] = set()
-        for model_input in cfg.input:
-            _validate_io_shape(model_input, cfg.max_batch_size, "model input ")
-            if (
-                model_input.format in (ModelInput.FORMAT_NHWC, ModelInput.FORMAT_NCHW)
-                and len(model_input.dims) != 3
-            ):
-                raise _invalid("model input NHWC/NCHW require 3 dims")
-            if cfg.platform != TENSORRT_PLATFORM and model_input.is_shape_tensor:
-                raise _invalid("shape tensors are only supported for TensorRT platform")
-            _validate_non_linear(model_input, cfg.platform, True)
-            if model_input.name in seen:
-                raise _invalid(f"model input '{model_input.name}' is specified more than once")
-            seen.add(model_input.name)
-        seen = set()
-        for model_output in cfg.output:
-            _validate_io_shape(model_output, cfg.max_batch_size, "model output ")
-            if cfg.platform != TENSORRT_PLATFORM and model_output.is_shape_tensor:
-                raise _invalid("shape tensors are only supported for TensorRT platform")
-            _validate_non_linear(model_output, cfg.platform, False)
-            if model_output.name in seen:
-                raise _invalid(f"model output '{model_output.name}' is specified more than once")
-            seen.add(model_output.name)
-        _validate_batch_io(cfg)
+        check(*args)
     except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"{e.message} for {name}") from None
+        raise InvalidArgumentError(f"{e.message} for {cfg.name}") from None
+
+
+def _validate_input(cfg: ModelConfig, index: int) -> None:
+    """One input of ``ValidateModelIOConfig``, then that its name is not an earlier input's."""
+    model_input = cfg.input[index]
+    _validate_io_shape(model_input, cfg.max_batch_size, "model input ")
+    if model_input.format in (ModelInput.FORMAT_NHWC, ModelInput.FORMAT_NCHW) and len(model_input.dims) != 3:
+        raise _invalid("model input NHWC/NCHW require 3 dims")
+    if cfg.platform != TENSORRT_PLATFORM and model_input.is_shape_tensor:
+        raise _invalid("shape tensors are only supported for TensorRT platform")
+    _validate_non_linear(model_input, cfg.platform, True)
+    if any(earlier.name == model_input.name for earlier in cfg.input[:index]):
+        raise _invalid(f"model input '{model_input.name}' is specified more than once")
+
+
+def _validate_output(cfg: ModelConfig, index: int) -> None:
+    """One output of ``ValidateModelIOConfig``, then that its name is not an earlier output's."""
+    model_output = cfg.output[index]
+    _validate_io_shape(model_output, cfg.max_batch_size, "model output ")
+    if cfg.platform != TENSORRT_PLATFORM and model_output.is_shape_tensor:
+        raise _invalid("shape tensors are only supported for TensorRT platform")
+    _validate_non_linear(model_output, cfg.platform, False)
+    if any(earlier.name == model_output.name for earlier in cfg.output[:index]):
+        raise _invalid(f"model output '{model_output.name}' is specified more than once")
 
 
 def _validate_batch_io(cfg: ModelConfig) -> None:
