@@ -204,6 +204,13 @@ class ServerOptions:
     allow_metrics: bool = option(True, "serve Prometheus metrics")
     metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
     metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
+    metrics_config: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<setting>=<value> as tritonserver reads it: summary_latencies=true (quantiles over the "
+            "last minute), summary_quantiles=0.5:0.05,0.99:0.001, counter_latencies=false (repeatable)"
+        },
+    )
     metrics_interval_ms: int = option(
         2000, "the CPU and memory gauges are sampled at most this often (milliseconds)"
     )

@@ -4,6 +4,7 @@ parsed with the real Prometheus client's parser."""
 from __future__ import annotations
 
 import http.client
+from typing import Any
 
 from conftest import InferdProcess
 from prometheus_client.parser import text_string_to_metric_families
@@ -103,3 +104,24 @@ def test_every_family_the_reference_exports(server: InferdProcess) -> None:
     samples = _samples(text)
     assert 0.0 <= samples[("nv_cpu_utilization", ())] <= 1.0
     assert 0 < samples[("nv_cpu_memory_used_bytes", ())] <= samples[("nv_cpu_memory_total_bytes", ())]
+
+
+def test_summaries_and_no_latency_counters(start_server: Any) -> None:
+    server = start_server(
+        "--metrics-config", "summary_latencies=true", "--metrics-config", "counter_latencies=false"
+    )
+    for _ in range(5):
+        assert server.infer("add_sub", ADD_SUB).status == 200
+    text = _scrape(server)[2]
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["nv_inference_queue_summary_us"].type == "summary"
+    assert "nv_inference_request_duration_us" not in families and "nv_inference_count" in families
+    summary = [
+        s for s in families["nv_inference_request_summary_us"].samples if s.labels.get("model") == "add_sub"
+    ]
+    by_name = {s.name: s.value for s in summary if "quantile" not in s.labels}
+    assert by_name["nv_inference_request_summary_us_count"] == 5
+    assert by_name["nv_inference_request_summary_us_sum"] > 0
+    quantiles = {s.labels["quantile"]: s.value for s in summary if "quantile" in s.labels}
+    assert set(quantiles) == {"0.5", "0.9", "0.95", "0.99", "0.999"}
+    assert all(v > 0 for v in quantiles.values())

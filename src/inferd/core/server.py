@@ -22,6 +22,8 @@ from inferd.core.model_control import ModelControl
 from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.summary import MetricsConfig
+from inferd.core.summary import configure as configure_summaries
 from inferd.core.validate import validate_request
 from inferd.errors import (
     InferdError,
@@ -87,6 +89,7 @@ class ServerCore:
         self._live = True
         options = self.options
         backend_config = parse_backend_config(options.backend_config)
+        configure_summaries(MetricsConfig.parse(options.metrics_config))
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")
         settings = LoadSettings(
             loop=self.loop,

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.core.summary import new_summaries
+
 
 @dataclass(slots=True)
 class Duration:
@@ -50,6 +52,7 @@ class ModelStats:
         "last_inference_ms",
         "queue",
         "success",
+        "summaries",
     )
 
     def __init__(self) -> None:
@@ -67,6 +70,8 @@ class ModelStats:
         self.last_inference_ms = 0
         self.batch: dict[int, BatchStats] = {}
         self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
+        #: latency quantiles for /metrics, when --metrics-config asks for them (core/summary.py)
+        self.summaries = new_summaries()
 
     def record_execution(
         self,
@@ -93,6 +98,13 @@ class ModelStats:
             b.compute_infer.add(infer_ns)
             b.compute_output.add(output_ns)
             self.last_inference_ms = time.time_ns() // 1_000_000
+        s = self.summaries
+        if s is not None:
+            for q in queue_ns:
+                s.observe("queue", q)
+            s.observe("compute_input", input_ns, n_requests)
+            s.observe("compute_infer", infer_ns, n_requests)
+            s.observe("compute_output", output_ns, n_requests)
 
     def record_failed_execution(self, batch_size: int, infer_ns: int) -> None:
         """An execution that raised: it counts, as its batch does, but infers nothing (as Triton)."""
@@ -113,6 +125,8 @@ class ModelStats:
             else:
                 self.fail.add(duration_ns)
                 self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+        if self.summaries is not None:
+            self.summaries.observe("request", duration_ns)
 
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """Triton's model_stats entry."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from inferd.core.summary import KINDS, config
 from inferd.metrics.custom import CustomMetricRegistry
 from inferd.metrics.system import SYSTEM
 
@@ -48,6 +49,16 @@ _PENDING = (
     "nv_inference_pending_request_count",
     "Instantaneous number of pending requests awaiting execution per-model.",
 )
+#: the counters ``--metrics-config counter_latencies=false`` turns off
+_LATENCY_COUNTERS = frozenset(f for f, _ in _COUNTERS[3:])
+#: the summaries of ``summary_latencies=true``, in core.summary.KINDS's order, with the reference's help
+_SUMMARIES = (
+    ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)"),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)"),
+    ("nv_inference_compute_input_summary_us", "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_output_summary_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+)  # fmt: skip
 #: newer reference releases' gauge (core r24.12 on): how long the version took to load
 _LOAD_TIME = ("nv_model_load_duration_secs", "Model load time in seconds")
 _FAILURE_REASONS = ("OTHER", "REJECTED", "CANCELED", "BACKEND")
@@ -69,6 +80,22 @@ def _values(stats: Any) -> dict[str, int]:
     }
 
 
+def _summaries(out: list[str], family: Any, rows: list[tuple[str, str, Any, dict[str, int]]]) -> None:
+    """The latency summaries (``--metrics-config summary_latencies=true``), as the reference writes them."""
+    for kind, (fam, doc) in zip(KINDS, _SUMMARIES, strict=True):
+        family(fam, doc, "summary")
+        for name, version, model, _ in rows:
+            s = model.stats.summaries
+            if s is None:
+                continue
+            count, total, quantiles = s.snapshot(kind)
+            labels = f'model="{name}",version="{version}"'
+            out.append(f"{fam}_count{{{labels}}} {count}")
+            out.append(f"{fam}_sum{{{labels}}} {total:g}")
+            for q, value in quantiles:
+                out.append(f'{fam}{{{labels},quantile="{q:g}"}} {value:g}')
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -86,7 +113,10 @@ def render(server: ServerCore) -> bytes:
         out.append(f"# HELP {name} {doc}")
         out.append(f"# TYPE {name} {kind}")
 
+    counters = config().counter_latencies
     for i, (fam, doc) in enumerate(_COUNTERS):
+        if not counters and fam in _LATENCY_COUNTERS:
+            continue
         family(fam, doc, "counter")
         for name, version, _model, values in rows:
             out.append(f'{fam}{{model="{name}",version="{version}"}} {values[fam]}')
@@ -107,6 +137,8 @@ def render(server: ServerCore) -> bytes:
             stats_fn = getattr(sched, "stats", None)
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
+    if config().summary_latencies:
+        _summaries(out, family, rows)
     family(*_LOAD_TIME, "gauge")
     for name, version, model, _ in rows:
         out.append(f'{_LOAD_TIME[0]}{{model="{name}",version="{version}"}} {model.load_seconds:g}')
