@@ -11,7 +11,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test azurite lint typecheck unit e2e bench bench-quick fuzz soak models clean
+.PHONY: install install-run run test azurite browser lint typecheck unit e2e bench bench-quick fuzz soak models clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -46,13 +46,21 @@ typecheck: install
 azurite:
 	-scripts/get_azurite.sh
 
-test: lint typecheck azurite
+# the status page's browser test uses Debian's headless Chromium: installed where this user can
+# (root with apt); elsewhere that one test skips and says why
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+	  echo "no Chromium here: the status page's browser test will skip"
+
+test: lint typecheck azurite browser
 	$(BIN)/pytest -q -n 2
 
 unit: install
 	$(BIN)/pytest -q -n 2 tests/unit
 
-e2e: install azurite
+e2e: install azurite browser
 	$(BIN)/pytest -q -n 2 tests/e2e
 
 # three rounds of every row (about 30 minutes on 2 cores); ARGS passes options (benchmarks/run.py --help)

@@ -204,6 +204,9 @@ class ServerOptions:
     allow_metrics: bool = option(True, "serve Prometheus metrics")
     metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
     metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
+    allow_status_page: bool = option(
+        True, "serve the live status page at GET / (and its data at /v2/status) on the HTTP and metrics ports"
+    )
     metrics_config: list[str] = field(
         default_factory=list,
         metadata={

@@ -210,6 +210,9 @@ class FakeCore:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return [{"name": n, "version": "1", "state": "READY"} for n in sorted(self.models)]
 
+    def status(self) -> dict[str, Any] | None:
+        return None  # the status page is the real core's (tests/e2e)
+
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:

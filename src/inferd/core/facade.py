@@ -47,6 +47,10 @@ class Core(Protocol):
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
 
+    def status(self) -> dict[str, Any] | None:
+        """The live status page's data (core/status.py); None when the page is turned off."""
+        ...
+
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None: ...

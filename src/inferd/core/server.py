@@ -22,6 +22,7 @@ from inferd.core.model_control import ModelControl
 from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.status import status
 from inferd.core.summary import MetricsConfig
 from inferd.core.summary import configure as configure_summaries
 from inferd.core.validate import validate_request
@@ -365,6 +366,10 @@ class ServerCore:
         for v, mv in sorted(ready.items()):
             stats.append(mv.stats.to_json(name, str(v)))
         return {"model_stats": stats}
+
+    def status(self) -> dict[str, Any] | None:
+        """The live status page's data, or None with ``--allow-status-page=false``."""
+        return status(self) if self.options.allow_status_page else None
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

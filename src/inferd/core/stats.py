@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.core.summary import new_summaries
+
+#: requests the status page's window remembers per model version (core/status.py)
+RECENT = 4096
 
 
 @dataclass(slots=True)
@@ -51,6 +55,8 @@ class ModelStats:
         "inference_count",
         "last_inference_ms",
         "queue",
+        "recent_queue",
+        "recent_requests",
         "success",
         "summaries",
     )
@@ -72,6 +78,9 @@ class ModelStats:
         self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
         #: latency quantiles for /metrics, when --metrics-config asks for them (core/summary.py)
         self.summaries = new_summaries()
+        #: the last requests' (end, duration, ok) and queue times (end, ns) for the status page
+        self.recent_requests: collections.deque[tuple[int, int, bool]] = collections.deque(maxlen=RECENT)
+        self.recent_queue: collections.deque[tuple[int, int]] = collections.deque(maxlen=RECENT)
 
     def record_execution(
         self,
@@ -86,8 +95,10 @@ class ModelStats:
         with self._lock:
             self.execution_count += 1
             self.inference_count += batch_size
+            now = time.monotonic_ns()
             for q in queue_ns:
                 self.queue.add(q)
+                self.recent_queue.append((now, q))
             self.compute_input.add(input_ns, n_requests)
             self.compute_infer.add(infer_ns, n_requests)
             self.compute_output.add(output_ns, n_requests)
@@ -120,6 +131,7 @@ class ModelStats:
     def record_request(self, ok: bool, duration_ns: int, reason: str = "BACKEND") -> None:
         """A request ended: success or failure with its whole duration."""
         with self._lock:
+            self.recent_requests.append((time.monotonic_ns(), duration_ns, ok))
             if ok:
                 self.success.add(duration_ns)
             else:

@@ -6,6 +6,7 @@ import ssl
 
 from inferd.core.server import ServerCore
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
+from inferd.frontends.http.status import serve_status
 from inferd.metrics.collector import render
 
 #: what the reference answers with
@@ -13,12 +14,14 @@ CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
 class MetricsApp:
-    """``GET /metrics``: Prometheus text; other methods 405, other paths 404."""
+    """``GET /metrics``: Prometheus text (and the status page); other methods 405, other paths 404."""
 
     def __init__(self, core: ServerCore) -> None:
         self.core = core
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
+        if serve_status(self.core, req, resp):  # the live status page, here too
+            return
         if req.path != "/metrics":
             resp.send(404, b'{"error":"Not Found"}', "text/plain")
         elif req.method != "GET":

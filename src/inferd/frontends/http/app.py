@@ -32,6 +32,8 @@ from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.status import PATHS as STATUS_PATHS
+from inferd.frontends.http.status import serve_status
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.logs import FORMATS as LOG_FORMATS
@@ -187,6 +189,8 @@ class HttpApp:
             self._logging(req, resp)
         elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
             self._shared_memory(req, resp)
+        elif path in STATUS_PATHS and serve_status(self.core, req, resp):
+            return
         elif path.startswith("/v1/"):  # the OpenAI API: its own access check and error shape
             self._openai.handle(req, resp)
         else:
@@ -476,6 +480,8 @@ def route_category(path: str) -> Category | None:
         return None if m is None else _ACTION_CATEGORY[m.group(3)]
     if path.startswith("/v2/health/"):
         return Category.HEALTH
+    if path in STATUS_PATHS:
+        return Category.STATISTICS
     if path in ("/v2", "/v2/openapi.json"):
         return Category.METADATA
     if path.startswith("/v2/repository"):
