@@ -57,6 +57,7 @@ class ModelStats:
         "queue",
         "recent_queue",
         "recent_requests",
+        "scrapes",
         "success",
         "summaries",
     )
@@ -81,6 +82,8 @@ class ModelStats:
         #: the last requests' (end, duration, ok) and queue times (end, ns) for the status page
         self.recent_requests: collections.deque[tuple[int, int, bool]] = collections.deque(maxlen=RECENT)
         self.recent_queue: collections.deque[tuple[int, int]] = collections.deque(maxlen=RECENT)
+        #: what metrics/scaling.py remembers of recent scrapes: (seconds, queue us, requests)
+        self.scrapes: collections.deque[tuple[float, float, int]] = collections.deque()
 
     def record_execution(
         self,

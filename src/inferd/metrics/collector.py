@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.core.summary import KINDS, config
 from inferd.metrics.custom import CustomMetricRegistry
+from inferd.metrics.scaling import FAMILY as SCALING
+from inferd.metrics.scaling import queue_time_per_request
 from inferd.metrics.system import SYSTEM
 
 if TYPE_CHECKING:
@@ -142,6 +144,10 @@ def render(server: ServerCore) -> bytes:
     family(*_LOAD_TIME, "gauge")
     for name, version, model, _ in rows:
         out.append(f'{_LOAD_TIME[0]}{{model="{name}",version="{version}"}} {model.load_seconds:g}')
+    family(*SCALING, "gauge")
+    for name, version, model, _ in rows:
+        value = queue_time_per_request(model.stats)
+        out.append(f'{SCALING[0]}{{model="{name}",version="{version}"}} {value:.1f}')
     _process_events(out, family)
     out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000))
     custom = server.custom_metrics
