@@ -93,6 +93,16 @@ class ServerOptions:
     log_info: bool = option(True, "log INFO lines (and verbose ones)")
     log_warning: bool = option(True, "log WARNING lines")
     log_error: bool = option(True, "log ERROR lines")
+    trace_config: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "[<mode>,]<setting>=<value>, tritonserver's syntax (repeatable): level=OFF|TIMESTAMPS|TENSORS, "
+            "rate=N (every N-th request), count=N (-1: no limit), mode=triton|opentelemetry; triton,file=PATH, "
+            "triton,log-frequency=N; opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE, "
+            "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N "
+            "(opentelemetry needs inferd[otel])"
+        },
+    )
     # frontends
     allow_http: bool = option(True, "serve the HTTP/REST API")
     http_address: str = option("0.0.0.0", "address the HTTP API listens on")

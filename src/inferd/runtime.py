@@ -32,6 +32,7 @@ from inferd.logs import LogSettings, from_options
 from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.trace import Tracing
 
 log = logging.getLogger("inferd")
 
@@ -69,6 +70,8 @@ class Runtime:
         # an embedded server logs through its program's own handlers, unless the options name a file
         self.logs = logs if logs is not None else from_options(options, attach=False)
         parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
+        #: the trace extension (settings, sampling, trace files or OpenTelemetry spans)
+        self.tracing = Tracing.from_flags(options.trace_config)
         #: the custom metrics of the models (``pb_utils.MetricFamily``), rendered on /metrics
         self.custom_metrics = CustomMetricRegistry()
         self.core = ServerCore(options, self.custom_metrics)
@@ -110,7 +113,7 @@ class Runtime:
                 from inferd.frontends.grpc.service import InferenceServicer
 
                 servicer = InferenceServicer(
-                    self.core, options, self.shm, self.cuda_shm, self.grpc_access, self.logs
+                    self.core, options, self.shm, self.cuda_shm, self.grpc_access, self.logs, self.tracing
                 )
                 grpc_server = make_grpc_server(servicer)
                 try:
@@ -132,6 +135,7 @@ class Runtime:
                     max_input_size=options.http_max_input_size,
                     access=self.http_access,
                     logs=self.logs,
+                    tracing=self.tracing,
                 )
                 http = HttpServer(
                     app, options.http_address, options.http_port, http_limits(options), self._http_tls()
@@ -223,4 +227,5 @@ class Runtime:
         if self.metrics is not None:
             await self.metrics.stop()
         self.shm.close()
+        self.tracing.close()  # what the settings still hold goes to the trace files
         return clean

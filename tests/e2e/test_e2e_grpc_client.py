@@ -82,10 +82,9 @@ def test_statistics_and_repository(client: grpcclient.InferenceServerClient) -> 
         assert "explicit model load / unload is not allowed if polling is enabled" in e.value.message()
 
 
-def test_trace_settings_are_not_served_and_log_settings_are(client: grpcclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException) as e:
-        client.get_trace_settings()
-    assert e.value.status() == "StatusCode.UNIMPLEMENTED"
+def test_trace_and_log_settings_are_served(client: grpcclient.InferenceServerClient) -> None:
+    trace = client.get_trace_settings(as_json=True)["settings"]
+    assert trace["trace_level"] == {"value": ["OFF"]} and trace["trace_mode"] == {"value": ["triton"]}
     assert client.get_log_settings(as_json=True)["settings"]["log_info"] == {"bool_param": True}
 
 

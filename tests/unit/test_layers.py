@@ -271,3 +271,14 @@ def test_nothing_below_the_frontends_imports_them(forbidden: str) -> None:
 def test_frontends_see_the_core_through_its_facade() -> None:
     """HTTP and gRPC know ``core.facade.Core``, not ServerCore: the composition root hands it over."""
     assert _violations(lambda m: _in(m, "inferd.frontends"), lambda e: e.target != "inferd.core.server") == []
+
+
+def test_trace_imports_only_errors_core_data_and_itself() -> None:
+    """The trace extension sees requests and streams (the core data modules), nothing of the server."""
+    assert (
+        _violations(
+            lambda m: _in(m, "inferd.trace"),
+            lambda e: e.target in CORE_DATA or _in(e.target, "inferd.errors", "inferd.trace"),
+        )
+        == []
+    )

@@ -6,7 +6,7 @@ import re
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.core.tensor import Tensor
 from inferd.errors import InvalidArgumentError
@@ -17,6 +17,28 @@ if TYPE_CHECKING:
 # Request flags (TRITONSERVER_RequestFlag)
 SEQUENCE_START = 1
 SEQUENCE_END = 2
+
+
+class RequestTrace(Protocol):
+    """A sampled request's trace (``inferd.trace``), as the core, the schedulers and backends see it."""
+
+    def attach(
+        self, request: InferRequest, model_name: str, model_version: str, stream: ResponseStream
+    ) -> None:
+        """The core queues ``request`` on ``stream`` (the trace hooks its final response)."""
+        ...
+
+    def computed(self, start_ns: int, end_ns: int, timings: tuple[int, int, int] | None) -> None:
+        """The execute that answered it (the instance pool's clock), with the backend's split."""
+        ...
+
+    def child(self) -> RequestTrace:
+        """The trace of a request made for this one (an ensemble step, a BLS request)."""
+        ...
+
+    def context(self) -> str | None:
+        """The OpenTelemetry context a model may pass on (JSON), None in Triton mode."""
+        ...
 
 
 @dataclass(slots=True)
@@ -59,6 +81,8 @@ class InferRequest:
     t_start_ns: int = field(default_factory=time.monotonic_ns)
     t_queue_ns: int = 0
     stream: ResponseStream | None = None
+    #: set by the front end that sampled the request for tracing (None: not traced)
+    trace: RequestTrace | None = None
 
     def requested_output_names(self, all_outputs: tuple[str, ...]) -> tuple[str, ...]:
         """Names of outputs to return: those asked for, else all of the model's."""

@@ -51,6 +51,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 )
 
@@ -260,6 +261,8 @@ class ServerCore:
         request.stream = stream
         self._open.add(stream)
         stream.on_final = self._open.discard
+        if request.trace is not None:  # sampled by its front end, or a traced request's child
+            request.trace.attach(request, model.name, model.version_str, stream)
         try:
             model.scheduler.enqueue(request)
         except BaseException:

@@ -80,6 +80,7 @@ class EnsembleScheduler:
                     )
 
     def enqueue(self, request: InferRequest) -> None:
+        request.t_queue_ns = time.monotonic_ns()
         task = asyncio.get_running_loop().create_task(self._run(request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -139,6 +140,7 @@ class EnsembleScheduler:
             id=request.id,
             parameters=request.parameters,
             outputs=[RequestedOutput(src) for src, _ in step.output_map],
+            trace=None if request.trace is None else request.trace.child(),
         )
         resp = await self._infer(sub)
         if resp.error is not None:

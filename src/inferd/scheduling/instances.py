@@ -463,13 +463,12 @@ class InstancePool:
                 self._last_span[worker] = (t0, t3)
                 auto.observe(t3 - t0, time.thread_time_ns() - c0, self._overlap(worker, t0, t3))
         timings = instance.last_timings
-        if timings is not None:
-            in_ns, infer_ns, out_ns = timings
-        else:
-            in_ns, infer_ns, out_ns = 0, t3 - t0, 0
+        in_ns, infer_ns, out_ns = timings if timings is not None else (0, t3 - t0, 0)
         self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns)
         for r in batch:
             self._stats.record_request(True, t3 - r.t_start_ns)
+            if r.trace is not None:
+                r.trace.computed(t0, t3, timings)
         if responses is None:
             return  # the backend answers through the request streams (decoupled models)
         self._hand_back(batch, responses, inline, out)

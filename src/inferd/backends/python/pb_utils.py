@@ -91,7 +91,16 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """A BLS request's trace (tracing is not served: kept for the signature)."""
+    """A request's trace (``request.trace()``): a BLS request made with it is traced as its child."""
+
+    __slots__ = ("_trace",)
+
+    def __init__(self, _trace: _core_request.RequestTrace | None = None) -> None:
+        self._trace = _trace
+
+    def get_context(self) -> str | None:
+        """The OpenTelemetry context (JSON with ``traceparent``) in that mode, else None."""
+        return None if self._trace is None else self._trace.context()
 
 
 _DEFAULT_MEMORY = PreferredMemory()
@@ -290,6 +299,7 @@ class InferenceRequest:
             correlation_id=a["correlation_id"],
             flags=a["flags"],
             timeout_us=a["timeout"],
+            trace=None if a["trace"]._trace is None else a["trace"]._trace.child(),
         )
         self._model_name = a["model_name"]
         self._model_version = a["model_version"]
@@ -374,7 +384,8 @@ class InferenceRequest:
         return self._model_name
 
     def trace(self) -> InferenceTrace:
-        return _DEFAULT_TRACE
+        t = self._core.trace
+        return _DEFAULT_TRACE if t is None else InferenceTrace(t)
 
     def get_response_sender(self) -> InferenceResponseSender:
         """The request's response sender (the same object while the model holds it, as Triton's)."""

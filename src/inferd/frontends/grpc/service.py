@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
+from inferd.frontends.grpc import trace as _trace
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.codec import (
     FINAL_FALSE,
@@ -45,6 +47,7 @@ from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import VERBOSE1, LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.grpc")
 
@@ -157,10 +160,13 @@ class InferenceServicer:
         cuda_shm: CudaSharedMemoryManager | None = None,
         access: AccessPolicy | None = None,
         logs: LogSettings | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.core = core
         self.options = options
         self.logs = logs
+        #: the trace extension (a server with tracing off when not given)
+        self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
@@ -224,6 +230,7 @@ class InferenceServicer:
     ) -> ResponseStream | None:
         """ModelInfer without a task: the answer (or the failure) comes through a callback, on the
         loop; the returned stream is what to cancel when the client goes away."""
+        call: _Call | None = None
         try:
             self.authorize("ModelInfer", metadata)
             try:
@@ -231,11 +238,15 @@ class InferenceServicer:
             except DecodeError:
                 raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR) from None
             call = _Call(self, msg, metadata)
+            if self.tracing.on:  # all that tracing costs while it is off
+                call.at = time.monotonic_ns()
             stream = self.core.submit(
                 msg.model_name, parse_version(msg.model_version), call.decode, decoupled_error=_DECOUPLED
             )
         except Exception as e:
             fail(rpc_error(e))
+            if call is not None and call.trace is not None:  # sampled, then refused: never written
+                call.trace.finish()
             return None
         encode = self.encoder.encode
 
@@ -254,7 +265,7 @@ class InferenceServicer:
                 return
             answer(body)
 
-        stream.set_callback(on_response)
+        stream.set_callback(on_response if call.trace is None else _trace.traced(call.trace, on_response))
         return stream
 
     async def model_infer_async(self, payload: bytes, metadata: Metadata | None) -> bytes:
@@ -374,9 +385,9 @@ class InferenceServicer:
         self.cuda_shm.unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
-    # -- trace and logging: not served (the extensions are not listed in server metadata) ---------
+    # -- trace and logging ----------------------------------------------------------------------------
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("the trace extension is not supported by this server")
+        return _trace.trace_setting(self.core, self.tracing, request)
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
         """The logging extension: each setting applied in the reference's order, with its checks."""
@@ -471,11 +482,15 @@ class InferenceServicer:
     ) -> None:
         metadata = context.invocation_metadata()
         call = _Call(self, msg, metadata)
+        if self.tracing.on:
+            call.at = time.monotonic_ns()
         grpc_error = any(k == "triton_grpc_error" and v == "true" for k, v in metadata or ())
         try:
             stream = self.core.submit(msg.model_name, parse_version(msg.model_version), call.decode)
         except InferdError as e:
             out.put_nowait(e if grpc_error else stream_error(e.message, msg.id))
+            if call.trace is not None:
+                call.trace.finish()
             return
         pending.add(stream)
         encode = self.encoder.encode
@@ -502,16 +517,18 @@ class InferenceServicer:
                 pending.discard(stream)
                 finish_if_idle()
 
-        stream.set_callback(on_response)
+        stream.set_callback(on_response if call.trace is None else _trace.traced(call.trace, on_response))
 
 
 class _Call:
     """One ModelInfer request on its way in: decoded once the core found its model."""
 
-    __slots__ = ("decoupled", "empty_final", "metadata", "msg", "request", "servicer")
+    __slots__ = ("at", "decoupled", "empty_final", "metadata", "msg", "request", "servicer", "trace")
 
     def __init__(self, servicer: InferenceServicer, msg: Any, metadata: Metadata | None) -> None:
         self.servicer = servicer
+        self.at = 0  # when it was read, while tracing is on
+        self.trace: Trace | None = None
         self.msg = msg
         self.metadata = metadata
         self.request: InferRequest | None = None
@@ -527,6 +544,8 @@ class _Call:
         if forward is not None:
             request.parameters.update(forwarded_headers(self.metadata or (), forward))
         self.request = request
+        if self.at:
+            self.trace = _trace.start_trace(servicer.tracing, model.name, request, self.metadata, self.at)
         return request
 
     def targets(self) -> dict[str, memoryview] | None:

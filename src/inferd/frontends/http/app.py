@@ -34,11 +34,13 @@ from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
+from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.http")
 
@@ -137,9 +139,12 @@ class HttpApp:
         max_input_size: int = 1 << 26,
         access: AccessPolicy | None = None,
         logs: LogSettings | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.core = core
         self.logs = logs
+        #: the trace extension (a server with tracing off when not given)
+        self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
@@ -187,6 +192,8 @@ class HttpApp:
             self._repository(req, resp)
         elif path == "/v2/logging":
             self._logging(req, resp)
+        elif path == "/v2/trace/setting":
+            self._trace_settings(req, resp, "")
         elif path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
             self._shared_memory(req, resp)
         elif path in STATUS_PATHS and serve_status(self.core, req, resp):
@@ -263,8 +270,14 @@ class HttpApp:
             self._get_only(req, resp, lambda: self._json(resp, server.statistics(name, version)))
         elif action in ("generate", "generate_stream"):
             self._generate_route(req, resp, name, version, action == "generate_stream")
-        else:  # trace/setting: not served yet
+        elif version:  # trace/setting: a model's, never a version's
             resp.send(404, _NOT_FOUND, _TEXT)
+        else:
+            self._trace_settings(req, resp, name)
+
+    def _trace_settings(self, req: HttpRequest, resp: Responder, model: str) -> None:
+        body = lambda: inflate(req.body, _encoding(req), self.max_input_size)  # noqa: E731
+        trace_settings(self.core, self.tracing, req, resp, model, body)
 
     def _generate_route(
         self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool
@@ -402,15 +415,20 @@ class HttpApp:
 
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
+        at = received(resp) if self.tracing.on else None  # all that tracing costs while it is off
         encoding = _encoding(req)
         if encoding in WBITS and len(req.body) > OFF_LOOP_MIN:
-            task = asyncio.get_running_loop().create_task(self._inflate_then_infer(req, resp, name, version))
+            task = asyncio.get_running_loop().create_task(
+                self._inflate_then_infer(req, resp, name, version, at)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        self._infer(req, resp, name, version, None)
+        self._infer(req, resp, name, version, None, at)
 
-    async def _inflate_then_infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
+    async def _inflate_then_infer(
+        self, req: HttpRequest, resp: Responder, name: str, version: str, at: tuple[int, int] | None
+    ) -> None:
         """A large compressed body inflates on a worker thread, so the loop keeps serving meanwhile."""
         body: bytes | InferdError
         try:
@@ -418,18 +436,26 @@ class HttpApp:
         except InferdError as e:
             body = e  # raised when the body is read, after the model lookup, as inline
         if not resp.closed:
-            self._infer(req, resp, name, version, body)
+            self._infer(req, resp, name, version, body, at)
 
     def _infer(
-        self, req: HttpRequest, resp: Responder, name: str, version: str, body: bytes | InferdError | None
+        self,
+        req: HttpRequest,
+        resp: Responder,
+        name: str,
+        version: str,
+        body: bytes | InferdError | None,
+        at: tuple[int, int] | None = None,
     ) -> None:
-        call = _InferCall(self, req, resp, body)
+        call = _InferCall(self, req, resp, body, at)
         try:
             call.version = version = parse_version(version)
             stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
         except InferdError as e:
             text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
             _error(resp, e, _TEXT if text else _JSON)
+            if call.trace is not None:  # sampled, then refused: never written
+                call.trace.finish()
             return
         resp.on_close = stream.cancel_on_close
         stream.set_callback(call.answer)
@@ -498,12 +524,19 @@ def route_category(path: str) -> Category | None:
 class _InferCall:
     """One /infer request: decodes its body once the core found the model, answers its response."""
 
-    __slots__ = ("app", "body", "decoding", "enc", "req", "request", "resp", "version")
+    __slots__ = ("app", "at", "body", "decoding", "enc", "req", "request", "resp", "trace", "version")
 
     def __init__(
-        self, app: HttpApp, req: HttpRequest, resp: Responder, body: bytes | InferdError | None
+        self,
+        app: HttpApp,
+        req: HttpRequest,
+        resp: Responder,
+        body: bytes | InferdError | None,
+        at: tuple[int, int] | None = None,
     ) -> None:
         self.app = app
+        self.at = at  # when it was received, while tracing is on
+        self.trace: Trace | None = None
         self.body = body  # the body inflated already (or why it could not be), None: not yet
         self.req = req
         self.resp = resp
@@ -524,11 +557,17 @@ class _InferCall:
         elif isinstance(body, InferdError):
             raise body
         self.request, self.enc = self.app.headers.decode(model, self.version, body, header_length)
+        if self.at is not None:
+            self.trace = trace = start_trace(self.app.tracing, model.name, self.request, req, self.at)
+            if trace is not None:
+                self.resp = TracedResponder(self.resp, trace)  # type: ignore[assignment]
         return self.request
 
     def answer(self, r: InferResponse | None, final: bool) -> None:
         """The stream's callback: the response encoded, or its error (text/plain, as the reference)."""
         resp = self.resp
+        if self.trace is not None:
+            self.trace.stamp("INFER_RESPONSE_COMPLETE")
         if r is None:
             _error(resp, InternalError("model produced no response"), _TEXT)
             return

@@ -342,7 +342,6 @@ class HttpConnection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self.reading_since = None
         parser = self._parser
         url = self._url.decode("latin-1")
         path, _, query = url.partition("?")
@@ -361,6 +360,8 @@ class HttpConnection(asyncio.Protocol):
         except Exception:
             log.exception("unhandled error in HTTP handler")
             responder.send(500, b'{"error":"internal server error"}')
+        # kept while the handler runs: a traced request's HTTP_RECV_START
+        self.reading_since = None
 
     # -- writing -----------------------------------------------------------------------------
     def respond(
