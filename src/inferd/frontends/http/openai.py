@@ -92,10 +92,11 @@ class OpenAIRoutes:
     def handle(self, req: HttpRequest, resp: Responder) -> None:
         """Answer one request whose path starts with ``/v1/``."""
         path = req.path.rstrip("/")
+        models = path == "/v1/models" or path.startswith("/v1/models/")
         try:
-            if self.access is not None:
+            if self.access is not None and (models or path in _POST_ROUTES):  # no such route: 404 for anyone
                 self._check_access(req, path)
-            if path == "/v1/models" or path.startswith("/v1/models/"):
+            if models:
                 if req.method != "GET":
                     raise _not_allowed(req)
                 if path == "/v1/models":
@@ -189,7 +190,8 @@ class OpenAIRoutes:
         for i, part in enumerate(parts):
             try:
                 stream = self.core.submit(body.model, "", partial(_decode, EMBEDDINGS, part, None))
-            except BaseException:
+            except BaseException:  # answered by handle(): the parts queued already are let go
+                gather.done = True
                 gather.cancel()
                 raise
             gather.streams.append(stream)

@@ -477,6 +477,9 @@ def test_api_keys_and_restrictions_answer_in_openai_shape(core: Any) -> None:
         assert a.status == 401 and error(a)["code"] == "invalid_api_key"
         assert a.headers["www-authenticate"] == 'Bearer realm="inferd"'
         s = Session(core, policy)
+        (a,) = await s.ask("GET", "/v1/files")  # no such route: 404 for anyone
+        assert a.status == 404 and error(a)["code"] == "unknown_url"
+        s = Session(core, policy)
         (a,) = await s.ask("POST", "/v1/embeddings", body, {"Authorization": "Bearer meta-key"})
         assert a.status == 403 and "does not grant the 'inference' APIs" in error(a)["message"]
         s = Session(core, policy)
