@@ -122,11 +122,11 @@ def test_a_hanging_thread_instance_fails_its_request_at_the_limit(server: Inferd
     try:
         t0 = time.monotonic()
         with pytest.raises(InferenceServerException) as e:
-            client.infer("sleepy", _http_inputs(3000))
+            client.infer("sleepy", _http_inputs(8000))
         took = time.monotonic() - t0
         assert e.value.status() == "503"
         assert "the execute did not finish within 0.5 s (execute_timeout_secs)" in e.value.message()
-        assert 0.5 <= took < 2.5, took
+        assert 0.5 <= took < 6, took  # well before the execute ends (8 s), also on a loaded machine
         # its one instance is still asleep: requests fail at once rather than wait behind it
         with pytest.raises(InferenceServerException, match="every instance is stuck"):
             client.infer("sleepy", _http_inputs(0))
@@ -144,7 +144,7 @@ def test_a_hanging_process_instance_is_killed_and_restarts(server: InferdProcess
         t0 = time.monotonic()
         with pytest.raises(InferenceServerException) as e:
             client.infer("sleepy_proc", _grpc_inputs(60_000))
-        assert time.monotonic() - t0 < 2.5
+        assert time.monotonic() - t0 < 10  # the execute would sleep 60 s
         assert e.value.status() == "StatusCode.UNAVAILABLE"
         assert "its process is killed and restarts" in e.value.message()
         result = _until_ok(lambda: client.infer("sleepy_proc", _grpc_inputs(5)))
