@@ -12,9 +12,9 @@ from the ``triton-server`` scope:
   caller's model span;
 - ``compute`` under each executed model span, with the four COMPUTE_* events.
 
-Spans are built when the request has finished, on the trace writer thread, with the ids the trace
-chose when it started (so a model can pass its context on) and handed to the SDK's batch span
-processor. Timestamps move from the monotonic clock to the epoch by one offset taken at start, as
+Spans are built when the request has finished, with the ids the trace chose when it started (so a
+model can pass its context on), and handed to the SDK's batch span processor, which exports them
+from its own thread. Timestamps move from the monotonic clock to the epoch by one offset taken at start, as
 the reference does.
 """
 
@@ -76,7 +76,7 @@ class OtelExport:
         self.offset = time.time_ns() - time.monotonic_ns()
 
     def export(self, root: Trace) -> None:
-        """The spans of a finished trace and its children (writer thread)."""
+        """The spans of a finished trace and its children."""
         off = self.offset
         flags = TraceFlags(TraceFlags.SAMPLED)
         trace_id = root.trace_id
@@ -106,7 +106,7 @@ class OtelExport:
             )
         ]
         for t in (root, *root.children):
-            if t.request is None:
+            if not t.attached:
                 continue
             parent_ctx = front if t.parent is None else _context(t.parent, flags)
             spans += self._model_spans(t, parent_ctx, flags, end)
@@ -125,9 +125,8 @@ class OtelExport:
             "triton.trace_id": t.id,
             "triton.trace_parent_id": t.parent.id if t.parent is not None else 0,
         }
-        req = t.request
-        if req is not None and req.id:
-            attributes["triton.request_id"] = req.id
+        if t.request_id:
+            attributes["triton.request_id"] = t.request_id
         start = stamps.get("REQUEST_START", t.start_ns)
         out = [
             ReadableSpan(

@@ -14,11 +14,12 @@ groups them. Timestamps are ``CLOCK_MONOTONIC`` nanoseconds, the reference's ste
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 #: trace ids: 1 up, shared by every trace of the process (0 means "no parent")
 _ids = itertools.count(1)
+#: shared empty lists (never appended to: replaced)
+_NO_TRACES: list[Trace] = []
+_NO_TENSORS: list[Tensor] = []
 #: stamps written before the header, as the reference captures them before the request starts
 _EARLY = ("HTTP_RECV_START", "HTTP_RECV_END")
 
@@ -41,21 +45,26 @@ class Trace:
     __slots__ = (
         "_prev_final",
         "_prev_post",
+        "attached",
         "children",
         "compute",
         "finish_ns",
         "id",
+        "inputs",
         "model_name",
         "model_version",
         "on_finish",
         "outputs",
         "parent",
         "request",
+        "request_id",
         "root",
         "setting",
         "span_id",
         "stamps",
         "start_ns",
+        "t_queue",
+        "t_request",
         "trace_id",
         "traceparent",
     )
@@ -71,13 +80,21 @@ class Trace:
         self.setting = setting
         self.parent = parent
         self.root: Trace = self if parent is None else parent.root
-        self.children: list[Trace] = []
+        #: (lists made when needed: fewer objects for the cyclic GC to count per request)
+        self.children: list[Trace] = _NO_TRACES
         self.stamps: list[tuple[str, int]] = []
+        #: the request while the core has it (its timestamps and id are copied out when it ends:
+        #: request and trace refer to each other, and a cycle would wait for the cyclic GC)
         self.request: InferRequest | None = None
+        self.attached = False
+        self.t_request = 0
+        self.t_queue = 0
+        self.request_id = ""
+        self.inputs: list[Tensor] = _NO_TENSORS
         self.model_name = ""
         self.model_version = ""
         self.compute: tuple[int, int, int, int] | None = None
-        self.outputs: list[Tensor] = []
+        self.outputs: list[Tensor] = _NO_TENSORS
         self.on_finish = on_finish
         self.start_ns = time.monotonic_ns()
         self.finish_ns = 0
@@ -106,6 +123,7 @@ class Trace:
         if self.finish_ns:
             return
         self.finish_ns = time.monotonic_ns()
+        self._capture()
         cb = self.on_finish
         if cb is not None:
             self.on_finish = None
@@ -117,6 +135,7 @@ class Trace:
     ) -> None:
         """The request was looked up, validated and is about to be queued on ``stream``."""
         self.request = request
+        self.attached = True
         self.model_name = model_name
         self.model_version = model_version
         self._prev_final = stream.on_final
@@ -127,13 +146,26 @@ class Trace:
 
     def _final(self, stream: ResponseStream) -> None:
         self.stamps.append(("REQUEST_END", time.monotonic_ns()))
+        self._capture()
         prev = self._prev_final
         if prev is not None:
             self._prev_final = None
             prev(stream)
 
+    def _capture(self) -> None:
+        """Copy what is written out of the request, and let go of it."""
+        req = self.request
+        if req is None:
+            return
+        self.request = None
+        self.t_request = req.t_start_ns
+        self.t_queue = req.t_queue_ns
+        self.request_id = req.id
+        if self.setting.tensors:
+            self.inputs = list(req.inputs.values())
+
     def _outputs(self, response: InferResponse) -> None:
-        self.outputs.extend(response.outputs)  # the backend's, before classification
+        self.outputs = [*self.outputs, *response.outputs]  # the backend's, before classification
         prev = self._prev_post
         if prev is not None:
             prev(response)
@@ -149,7 +181,8 @@ class Trace:
     def child(self) -> Trace:
         """A child trace (an ensemble step, a BLS request made with this request's trace)."""
         c = Trace(self.setting, self)
-        self.root.children.append(c)
+        root = self.root
+        root.children = [*root.children, c]  # (a new list: the empty one is shared)
         return c
 
     def context(self) -> str | None:
@@ -162,15 +195,15 @@ class Trace:
             {"traceparent": f"00-{self.trace_id:032x}-{self.span_id:016x}-{flags:02x}"}
         ).decode()
 
-    # -- writing (the writer thread) -----------------------------------------------------------
+    # -- writing -------------------------------------------------------------------------------
     def timestamps(self) -> list[tuple[str, int]]:
         """Every timestamp of this trace (not its children), in time order, REQUEST_START first."""
+        self._capture()
         out: list[tuple[str, int]] = []
-        req = self.request
-        if req is not None:
-            out.append(("REQUEST_START", req.t_start_ns))
-            if req.t_queue_ns:
-                out.append(("QUEUE_START", req.t_queue_ns))
+        if self.attached:
+            out.append(("REQUEST_START", self.t_request))
+            if self.t_queue:
+                out.append(("QUEUE_START", self.t_queue))
         c = self.compute
         if c is not None:
             out += [
@@ -185,45 +218,68 @@ class Trace:
 
     def records(self) -> str:
         """Triton's JSON records of this trace and its children (comma-separated, no brackets)."""
-        parts = [t._records() for t in reversed(self.children) if t.request is not None]
+        if not self.children:
+            return self._records()
+        parts = [t._records() for t in reversed(self.children) if t.attached]
         parts.append(self._records())
         return ",".join(p for p in parts if p)
 
     def _records(self) -> str:
+        """This trace's records (the hot part of writing: formatted directly, in a fixed order)."""
+        self._capture()
         setting = self.setting
         tid = self.id
+        pre = f'{{"id":{tid},"timestamps":[{{"name":"'
         out: list[str] = []
-        stamps = self.timestamps() if setting.timestamps else []
+        attached = self.attached
+        late: list[str] = []
         if setting.timestamps:
-            out += [_stamp(tid, name, ns) for name, ns in stamps if name in _EARLY]
+            for name, ns in self.stamps:
+                (out if name in _EARLY else late).append(f'{pre}{name}","ns":{ns}}}]}}')
             out.append(self._header())
-        late = [s for s in stamps if s[0] not in _EARLY]
-        # the request's own start and queueing come before its tensors, as in the reference
-        head = [s for s in late if s[0] in ("REQUEST_START", "QUEUE_START")]
-        out += [_stamp(tid, name, ns) for name, ns in head]
-        if setting.tensors and self.request is not None:
-            out += [_tensor(tid, "TENSOR_QUEUE_INPUT", t) for t in self.request.inputs.values()]
+            if attached:
+                out.append(f'{pre}REQUEST_START","ns":{self.t_request}}}]}}')
+                if self.t_queue:
+                    out.append(f'{pre}QUEUE_START","ns":{self.t_queue}}}]}}')
+        if setting.tensors and attached:
+            out += [_tensor(tid, "TENSOR_QUEUE_INPUT", t) for t in self.inputs]
             out += [_tensor(tid, "TENSOR_BACKEND_OUTPUT", t) for t in self.outputs]
-        out += [_stamp(tid, name, ns) for name, ns in late if name not in ("REQUEST_START", "QUEUE_START")]
+        c = self.compute
+        if setting.timestamps and c is not None:
+            out.append(
+                f'{pre}COMPUTE_START","ns":{c[0]}}}]}},{pre}COMPUTE_INPUT_END","ns":{c[1]}}}]}},'
+                f'{pre}COMPUTE_OUTPUT_START","ns":{c[2]}}}]}},{pre}COMPUTE_END","ns":{c[3]}}}]}}'
+            )
+        out += late
         return ",".join(out)
 
     def _header(self) -> str:
-        doc: dict[str, Any] = {"id": self.id, "model_name": self.model_name}
-        doc["model_version"] = int(self.model_version) if self.model_version.isdigit() else -1
-        req = self.request
-        if req is not None and req.id:
-            doc["request_id"] = req.id
+        version = int(self.model_version) if self.model_version.isdigit() else -1
+        head = f'{{"id":{self.id},"model_name":{_json(self.model_name)},"model_version":{version}'
+        if self.request_id:
+            head += f',"request_id":{orjson.dumps(self.request_id).decode()}'
         if self.parent is not None:
-            doc["parent_id"] = self.parent.id
-        return orjson.dumps(doc).decode()
+            head += f',"parent_id":{self.parent.id}'
+        return head + "}"
+
+    def release(self) -> None:
+        """Written: let go of the request, its tensors and the children (they refer to each other)."""
+        for t in self.children:
+            t.request = None
+            t.outputs = t.inputs = _NO_TENSORS
+        self.children = _NO_TRACES
+        self.request = None
+        self.outputs = self.inputs = _NO_TENSORS
+
+
+@functools.lru_cache(maxsize=1024)
+def _json(text: str) -> str:
+    """A JSON string (model names repeat: kept)."""
+    return orjson.dumps(text).decode()
 
 
 def _ns(stamp: tuple[str, int]) -> int:
     return stamp[1]
-
-
-def _stamp(tid: int, name: str, ns: int) -> str:
-    return f'{{"id":{tid},"timestamps":[{{"name":"{name}","ns":{ns}}}]}}'
 
 
 def _tensor(tid: int, activity: str, t: Tensor) -> str:

@@ -68,7 +68,8 @@ class TraceSetting:
         self._collected = 0
         self._in_stream = 0
         self._stream: list[str] = []
-        self._open = 0  # sampled traces not written yet
+        self._started = 0  # traces sampled (the loop counts them)
+        self._ended = 0  # and written or dropped
         self._retired = False
         #: the main file takes each trace as it ends (what would only go there, at the end, anyway)
         self._direct = count < 0 and log_frequency == 0
@@ -78,37 +79,37 @@ class TraceSetting:
         return not self.reason and self.count != 0
 
     def sample(self, force: bool = False) -> bool:
-        """Whether this request is traced (``force``: a propagated OpenTelemetry context)."""
+        """Whether this request is traced (``force``: a propagated OpenTelemetry context). Front ends
+        sample on the event loop only: the counters take no lock."""
         hit = False
         if self.rate != 0:
-            if not self.valid and not force:
+            if not force and (self.reason or self.count == 0):
                 return False
-            with self._lock:
-                self._sampled += 1
-                hit = self._sampled % self.rate == 0
-                if hit and self.count > 0:
+            self._sampled += 1
+            hit = self._sampled % self.rate == 0
+            if hit:
+                if self.count > 0:
                     self.count -= 1
-                elif hit and self.count == 0:
+                elif self.count == 0:
                     hit = False
         if hit or force:
-            with self._lock:
-                self._open += 1
+            self._started += 1
             return True
         return False
 
     def write(self, text: str, writer: Writer) -> None:
-        """A finished trace's records (writer thread): kept, or written to an indexed file when
+        """A finished trace's records: kept, or written to an indexed file when
         ``log_frequency`` traces were collected or ``count`` ran out, as the reference does."""
         if self._direct:
             with self._lock:
                 self._collected += 1
-                self._open -= 1
-                retire = self._retired and self._open == 0
+                self._ended += 1
+                retire = self._retired and self._started <= self._ended
             writer.append(self.file, text)
             return
         with self._lock:
             self._collected += 1
-            self._open -= 1
+            self._ended += 1
             self._in_stream += 1
             self._stream.append(text)
             flush = (self.count == 0 and self._collected == self._sampled) or (
@@ -117,7 +118,7 @@ class TraceSetting:
             chunk: list[str] = []
             if flush:
                 chunk, self._stream, self._in_stream = self._stream, [], 0
-            retire = self._retired and self._open == 0
+            retire = self._retired and self._started <= self._ended
         if chunk:
             writer.write_index(self.file, ",".join(chunk))
         if retire:
@@ -126,18 +127,18 @@ class TraceSetting:
     def abandon(self) -> None:
         """A sampled trace that will never be written (its request was refused before it ran)."""
         with self._lock:
-            self._open -= 1
+            self._ended += 1
 
     def retire(self, writer: Writer) -> None:
         """Replaced: what it still holds goes out once its last trace ends (now, if none is open)."""
         with self._lock:
             self._retired = True
-            now = self._open <= 0
+            now = self._started <= self._ended
         if now:
-            writer.submit(lambda: self._flush(writer))
+            self._flush(writer)
 
     def _flush(self, writer: Writer) -> None:
-        """(Writer thread.) The reference's destructor: what is left goes to the main file (indexed with log_frequency)."""
+        """The reference's destructor: what is left goes to the main file (indexed with log_frequency)."""
         with self._lock:
             chunk, self._stream, self._in_stream = self._stream, [], 0
         if not chunk or self.mode != MODE_TRITON:
@@ -263,6 +264,5 @@ class Settings:
 
     def close(self) -> None:
         """Shutting down: every setting writes what it holds."""
-        writer = self.writer
         for s in (self.global_setting, *self.models.values()):
-            writer.submit(lambda s=s: s._flush(writer))  # type: ignore[misc]
+            s._flush(self.writer)

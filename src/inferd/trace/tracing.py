@@ -1,8 +1,9 @@
 """``Tracing``: the trace extension's state for one server (Triton's TraceManager).
 
 Front ends ask ``on`` (one attribute, False while every setting is OFF: what tracing costs a request
-then) and, when it is on, ``sample`` a request once its model is known. Finished traces go to the
-writer thread: Triton's trace file, or OpenTelemetry spans over OTLP/HTTP (``inferd[otel]``).
+then) and, when it is on, ``sample`` a request once its model is known. Finished traces are written
+on the loop (sink.py batches the file writes): Triton's trace file, or OpenTelemetry spans over
+OTLP/HTTP (``inferd[otel]``).
 """
 
 from __future__ import annotations
@@ -93,22 +94,28 @@ class Tracing:
 
     def _finished(self, trace: Trace) -> None:
         setting = trace.setting
-        if trace.request is None:  # refused before it was queued: nothing to write
+        if not trace.attached:  # refused before it was queued: nothing to write
             setting.abandon()
-            return
-        self.writer.submit(lambda: self._write(trace))
+        elif setting.mode == MODE_TRITON and not trace.children:  # the common case, kept short
+            setting.write(trace._records(), self.writer)
+            trace.request = None
+        else:
+            self._write(trace)
 
     def _write(self, trace: Trace) -> None:
         setting = trace.setting
-        if setting.mode == MODE_TRITON:
-            setting.write(trace.records(), self.writer)
-            return
-        setting.abandon()
-        if setting.tensors and not self._tensor_warned:
-            self._tensor_warned = True
-            log.error("Tensor level tracing is not supported by the mode: opentelemetry")
-        if self.otel is not None and setting.timestamps:
-            self.otel.export(trace)
+        try:
+            if setting.mode == MODE_TRITON:
+                setting.write(trace.records(), self.writer)
+                return
+            setting.abandon()
+            if setting.tensors and not self._tensor_warned:
+                self._tensor_warned = True
+                log.error("Tensor level tracing is not supported by the mode: opentelemetry")
+            if self.otel is not None and setting.timestamps:
+                self.otel.export(trace)
+        finally:
+            trace.release()
 
     # -- the settings endpoints -------------------------------------------------------------------
     def update(self, model: str, new: NewSetting) -> None:
@@ -138,9 +145,9 @@ class Tracing:
         return out
 
     # -- shutdown -----------------------------------------------------------------------------------
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Write every finished trace now (tests, shutdown)."""
-        return self.writer.flush(timeout)
+    def flush(self) -> bool:
+        """Write every finished trace now."""
+        return self.writer.flush()
 
     def close(self) -> None:
         """Write what every setting holds, close the files, export the last spans."""

@@ -50,7 +50,7 @@ def received(resp: Any) -> tuple[int, int]:
     now = time.monotonic_ns()
     conn = getattr(resp, "_conn", None)
     began = getattr(conn, "reading_since", None)
-    return (int(began * 1e9) if began else now), now
+    return (min(now, int(began * 1e9)) if began else now), now
 
 
 def start_trace(
@@ -59,8 +59,7 @@ def start_trace(
     """Sample a request; a sampled one gets its trace and its receive timestamps."""
     trace = tracing.sample(model, req.headers.get("traceparent"))
     if trace is not None:
-        trace.stamp("HTTP_RECV_START", min(at))
-        trace.stamp("HTTP_RECV_END", at[1])
+        trace.stamps = [("HTTP_RECV_START", at[0]), ("HTTP_RECV_END", at[1])]
         request.trace = trace
     return trace
 
@@ -80,7 +79,8 @@ class TracedResponder:
 
     def send(self, *args: Any, **kwargs: Any) -> None:
         trace = self._trace
-        trace.stamp("HTTP_SEND_START")
+        stamps = trace.stamps
+        stamps.append(("HTTP_SEND_START", time.monotonic_ns()))
         self._resp.send(*args, **kwargs)
-        trace.stamp("HTTP_SEND_END")
+        stamps.append(("HTTP_SEND_END", time.monotonic_ns()))
         trace.finish()
