@@ -460,7 +460,7 @@ def test_client_disconnects_mid_request(server: InferdProcess) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "status", "content_type"),
     [
-        ("GET", "/", 404, "text/plain"),
+        ("POST", "/", 404, "text/plain"),  # GET / is the status page (test_e2e_status_page)
         ("GET", "/v2/models", 404, "text/plain"),
         ("GET", "/v2/models/", 404, "text/plain"),
         ("GET", "/v2/models/add_sub/versions/abc", 404, "text/plain"),

@@ -26,8 +26,8 @@ def page() -> bytes:
 
 def serve_status(core: Core, req: HttpRequest, resp: Responder) -> bool:
     """Answer ``req`` if it asks for the status page or its data; False when it is not ours."""
-    if req.path not in PATHS:
-        return False
+    if req.path not in PATHS or (req.path == "/" and req.method != "GET"):
+        return False  # not ours: what the reference answers (404 for / but GET)
     doc = core.status()
     if doc is None:  # --allow-status-page=false: as any unknown path
         return False
