@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import InferdProcess
 from tritonclient.utils import InferenceServerException
 
 from repo_paths import FIXTURES, REFERENCE_MODELS
@@ -45,8 +44,9 @@ GRPC_ORDER = ("GRPC_WAITREAD_END", *HTTP_ORDER[2:9], "GRPC_SEND_START", "GRPC_SE
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """add_sub, mul_fp32, their ensemble, identity_bytes and a BLS model calling add_sub."""
+def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's servers (``start_server``) serve add_sub, mul_fp32, their ensemble,
+    identity_bytes and a BLS model calling add_sub."""
     dest = tmp_path_factory.mktemp("trace") / "models"
     dest.mkdir()
     ignore = shutil.ignore_patterns("__pycache__")
@@ -57,17 +57,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def serve(repository: Path, tmp_path: Path) -> Iterator[Callable[..., InferdProcess]]:
-    started: list[InferdProcess] = []
-
-    def start(*flags: str) -> InferdProcess:
-        p = InferdProcess(repository, tmp_path / f"inferd-{len(started)}.log", flags).start()
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
+def serve(start_server: Callable[..., Any]) -> Callable[..., Any]:
+    """A server of its own on this module's repository, with the given flags."""
+    return start_server
 
 
 def _inputs(mod: Any) -> list[Any]:
@@ -107,9 +99,7 @@ def _by_id(doc: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def test_trace_file_timestamps_ordered_within_the_request(
-    serve: Callable[..., InferdProcess], tmp_path: Path
-) -> None:
+def test_trace_file_timestamps_ordered_within_the_request(serve: Callable[..., Any], tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     server = serve(f"--trace-config=triton,file={path}")
     http = httpclient.InferenceServerClient(server.url)
@@ -155,7 +145,7 @@ def test_trace_file_timestamps_ordered_within_the_request(
     json.loads(path.read_text())  # still one whole array after the exit
 
 
-def test_children_of_ensembles_and_bls(serve: Callable[..., InferdProcess], tmp_path: Path) -> None:
+def test_children_of_ensembles_and_bls(serve: Callable[..., Any], tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     server = serve(
         f"--trace-config=triton,file={path}", "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1"
@@ -187,7 +177,7 @@ def test_children_of_ensembles_and_bls(serve: Callable[..., InferdProcess], tmp_
     )
 
 
-def test_tensors_level(serve: Callable[..., InferdProcess], tmp_path: Path) -> None:
+def test_tensors_level(serve: Callable[..., Any], tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     server = serve(
         f"--trace-config=triton,file={path}",
@@ -219,7 +209,7 @@ def test_tensors_level(serve: Callable[..., InferdProcess], tmp_path: Path) -> N
 
 
 def test_a_trace_file_that_cannot_be_written_fails_the_settings_call(
-    serve: Callable[..., InferdProcess], tmp_path: Path
+    serve: Callable[..., Any], tmp_path: Path
 ) -> None:
     path = tmp_path / "missing" / "trace.json"
     server = serve(f"--trace-config=triton,file={path}", "--trace-config=rate=1")
@@ -244,7 +234,7 @@ def test_a_trace_file_that_cannot_be_written_fails_the_settings_call(
 
 
 @pytest.mark.skipif(not HAVE_OTEL, reason="the OpenTelemetry SDK is not installed (inferd[otel])")
-def test_opentelemetry_spans_join_the_callers_trace(serve: Callable[..., InferdProcess]) -> None:
+def test_opentelemetry_spans_join_the_callers_trace(serve: Callable[..., Any]) -> None:
     from otlp_receiver import OtlpReceiver
 
     receiver = OtlpReceiver().start()

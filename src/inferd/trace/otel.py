@@ -88,7 +88,7 @@ class OtelExport:
         end = root.finish_ns or time.monotonic_ns()
         events = [
             Event(name, timestamp=ns + off)
-            for name, ns in sorted(root.stamps, key=_ns)
+            for name, ns in sorted(root.pairs(), key=_ns)
             if name != "REQUEST_END"
         ]
         spans = [
@@ -100,7 +100,7 @@ class OtelExport:
                 {},
                 events,
                 kind=SpanKind.SERVER,
-                start_time=min([root.start_ns, *(e[1] for e in root.stamps)]) + off,
+                start_time=min([root.start_ns, *(e[1] for e in root.pairs())]) + off,
                 end_time=end + off,
                 instrumentation_scope=SCOPE,
             )

@@ -82,7 +82,9 @@ class Trace:
         self.root: Trace = self if parent is None else parent.root
         #: (lists made when needed: fewer objects for the cyclic GC to count per request)
         self.children: list[Trace] = _NO_TRACES
-        self.stamps: list[tuple[str, int]] = []
+        #: the front end's timestamps and REQUEST_END, flat: name, ns, name, ns... (no tuple per
+        #: timestamp: fewer objects for the cyclic GC)
+        self.stamps: list[str | int] = []
         #: the request while the core has it (its timestamps and id are copied out when it ends:
         #: request and trace refer to each other, and a cycle would wait for the cyclic GC)
         self.request: InferRequest | None = None
@@ -116,7 +118,7 @@ class Trace:
     # -- the front end's side ------------------------------------------------------------------
     def stamp(self, name: str, ns: int = 0) -> None:
         """A timestamp of the front end (``ns`` 0: now)."""
-        self.stamps.append((name, ns or time.monotonic_ns()))
+        self.stamps += (name, ns or time.monotonic_ns())
 
     def finish(self) -> None:
         """The last answer went out: the trace (and its children) can be written."""
@@ -145,7 +147,7 @@ class Trace:
             stream.postprocess = self._outputs
 
     def _final(self, stream: ResponseStream) -> None:
-        self.stamps.append(("REQUEST_END", time.monotonic_ns()))
+        self.stamps += ("REQUEST_END", time.monotonic_ns())
         self._capture()
         prev = self._prev_final
         if prev is not None:
@@ -196,6 +198,11 @@ class Trace:
         ).decode()
 
     # -- writing -------------------------------------------------------------------------------
+    def pairs(self) -> list[tuple[str, int]]:
+        """The front end's timestamps (and REQUEST_END) as (name, ns)."""
+        s = self.stamps
+        return list(zip(s[0::2], s[1::2], strict=True))  # type: ignore[arg-type]
+
     def timestamps(self) -> list[tuple[str, int]]:
         """Every timestamp of this trace (not its children), in time order, REQUEST_START first."""
         self._capture()
@@ -212,7 +219,7 @@ class Trace:
                 ("COMPUTE_OUTPUT_START", c[2]),
                 ("COMPUTE_END", c[3]),
             ]
-        out += self.stamps
+        out += self.pairs()
         out.sort(key=_ns)
         return out
 
@@ -234,7 +241,8 @@ class Trace:
         attached = self.attached
         late: list[str] = []
         if setting.timestamps:
-            for name, ns in self.stamps:
+            st = self.stamps
+            for name, ns in zip(st[0::2], st[1::2], strict=True):
                 (out if name in _EARLY else late).append(f'{pre}{name}","ns":{ns}}}]}}')
             out.append(self._header())
             if attached:

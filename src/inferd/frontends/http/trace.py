@@ -59,7 +59,7 @@ def start_trace(
     """Sample a request; a sampled one gets its trace and its receive timestamps."""
     trace = tracing.sample(model, req.headers.get("traceparent"))
     if trace is not None:
-        trace.stamps = [("HTTP_RECV_START", at[0]), ("HTTP_RECV_END", at[1])]
+        trace.stamps = ["HTTP_RECV_START", at[0], "HTTP_RECV_END", at[1]]
         request.trace = trace
     return trace
 
@@ -80,7 +80,7 @@ class TracedResponder:
     def send(self, *args: Any, **kwargs: Any) -> None:
         trace = self._trace
         stamps = trace.stamps
-        stamps.append(("HTTP_SEND_START", time.monotonic_ns()))
+        stamps += ("HTTP_SEND_START", time.monotonic_ns())
         self._resp.send(*args, **kwargs)
-        stamps.append(("HTTP_SEND_END", time.monotonic_ns()))
+        stamps += ("HTTP_SEND_END", time.monotonic_ns())
         trace.finish()

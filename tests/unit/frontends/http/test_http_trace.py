@@ -56,12 +56,12 @@ def test_a_sampled_infer_carries_its_trace_and_is_answered(core: Any, tmp_path: 
     assert status == 200 and json.loads(body)["outputs"][0]["data"] == [1, 2]
     trace = core.requests[0].trace
     assert trace is not None and trace.finish_ns  # sampled, answered, ended
-    names = [n for n, _ in trace.stamps]
+    names = [n for n, _ in trace.pairs()]
     assert names[:2] == ["HTTP_RECV_START", "HTTP_RECV_END"] and names[-2:] == [
         "HTTP_SEND_START",
         "HTTP_SEND_END",
     ]
-    stamps = [ns for _, ns in trace.stamps]
+    stamps = [ns for _, ns in trace.pairs()]
     assert stamps == sorted(stamps)
     assert dict(app.tracing.describe())["trace_count"] == "4"
     # off again: requests are not sampled
