@@ -30,10 +30,11 @@ class TraceFile:
         self.index = 0
         self._fh: Any = None
         self._failed = False
+        self._closed = False  # at exit: what comes later must not reopen (and so truncate) the file
 
     def append(self, text: str) -> None:
         """Add records to the main array."""
-        if not self.name or self._failed:
+        if not self.name or self._failed or self._closed:
             return
         try:
             if self._fh is None:
@@ -63,6 +64,7 @@ class TraceFile:
         log.error("failed creating trace file: %s (no more traces are written to %s)", e, self.name)
 
     def close(self) -> None:
+        self._closed = True
         if self._fh is not None:
             try:
                 self._fh.close()

@@ -125,6 +125,16 @@ def test_the_main_file_is_one_array_after_every_write(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "t.json").read_text())
 
 
+def test_nothing_reopens_the_file_after_close(tmp_path: Path) -> None:
+    t = tracing(tmp_path)
+    run_request(t, "before")
+    t.close()
+    run_request(t, "after")  # a request that ended after the server closed its traces
+    t.flush()
+    text = (tmp_path / "t.json").read_text()
+    assert "before" in text and "after" not in text and json.loads(text)
+
+
 def test_a_refused_request_writes_nothing(tmp_path: Path) -> None:
     t = tracing(tmp_path, "count=1")
     trace = t.sample("m")
