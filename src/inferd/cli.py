@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from inferd import __version__
 from inferd.errors import InferdError
+from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
 from inferd.repository.remote import parse_store_url
@@ -111,6 +112,15 @@ def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> s
     return "\n".join(lines)
 
 
+def _forget_server_signals() -> None:
+    """In a process a model forks (multiprocessing): SIGTERM and SIGINT are its own again. Inherited,
+    the loop's handlers would write the signal into the wakeup socket the child shares with the
+    server, and a pool's workers ending with SIGTERM would stop the server (qa/L0_backend_python bls)."""
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code."""
     from inferd.frontends.access import AccessConfigError
@@ -122,6 +132,7 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    os.register_at_fork(after_in_child=_forget_server_signals)
     for repo in options.model_repository:
         try:
             remote = parse_store_url(repo) is not None  # a store is read when the models load
@@ -191,6 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    for flag, pattern in (
+        ("--http-header-forward-pattern", args.http_header_forward_pattern),
+        ("--grpc-header-forward-pattern", args.grpc_header_forward_pattern),
+    ):
+        try:
+            compile_forward_pattern(pattern, flag)
+        except InferdError as e:
+            parser.error(e.message)
     if argv is None:
         # models see the command line Triton's Python stub gives them ([""]), not the server's: a
         # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit

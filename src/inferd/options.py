@@ -167,6 +167,10 @@ class ServerOptions:
     grpc_header_forward_pattern: str = option(
         "", "gRPC metadata whose key matches this regular expression reaches models as parameters"
     )
+    http_header_forward_pattern: str = option(
+        "",
+        "HTTP headers whose name matches this regular expression reach models as parameters (case-insensitive)",
+    )
     grpc_infer_response_compression_level: str = option(
         "none",
         "compression of gRPC inference responses (served by grpc.aio)",

@@ -26,6 +26,7 @@ from inferd.frontends.access import (
     parse_categories,
     parse_restrictions,
 )
+from inferd.frontends.forward import compile_forward_pattern
 from inferd.frontends.http.protocol import HttpLimits
 from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
@@ -136,6 +137,9 @@ class Runtime:
                     access=self.http_access,
                     logs=self.logs,
                     tracing=self.tracing,
+                    header_forward=compile_forward_pattern(
+                        options.http_header_forward_pattern, "--http-header-forward-pattern"
+                    ),
                 )
                 http = HttpServer(
                     app, options.http_address, options.http_port, http_limits(options), self._http_tls()

@@ -1,28 +1,19 @@
 """Instance pool: one worker thread per model instance, pulling batches from one shared queue.
 
-The default scheduler and the dynamic batcher are the same pool with a different BatchPolicy:
-the default takes one request per execute, the dynamic batcher as many queued requests as fit
-in ``max_batch_size`` (waiting up to ``max_queue_delay`` for more). Results cross back to the
-event loop once per batch.
+The default scheduler and the dynamic batcher are the same pool with a different BatchPolicy
+(scheduling/queue.py): one request per execute, or as many queued requests as fit in
+``max_batch_size`` (waiting up to ``max_queue_delay`` for more). Results cross back to the event
+loop once per batch.
 
 Inline mode: a backend whose instances hold the GIL anyway (Python models) gains nothing from a
-worker thread, and each hand-off to one and back costs two thread wake-ups and a GIL transfer,
-more than a small ``execute`` itself. After ``INLINE_AFTER`` warm-up executions in threads
-(none using BLS) the pool tries batches on the event loop (in a thread, wall time includes
-waiting for the GIL and says nothing). While an execute holds the GIL all along (it never
-blocks: no voluntary context switch of the loop thread during it) a worker thread could not have
-overlapped anything with the loop, so inline costs nothing and saves the hand-offs. Batches run
-right after the current I/O callbacks, so requests that arrived together still form one batch.
-When an execute blocks (sleep, I/O) for longer than ``SMALL_NS``, or ``SLOW_RUN`` executes in a
-row take more than ``INLINE_MAX_NS`` of CPU, the pool goes back to threads and tries again
-``PROBE_EVERY_NS`` later. Both are measured so that a busy machine preempting the loop thread
-does not count: voluntary context switches only, and thread CPU time rather than wall time.
+worker thread, whose hand-off costs more than a small ``execute``. After ``INLINE_AFTER`` warm-up
+executions in threads (none using BLS) the pool tries batches on the event loop, and goes back to
+threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``) or ``SLOW_RUN``
+executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again ``PROBE_EVERY_NS`` later
+(the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
 
-Idle workers wait last-in, first-out: a request wakes the worker that went idle most recently.
-Its thread, its instance's weights and the arena the framework keeps are the ones still in the
-CPU's caches; a first-in, first-out wake-up (what one shared ``threading.Condition`` does) would
-take turns over the instances even at concurrency 1, each one cold. Measured on DenseNet with two
-ONNX Runtime sessions at concurrency 1: see BENCHMARKS.md.
+Idle workers wait last-in, first-out, lowest instance first: the instance still in the CPU's caches
+(and the one a backend may make widest) takes the next request (BENCHMARKS.md, DenseNet at c1).
 """
 
 from __future__ import annotations
@@ -242,6 +233,11 @@ class InstancePool:
                     self._wait_for_batch(cond)
                     if not queue:  # stop() failed the queue, or another worker took it meanwhile
                         continue
+                expired = self._take_expired()
+                if expired:
+                    self._reject(expired, on_loop=False)
+                    if not queue:
+                        continue
                 batch, total = form_batch(queue, policy)
                 self._executing += len(batch)
                 if queue:  # more than one batch waits: another worker takes the rest
@@ -322,14 +318,20 @@ class InstancePool:
     def _drain(self) -> None:
         """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""
         self._drain_scheduled = False
+        batch: list[InferRequest] | None = None
         with self._lock:
             if not self._inline or self._stopping:
                 self._wake_all()
                 return
-            if self._executing or not self._queue:
-                return  # a worker finishing its last threaded batch reschedules us
-            batch, total = form_batch(self._queue, self._policy)
-            self._executing += len(batch)
+            expired = self._take_expired()
+            if (
+                not self._executing and self._queue
+            ):  # else a worker finishing its last threaded batch reschedules us
+                batch, total = form_batch(self._queue, self._policy)
+                self._executing += len(batch)
+        self._reject(expired, on_loop=True)
+        if batch is None:
+            return
         try:
             self._execute(self._instances[0][1], batch, total, inline=True)
         finally:
@@ -476,13 +478,27 @@ class InstancePool:
     # -- queue policy and the execute watchdog -------------------------------------------------------
     def _expire(self) -> None:
         """On the loop, at a request's queue deadline: reject (or delay) what timed out."""
-        assert self._policy_queue is not None  # deadlines come from it
         with self._lock:
-            rejected = self._policy_queue.expire(self._clock())
+            rejected = self._take_expired()
+        self._reject(rejected, on_loop=True)
+
+    def _take_expired(self) -> list[InferRequest]:
+        """The queued requests past their deadline, taken off the queue (lock held). Also checked
+        as a batch forms, as the reference does: an idle instance must not outrun the timer."""
+        pq = self._policy_queue
+        return pq.expire(self._clock()) if pq is not None and pq.has_deadlines else []
+
+    def _reject(self, rejected: list[InferRequest], on_loop: bool) -> None:
+        if not rejected:
+            return
         now = self._clock()
         for r in rejected:
             self._stats.record_request(False, now - r.t_start_ns, "REJECTED")
-        _deliver(rejected, [self._error_response(r, UnavailableError(TIMEOUT_EXPIRED)) for r in rejected])
+        responses = [self._error_response(r, UnavailableError(TIMEOUT_EXPIRED)) for r in rejected]
+        if on_loop:
+            _deliver(rejected, responses)
+        else:
+            self._loop.call_soon_threadsafe(_deliver, rejected, responses)
 
     @property
     def execute_timeout_ns(self) -> int:

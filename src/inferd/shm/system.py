@@ -156,7 +156,9 @@ class SharedMemoryManager:
             r = self._regions.get(name)
         if r is None:
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
-        if byte_size is None or byte_size <= 0 or offset < 0 or offset + byte_size > r.byte_size:
+        if offset < 0 or offset >= r.byte_size:  # the offset alone: the reference's own text
+            raise InvalidArgumentError(f"Invalid offset for shared memory region: '{name}'")
+        if byte_size is None or byte_size <= 0 or offset + byte_size > r.byte_size:
             raise InvalidArgumentError(f"Invalid offset + byte size for shared memory region: '{name}'")
         try:
             size = os.fstat(r.fd).st_size
@@ -179,8 +181,6 @@ class CudaSharedMemoryManager:
     def register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         if not self.allow_client_shm:
             raise UnsupportedError(CLIENT_SHM_DISABLED)
-        if len(raw_handle) != CUDA_IPC_HANDLE_SIZE:
-            raise InvalidArgumentError("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
         # No CUDA runtime here: opening the IPC handle is impossible (the reference's answer).
         raise InvalidArgumentError("failed to register shared memory region: invalid args")
 

@@ -172,3 +172,28 @@ def test_the_pool_serves_higher_priorities_first() -> None:
         await pool.stop(1)
 
     run(main)
+
+
+def test_an_idle_instance_does_not_outrun_a_requests_timeout() -> None:
+    """A deadline already past when a worker takes the queue is rejected there, not executed (the
+    loop's timer may come later: qa/L0_backend_python bls test_timeout, a 5 us BLS timeout)."""
+    inst = FakeInstance()
+    ticks = iter(range(0, 10**12, MS))  # every look at the clock is a millisecond later
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool(
+            "m",
+            "1",
+            [("m_0", inst)],
+            BatchPolicy(),
+            ModelStats(),
+            loop,
+            clock=lambda: next(ticks),
+            queue=PolicyQueue(LevelPolicy(default_timeout_ns=10**9, allow_override=True)),
+        )
+        (resp,) = await answers(submit(pool, loop, _req(1, timeout_us=5)))
+        assert resp.error is not None and resp.error.message == "Request timeout expired"
+        assert inst.batches == []
+        await pool.stop(1)
+
+    run(main)

@@ -126,9 +126,13 @@ def _import_model(path: Path, module_name: str) -> ModuleType:
     if folder not in sys.path:
         sys.path.append(folder)  # as Triton's stub does: helper modules beside model.py import
     _loading.module = module
+    # importable by name, as a module should be: pickle finds the model's functions through it
+    # (multiprocessing.Pool in a model, qa/L0_backend_python bls)
+    sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
     except _MODEL_ERRORS as e:
+        sys.modules.pop(module_name, None)
         raise InternalError(f"Failed to load model file '{path}': {format_exception(e)}") from e
     finally:
         _loading.module = None
@@ -271,8 +275,10 @@ class PythonInstance:
         self.lock = threading.RLock()
         #: requests handed to execute whose final flag has not been sent: id -> request
         self.open: dict[int, InferRequest] = {}
-        #: Python code holds the GIL: the pool may run small executes on the event loop
-        self.inline_ok = True
+        #: Python code holds the GIL: the pool may run small executes on the event loop; never a
+        #: decoupled model's, whose responses during execute must reach the client as they are sent
+        #: (on the loop they would wait for the execute's end: qa/L0_http generate_stream)
+        self.inline_ok = not model.decoupled
         self.uses_bls = False
         #: the server's loop (where the requests' streams deliver); known from the first request
         self.server_loop: asyncio.AbstractEventLoop | None = None

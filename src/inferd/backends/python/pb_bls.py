@@ -106,32 +106,48 @@ class ResponseIterator:
     abandons the request (``BlsStream.give_up``).
     """
 
-    __slots__ = ("_convert", "_ended", "_stream")
+    __slots__ = ("_convert", "_ended", "_replay", "_seen", "_stream")
 
     def __init__(self, stream: BlsStream, convert: Callable[[InferResponse | None], Any]) -> None:
         self._stream = stream
         self._convert = convert
         self._ended = False
+        #: the responses so far: iterating again after the last one replays them, as the reference's
+        self._seen: list[Any] = []
+        self._replay = -1  # the next index to replay; -1 while the stream is read
 
     def __iter__(self) -> ResponseIterator:
+        if self._ended:
+            self._replay = 0
         return self
 
     def __next__(self) -> Any:
         if self._ended:
-            raise StopIteration
+            return self._next_replayed(StopIteration)
         response, final = self._stream.get()
-        self._ended = final
-        return self._convert(response)
+        return self._keep(self._convert(response), final)
 
     def __aiter__(self) -> ResponseIterator:
+        if self._ended:
+            self._replay = 0
         return self
 
     async def __anext__(self) -> Any:
         if self._ended:
-            raise StopAsyncIteration
+            return self._next_replayed(StopAsyncIteration)
         response, final = await self._stream.aget()
+        return self._keep(self._convert(response), final)
+
+    def _keep(self, converted: Any, final: bool) -> Any:
+        self._seen.append(converted)
         self._ended = final
-        return self._convert(response)
+        return converted
+
+    def _next_replayed(self, stop: type[Exception]) -> Any:
+        if 0 <= self._replay < len(self._seen):
+            self._replay += 1
+            return self._seen[self._replay - 1]
+        raise stop
 
     def __del__(self) -> None:
         if not self._ended:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
+from inferd.frontends.forward import compile_forward_pattern
 from inferd.frontends.grpc import trace as _trace
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.codec import (
@@ -172,7 +172,7 @@ class InferenceServicer:
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.encoder = ResponseEncoder()
         pattern = options.grpc_header_forward_pattern
-        self._forward = re.compile(pattern, re.IGNORECASE) if pattern else None
+        self._forward = compile_forward_pattern(pattern, "--grpc-header-forward-pattern")
         self._requests = {name: getattr(pb, f"{name}Request") for name in UNARY_RPCS}
 
     # -- the transports' entry points ------------------------------------------------------------

@@ -23,6 +23,7 @@ from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
+from inferd.frontends.forward import forwarded
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
@@ -39,7 +40,7 @@ from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
-from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.shm.system import CUDA_IPC_HANDLE_SIZE, CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.http")
@@ -140,8 +141,11 @@ class HttpApp:
         access: AccessPolicy | None = None,
         logs: LogSettings | None = None,
         tracing: Tracing | None = None,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self.core = core
+        #: --http-header-forward-pattern: matching headers reach the model as parameters
+        self.header_forward = header_forward
         self.logs = logs
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
@@ -411,6 +415,10 @@ class HttpApp:
         for v in (device, size):
             if type(v) is not int or v < 0:
                 raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        if (
+            len(raw) != CUDA_IPC_HANDLE_SIZE
+        ):  # the reference's HTTP front end checks it; its gRPC one does not
+            raise InvalidArgumentError("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
         self.cuda_shm.register(region, raw, device, size)
 
     # -- inference -------------------------------------------------------------------------------
@@ -557,6 +565,9 @@ class _InferCall:
         elif isinstance(body, InferdError):
             raise body
         self.request, self.enc = self.app.headers.decode(model, self.version, body, header_length)
+        forward = self.app.header_forward
+        if forward is not None:  # a new dict: a cached header's parameters are shared with its template
+            self.request.parameters = {**self.request.parameters, **forwarded(req.headers, forward)}
         if self.at is not None:
             self.trace = trace = start_trace(self.app.tracing, model.name, self.request, req, self.at)
             if trace is not None:

@@ -64,6 +64,11 @@ class HttpLimits:
     idle_timeout_s: float = 300.0
 
 
+def _both_framings(headers: dict[str, str]) -> bool:
+    """A request framed both by Transfer-Encoding and by Content-Length (answered, then closed)."""
+    return "content-length" in headers and "transfer-encoding" in headers
+
+
 class _Reject(Exception):
     """A request over a limit: answer ``status`` with ``message`` and close the connection."""
 
@@ -182,6 +187,10 @@ class HttpConnection(asyncio.Protocol):
         self._connections = connections
         self._limits = limits
         self._parser = httptools.HttpRequestParser(self)
+        # Transfer-Encoding: chunked with a Content-Length (python-requests sends both for a
+        # generator body): the chunked framing wins, as RFC 9112 says and the reference does, and the
+        # connection closes after the answer, so that nothing framed the other way can follow it
+        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self._transport: asyncio.Transport | None = None
         self._url = b""
         self._headers: dict[str, str] = {}
@@ -349,7 +358,7 @@ class HttpConnection(asyncio.Protocol):
         method = parser.get_method().decode("latin-1")
         if log.isEnabledFor(VERBOSE2):  # verbose level 2: every request
             log.log(VERBOSE2, "HTTP request: %s %s", method, url)
-        keep_alive = parser.should_keep_alive() and not self.draining
+        keep_alive = parser.should_keep_alive() and not self.draining and not _both_framings(self._headers)
         responder = Responder(self, keep_alive, parser.get_http_version() != "1.0")
         self._queue.append(responder)
         if len(self._queue) > _MAX_PIPELINE and self._transport is not None and not self._paused:

@@ -94,6 +94,9 @@ class TritonPythonModel:
             t = threading.Thread(target=lambda: self.log.append(values([bls(p["count"])[1]])))
             t.start()
             t.join()
+        elif how == "replay":  # iterating the responses again replays them, as the reference's iterator
+            it = bls(p["count"], decoupled=True)[1]
+            self.log.append([values(it), values(it)])
         elif how == "again":  # the same request object executed twice
             req, first = bls(p["count"])
             self.log.append(values([first, req.exec()]))
@@ -115,6 +118,7 @@ def _caller(tmp_path: Path, server: FakeServer) -> Any:
         ("decoupled", one, [[[4]]]),  # a non-decoupled model: its one response ends the iteration
         ("thread", one, [[[4]]]),  # from a thread the model started: the instance's server
         ("again", one, [[[4], [4]]]),
+        ("replay", counting, [[[[0], [1], [2], None], [[0], [1], [2], None]]]),
     ],
 )
 def test_bls_forms(tmp_path: Path, how: str, respond: Any, want: list[Any]) -> None:

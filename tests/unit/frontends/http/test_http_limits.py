@@ -259,3 +259,22 @@ def test_a_zero_batch_dimension_with_data_is_refused_before_the_model(make_core:
     )
     assert status == 400 and "shape [0,16]" in doc["error"] and "64 bytes were sent" in doc["error"]
     assert fake.requests == []
+
+
+def test_chunked_with_a_content_length_is_read_chunked_then_closed() -> None:
+    """python-requests sends both for a generator body (qa/L0_http test_content_encoding_chunked_manually)."""
+    bodies: list[bytes] = []
+
+    def app(req: HttpRequest, resp: Responder) -> None:
+        bodies.append(req.body)
+        resp.send(200, b"{}")
+
+    c = Client(app)
+    c.conn = HttpConnection(app, set(), SMALL)
+    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.send(
+        b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    )
+    [a] = parse_answers(bytes(c.transport.data))
+    assert (a.status, bodies) == (200, [b"abc"])
+    assert c.transport.closed  # nothing framed the other way may follow on this connection
