@@ -10,6 +10,7 @@ Needs the s3 extra and moto (``make install``). The S3 emulator runs on 127.0.0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import socket
@@ -55,13 +56,12 @@ def time_to_ready(repository: str, env: dict[str, str], log: Path) -> float:
         while time.perf_counter() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"inferd exited; see {log}")
+            conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=1)
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=1)
-                conn.request("GET", "/v2/health/ready")
-                if conn.getresponse().status == 200:
-                    return time.perf_counter() - t0
-            except OSError:
-                pass
+                with contextlib.suppress(OSError):  # not listening yet: look again
+                    conn.request("GET", "/v2/health/ready")
+                    if conn.getresponse().status == 200:
+                        return time.perf_counter() - t0
             finally:
                 conn.close()
             time.sleep(0.01)

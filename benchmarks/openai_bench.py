@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import math
@@ -239,12 +240,10 @@ class Inferd:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited during start (see {self.log})")
-            try:
+            with contextlib.suppress(OSError):  # not listening yet: look again
                 url = f"http://127.0.0.1:{self.http}/v2/health/ready"
                 if urllib.request.urlopen(url, timeout=1).status == 200:
                     return self.http
-            except OSError:
-                pass
             time.sleep(0.1)
         raise RuntimeError("inferd not ready")
 

@@ -70,7 +70,7 @@ class OtlpReceiver:
                 self.wfile.write(out)
 
             def log_message(self, format: str, *args: Any) -> None:
-                pass
+                """Quiet: the tests read what was received, not the request log."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]

@@ -92,3 +92,15 @@ class AutoMode:
             LONG_EXECUTE_NS / 1e6,
         )
         self._decide(to_processes)
+
+
+def overlap(busy_since: list[int], last_span: list[tuple[int, int]], worker: int, t0: int, t3: int) -> int:
+    """How long other workers executed during [t0, t3] (ns; more than one counted once each): a
+    worker still busy since ``busy_since[j]``, else its last span."""
+    total = 0
+    for j, since in enumerate(busy_since):
+        if j == worker:
+            continue
+        a, b = (since, t3) if since else last_span[j]
+        total += max(0, min(b, t3) - max(a, t0))
+    return total

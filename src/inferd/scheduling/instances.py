@@ -31,9 +31,9 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
-from inferd.scheduling.execution_mode import AutoMode
+from inferd.scheduling.execution_mode import AutoMode, overlap
 from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
-from inferd.scheduling.watchdog import WATCHDOG, Abortable
+from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -131,7 +131,7 @@ class InstancePool:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
             if self._abandoned and len(self._abandoned) == len(self._instances):
-                raise self._all_stuck()
+                raise all_stuck(self._model_name, self._model_version, self._execute_timeout_ns)
             if self._policy_queue is None:
                 self._queue.append(request)
             else:
@@ -301,16 +301,6 @@ class InstancePool:
             log.exception("unloading instance %s failed", self._instances[index][0])
         return new
 
-    def _overlap(self, worker: int, t0: int, t3: int) -> int:
-        """How long other workers executed during [t0, t3] (ns; more than one counted once each)."""
-        total = 0
-        for j, since in enumerate(self._busy_since):
-            if j == worker:
-                continue
-            a, b = (since, t3) if since else self._last_span[j]
-            total += max(0, min(b, t3) - max(a, t0))
-        return total
-
     def _send_back(self, out: list[tuple[list[InferRequest], list[InferResponse]]]) -> None:
         for answered, responses in out:
             self._loop.call_soon_threadsafe(_deliver, answered, responses)
@@ -434,14 +424,19 @@ class InstancePool:
             responses = instance.execute(batch)
         except InferdError as e:
             if worker in self._abandoned:
-                self._late(t0, f"failed: {e.message}")
+                log_late(self._model_name, self._model_version, f"failed: {e.message}", self._clock() - t0)
                 return
             self._stats.record_failed_execution(total, clock() - t0)
             self._fail_all(batch, e, inline, out)
             return
         except Exception as e:  # a backend bug: answer, log, keep serving
             if worker in self._abandoned:
-                self._late(t0, f"failed: {type(e).__name__}: {e}")
+                log_late(
+                    self._model_name,
+                    self._model_version,
+                    f"failed: {type(e).__name__}: {e}",
+                    self._clock() - t0,
+                )
                 return
             log.exception("execute failed for model '%s'", self._model_name)
             self._stats.record_failed_execution(total, clock() - t0)
@@ -452,7 +447,7 @@ class InstancePool:
                 self._busy_since[worker] = 0
         t3 = clock()
         if worker in self._abandoned:  # the watchdog answered its batch: what it returned is dropped
-            self._late(t0, "returned")
+            log_late(self._model_name, self._model_version, "returned", self._clock() - t0)
             return
         if inline:
             cpu = time.thread_time_ns() - c0
@@ -463,7 +458,11 @@ class InstancePool:
             self._observe(instance, t3 - t0, False, False)  # threaded: wall time
             if counted and auto is not None:
                 self._last_span[worker] = (t0, t3)
-                auto.observe(t3 - t0, time.thread_time_ns() - c0, self._overlap(worker, t0, t3))
+                auto.observe(
+                    t3 - t0,
+                    time.thread_time_ns() - c0,
+                    overlap(self._busy_since, self._last_span, worker, t0, t3),
+                )
         timings = instance.last_timings
         in_ns, infer_ns, out_ns = timings if timings is not None else (0, t3 - t0, 0)
         self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns)
@@ -535,23 +534,11 @@ class InstancePool:
             if isinstance(instance, Abortable):
                 instance.abort(error.message)
         if stuck:
-            self._fail_all(stuck, self._all_stuck(), inline=False)
-
-    def _all_stuck(self) -> UnavailableError:
-        return UnavailableError(
-            f"model '{self._model_name}' version {self._model_version}: every instance is stuck in an execute "
-            f"longer than {self._execute_timeout_ns / 1e9:g} s (execute_timeout_secs)"
-        )
-
-    def _late(self, t0: int, how: str) -> None:
-        """An execute the watchdog gave up on ended: its answers were already sent."""
-        log.warning(
-            "model '%s' version %s: an execute given up on %s after %.1f s; dropped",
-            self._model_name,
-            self._model_version,
-            how,
-            (self._clock() - t0) / 1e9,
-        )
+            self._fail_all(
+                stuck,
+                all_stuck(self._model_name, self._model_version, self._execute_timeout_ns),
+                inline=False,
+            )
 
     def _hand_back(
         self,

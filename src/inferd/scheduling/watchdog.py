@@ -24,6 +24,8 @@ import time
 import weakref
 from typing import Protocol, runtime_checkable
 
+from inferd.errors import UnavailableError
+
 log = logging.getLogger("inferd.scheduling")
 
 #: the model config parameter that sets a model's own limit
@@ -91,6 +93,25 @@ class Watchdog:
                     pool.check_overdue(now)
                 except Exception:  # a bug here must not end the watchdog for every other model
                     log.exception("the execute watchdog failed to check a model")
+
+
+def all_stuck(model: str, version: str, timeout_ns: int) -> UnavailableError:
+    """What a request meets when every instance of the model is stuck in an execute."""
+    return UnavailableError(
+        f"model '{model}' version {version}: every instance is stuck in an execute "
+        f"longer than {timeout_ns / 1e9:g} s (execute_timeout_secs)"
+    )
+
+
+def log_late(model: str, version: str, how: str, after_ns: int) -> None:
+    """An execute the watchdog gave up on ended: its answers were already sent."""
+    log.warning(
+        "model '%s' version %s: an execute given up on %s after %.1f s; dropped",
+        model,
+        version,
+        how,
+        after_ns / 1e9,
+    )
 
 
 #: the server's one watchdog

@@ -20,7 +20,7 @@ from inferd.frontends.access import (
     parse_restrictions,
 )
 from inferd.frontends.grpc.service import InferenceServicer, RpcError
-from inferd.frontends.http.app import route_category
+from inferd.frontends.http.routes import route_category
 from inferd.options import ServerOptions
 
 

@@ -22,7 +22,7 @@ from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.frontends.access import AccessPolicy, Category, Denial
+from inferd.frontends.access import AccessPolicy, Denial
 from inferd.frontends.forward import forwarded
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
@@ -33,6 +33,8 @@ from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.routes import MODEL_RE as _MODEL_RE
+from inferd.frontends.http.routes import route_category
 from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
 from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
@@ -45,9 +47,6 @@ from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.http")
 
-_MODEL_RE = re.compile(
-    r"^/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?$"
-)
 _SHM_RE = re.compile(r"^/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)$")
 _REPO_RE = re.compile(r"^/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))$")
 _NOT_FOUND = b'{"error":"Not Found"}'
@@ -491,42 +490,6 @@ def _apply_log_settings(logs: LogSettings, doc: dict[str, Any]) -> None:
         if fmt not in LOG_FORMATS:
             raise UnavailableError(f"invalid argument for --log_format, got: {fmt}")
         logs.set_format(fmt)
-
-
-_ACTION_CATEGORY = {
-    None: Category.METADATA,
-    "ready": Category.HEALTH,
-    "config": Category.MODEL_CONFIG,
-    "stats": Category.STATISTICS,
-    "infer": Category.INFERENCE,
-    "generate": Category.INFERENCE,
-    "generate_stream": Category.INFERENCE,
-    "trace/setting": Category.TRACE,
-}
-
-
-def route_category(path: str) -> Category | None:
-    """The API category of a route (None: no such route)."""
-    if path.startswith("/v2/models/"):
-        if path == "/v2/models/stats":
-            return Category.STATISTICS
-        m = _MODEL_RE.match(path)
-        return None if m is None else _ACTION_CATEGORY[m.group(3)]
-    if path.startswith("/v2/health/"):
-        return Category.HEALTH
-    if path in STATUS_PATHS:
-        return Category.STATISTICS
-    if path in ("/v2", "/v2/openapi.json"):
-        return Category.METADATA
-    if path.startswith("/v2/repository"):
-        return Category.MODEL_REPOSITORY
-    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
-        return Category.SHARED_MEMORY
-    if path.startswith("/v2/trace"):
-        return Category.TRACE
-    if path.startswith("/v2/logging"):
-        return Category.LOGGING
-    return None
 
 
 class _InferCall:
