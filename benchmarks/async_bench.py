@@ -24,16 +24,14 @@ import argparse
 import csv
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from bench_paths import ROOT, TRITON_SH
+import servers
+from bench_paths import ROOT
 
 ANCHOR = Path(os.environ.get("ANCHOR_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "inferd-reference"))
 
@@ -90,12 +88,6 @@ ROWS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def write_repository(dest: Path) -> Path:
     for name, body in MODEL_BODY.items():
         (dest / name / "1").mkdir(parents=True, exist_ok=True)
@@ -103,63 +95,6 @@ def write_repository(dest: Path) -> Path:
         extra = "model_transaction_policy { decoupled: True }\n" if "decoupled" in name else ""
         (dest / name / "config.pbtxt").write_text(CONFIG.format(name=name, count=1, extra=extra))
     return dest
-
-
-def wait_ready(http: int, proc: subprocess.Popen[bytes] | None, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError("server exited during start")
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server not ready")
-
-
-class Inferd:
-    name = "inferd"
-
-    def __init__(self, repo: Path, log: Path, python: str) -> None:
-        self.repo, self.log, self.python = repo, log, python
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> tuple[int, int]:
-        self.http, self.grpc = free_port(), free_port()
-        cmd = [self.python, "-m", "inferd", "serve", "--model-repository", str(self.repo), "--http-port",
-               str(self.http), "--grpc-port", str(self.grpc), "--metrics-port", str(free_port())]  # fmt: skip
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        wait_ready(self.http, self.proc)
-        return self.http, self.grpc
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-
-
-class Reference:
-    name = "reference"
-
-    def __init__(self, repo: Path, log: Path) -> None:
-        self.repo, self.log = repo, log
-
-    def start(self) -> tuple[int, int]:
-        self.http, self.grpc, metrics = free_port(), free_port(), free_port()
-        args = ["bash", str(TRITON_SH), "start", str(self.repo), str(self.http), str(self.grpc)]
-        with open(self.log, "ab") as f:
-            subprocess.run([*args, str(metrics)], check=True, stdout=f, stderr=subprocess.STDOUT)
-        return self.http, self.grpc
-
-    def stop(self) -> None:
-        subprocess.run(["bash", str(TRITON_SH), "stop", str(self.repo), str(self.http)],
-                       capture_output=True)  # fmt: skip
 
 
 def perf_analyzer(
@@ -210,11 +145,12 @@ def main() -> int:
     for rnd in range(1, args.rounds + 1):
         for name in names if rnd % 2 else list(reversed(names)):  # who goes first flips each round
             server = (
-                Inferd(repo, out / "inferd.log", args.python)
+                servers.inferd(repo, out / "inferd.log", args.python)
                 if name == "inferd"
-                else Reference(repo, out / "reference.log")
+                else servers.reference(repo, out / "reference.log")
             )
-            http, grpc = server.start()
+            ports = server.start()
+            http, grpc = ports.http, ports.grpc
             try:
                 for row, model, proto, extra, factor in ROWS:
                     url = f"localhost:{http}" if proto == "http" else f"localhost:{grpc}"

@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from async_bench import CONFIG, Inferd, Reference, perf_analyzer
+import servers
+from async_bench import CONFIG, perf_analyzer
 from bench_paths import ROOT
 
 REFERENCE_MODELS = ROOT / "tests" / "fixtures" / "reference_models"
@@ -94,14 +95,14 @@ def main() -> int:
     for rnd in range(1, args.rounds + 1):
         for name in names if rnd % 2 else list(reversed(names)):  # who goes first flips each round
             server = (
-                Inferd(repo, out / "inferd.log", args.python)
+                servers.inferd(repo, out / "inferd.log", args.python)
                 if name == "inferd"
-                else Reference(repo, out / "reference.log")
+                else servers.reference(repo, out / "reference.log")
             )
-            http, _ = server.start()
+            http = server.start().http
             try:
-                for row, model, conc, servers, count, shape in ROWS:
-                    if name not in servers:
+                for row, model, conc, sides, count, shape in ROWS:
+                    if name not in sides:
                         continue
                     raw = out / f"r{rnd}-{name}-{row}.txt"
                     got = perf_analyzer(model, f"localhost:{http}", "http", [], count, conc, raw, shape)

@@ -28,35 +28,26 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import http.client
 import json
 import math
 import os
-import signal
-import socket
 import statistics
 import struct
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import servers
 from bench_paths import ROOT
 
 SENTENCE = "A man is eating a piece of bread in the kitchen while the radio plays."
 BATCHES = (1, 8)
 KINDS = ("openai_base64", "openai_float", "kserve_binary", "kserve_json")
 MIN_COSINE = 0.9999
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -221,38 +212,6 @@ def load(port: int, c: Call, concurrency: int, seconds: float, warmup: float, pi
     }
 
 
-class Inferd:
-    def __init__(self, repo: Path, log: Path, python: str) -> None:
-        self.repo, self.log, self.python = repo, log, python
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.http = 0
-
-    def start(self) -> int:
-        self.http = free_port()
-        cmd = [self.python, "-m", "inferd", "serve", "--model-repository", str(self.repo), "--http-port",
-               str(self.http), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]  # fmt: skip
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"inferd exited during start (see {self.log})")
-            with contextlib.suppress(OSError):  # not listening yet: look again
-                url = f"http://127.0.0.1:{self.http}/v2/health/ready"
-                if urllib.request.urlopen(url, timeout=1).status == 200:
-                    return self.http
-            time.sleep(0.1)
-        raise RuntimeError("inferd not ready")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-
-
 def row_id(kind: str, n: int) -> str:
     return f"{kind}_b{n}"
 
@@ -278,14 +237,14 @@ def main() -> int:
     rows = [(kind, n) for n in BATCHES for kind in KINDS]
     #: row -> one dict per round (empty: no answer that round)
     results: dict[str, list[dict[str, float]]] = {}
-    server = Inferd(repo, out / "inferd.log", args.python)
-    port = server.start()
+    server = servers.inferd(repo, out / "inferd.log", args.python)
+    port = server.start().http
     try:
         check_same_work(port)
         for rnd in range(1, args.rounds + 1):
             for kind, n in rows if rnd % 2 else list(reversed(rows)):
-                assert server.proc is not None
-                got = load(port, call(kind, n), args.concurrency, args.seconds, args.warmup, server.proc.pid)
+                assert server.pid is not None
+                got = load(port, call(kind, n), args.concurrency, args.seconds, args.warmup, server.pid)
                 results.setdefault(row_id(kind, n), []).append(got)
                 print(f"round {rnd} {row_id(kind, n):20} {got}", flush=True)
     finally:
