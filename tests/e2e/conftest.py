@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,10 +83,19 @@ class Response:
 class InferdProcess:
     """``python -m inferd serve`` in a subprocess; ``stop()`` sends SIGTERM and returns the exit code."""
 
-    def __init__(self, repository: Path, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        extra_args: tuple[str, ...] = (),
+        command: Callable[[int, int, int], list[str]] | None = None,
+    ) -> None:
         self.repository = repository
         self.log_path = log_path
         self.extra_args = extra_args
+        # the whole command line after `python -m inferd` for the (HTTP, gRPC, metrics) ports picked,
+        # in place of serving ``repository`` (the Helm chart's test runs the container's arguments)
+        self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = self.grpc_port = self.metrics_port = 0
 
@@ -111,6 +120,13 @@ class InferdProcess:
                 "--exit-on-error=false",
                 *self.extra_args,
             ]
+            if self.command is not None:
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "inferd",
+                    *self.command(self.port, self.grpc_port, self.metrics_port),
+                ]
             env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
