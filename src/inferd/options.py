@@ -103,6 +103,16 @@ class ServerOptions:
             "(opentelemetry needs inferd[otel])"
         },
     )
+    cache_config: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<cache>,<setting>=<value>, tritonserver's syntax: local,size=N turns the response cache on "
+            "with N bytes (models opt in with response_cache { enable: true }; repeatable)"
+        },
+    )
+    response_cache_byte_size: str | None = option(
+        None, "DEPRECATED: Please use --cache-config instead (--cache-config local,size=N)"
+    )
     # frontends
     allow_http: bool = option(True, "serve the HTTP/REST API")
     http_address: str = option("0.0.0.0", "address the HTTP API listens on")

@@ -14,6 +14,7 @@ from typing import Any
 
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
+from inferd.core.cache import ResponseCache, answer_from_cache, cache_size
 from inferd.core.classification import classify
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
@@ -82,6 +83,9 @@ class ServerCore:
         #: loads and unloads after start (core/model_control.py); made by ``start``
         self.control: ModelControl | None = None
         self._poll: asyncio.Task[None] | None = None
+        size = cache_size(options.cache_config, options.response_cache_byte_size)
+        #: the response cache (--cache-config local,size=N), None when off (core/cache.py)
+        self.response_cache = ResponseCache(size) if size is not None else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -263,6 +267,8 @@ class ServerCore:
         stream.on_final = self._open.discard
         if request.trace is not None:  # sampled by its front end, or a traced request's child
             request.trace.attach(request, model.name, model.version_str, stream)
+        if self.response_cache is not None and answer_from_cache(self.response_cache, model, request, stream):
+            return stream  # a response cache hit: answered, never queued
         try:
             model.scheduler.enqueue(request)
         except BaseException:

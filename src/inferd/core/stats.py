@@ -143,6 +143,23 @@ class ModelStats:
         if self.summaries is not None:
             self.summaries.observe("request", duration_ns)
 
+    def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success with its queue and lookup times,
+        no inference, execution or compute (core/cache.py)."""
+        with self._lock:
+            self.recent_requests.append((time.monotonic_ns(), duration_ns, True))
+            self.success.add(duration_ns)
+            self.queue.add(queue_ns)
+            self.cache_hit.add(lookup_ns)
+        if self.summaries is not None:
+            self.summaries.observe("queue", queue_ns)
+
+    def record_cache_miss(self, ns: int) -> None:
+        """A miss's lookup and insertion time, added to its request's duration as the reference adds it."""
+        with self._lock:
+            self.cache_miss.add(ns)
+            self.success.ns += ns
+
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """Triton's model_stats entry."""
         with self._lock:

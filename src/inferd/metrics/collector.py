@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.core.summary import KINDS, config
+from inferd.metrics import cache as cache_metrics
 from inferd.metrics.custom import CustomMetricRegistry
 from inferd.metrics.scaling import FAMILY as SCALING
 from inferd.metrics.scaling import queue_time_per_request
@@ -131,6 +132,8 @@ def render(server: ServerCore) -> bytes:
                         f'{_FAILURE[0]}{{model="{name}",reason="{reason}",version="{version}"}} '
                         f"{reasons.get(reason, 0)}"
                     )
+    if counters:  # the response cache's, after the latency counters (metrics/cache.py)
+        out.extend(cache_metrics.model_lines(rows))
     family(*_PENDING, "gauge")
     for name, version, model, _ in rows:
         sched = model.scheduler
@@ -139,6 +142,7 @@ def render(server: ServerCore) -> bytes:
             stats_fn = getattr(sched, "stats", None)
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
+    out.extend(cache_metrics.server_lines(server.response_cache))
     if config().summary_latencies:
         _summaries(out, family, rows)
     family(*_LOAD_TIME, "gauge")
