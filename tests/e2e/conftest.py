@@ -225,6 +225,41 @@ class InferdProcess:
         assert r.json()["outputs"][0]["data"] == [1.0, 2.0]
 
 
+@contextlib.contextmanager
+def serving(repository: Path, log_path: Path, *extra_args: str) -> Iterator[InferdProcess]:
+    """A module's own server: started, and at the end stopped with SIGTERM, which must exit 0."""
+    proc = InferdProcess(repository, log_path, tuple(extra_args)).start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
+
+
+@contextlib.contextmanager
+def http_client(proc: InferdProcess, concurrency: int = 4) -> Iterator[Any]:
+    """tritonclient's HTTP client on ``proc`` (closed at the end)."""
+    import tritonclient.http as httpclient
+
+    c = httpclient.InferenceServerClient(proc.url, concurrency=concurrency, network_timeout=60)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@contextlib.contextmanager
+def grpc_client(proc: InferdProcess) -> Iterator[Any]:
+    """tritonclient's gRPC client on ``proc`` (closed at the end)."""
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.fixture(scope="session")
 def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("e2e") / "models")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import REPO_ROOT, InferdProcess
+from conftest import REPO_ROOT, InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(180)
@@ -66,26 +66,20 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def minilm_server(examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(examples, tmp_path_factory.mktemp("log") / "inferd-minilm.log").start()
-    try:
+    with serving(examples, tmp_path_factory.mktemp("log") / "inferd-minilm.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def http(minilm_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(minilm_server.url, concurrency=8, network_timeout=60)
-    yield c
-    c.close()
+    with http_client(minilm_server, concurrency=8) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def grpc(minilm_server: InferdProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{minilm_server.grpc_port}")
-    yield c
-    c.close()
+    with grpc_client(minilm_server) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

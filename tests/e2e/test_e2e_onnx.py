@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
-from conftest import REPO_ROOT, InferdProcess
+from conftest import REPO_ROOT, InferdProcess, http_client, serving
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,19 +48,14 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def onnx_server(examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(examples, tmp_path_factory.mktemp("log") / "inferd-onnx.log").start()
-    try:
+    with serving(examples, tmp_path_factory.mktemp("log") / "inferd-onnx.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def client(onnx_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(onnx_server.url, concurrency=4, network_timeout=60)
-    yield c
-    c.close()
+    with http_client(onnx_server) as c:
+        yield c
 
 
 def _input(name: str, arr: np.ndarray[Any, Any]) -> Any:

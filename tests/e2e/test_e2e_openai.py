@@ -24,7 +24,7 @@ import numpy as np
 import openai
 import pytest
 import tritonclient.http as httpclient
-from conftest import REPO_ROOT, InferdProcess
+from conftest import REPO_ROOT, InferdProcess, serving
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -85,12 +85,8 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(examples, tmp_path_factory.mktemp("log") / "inferd-openai.log").start()
-    try:
+    with serving(examples, tmp_path_factory.mktemp("log") / "inferd-openai.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")

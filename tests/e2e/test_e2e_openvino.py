@@ -17,7 +17,7 @@ import openvino as ov
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import InferdProcess
+from conftest import InferdProcess, grpc_client, http_client, serving
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
@@ -85,26 +85,20 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ov_server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(repository, tmp_path_factory.mktemp("log") / "inferd-openvino.log").start()
-    try:
+    with serving(repository, tmp_path_factory.mktemp("log") / "inferd-openvino.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def http(ov_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(ov_server.url, concurrency=4, network_timeout=60)
-    yield c
-    c.close()
+    with http_client(ov_server) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def grpc(ov_server: InferdProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{ov_server.grpc_port}")
-    yield c
-    c.close()
+    with grpc_client(ov_server) as c:
+        yield c
 
 
 def _http_input(name: str, arr: np.ndarray[Any, Any]) -> Any:

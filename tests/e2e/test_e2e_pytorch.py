@@ -19,7 +19,7 @@ import pytest
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import REPO_ROOT, InferdProcess
+from conftest import REPO_ROOT, InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
@@ -90,26 +90,20 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def torch_server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(repository, tmp_path_factory.mktemp("log") / "inferd-torch.log").start()
-    try:
+    with serving(repository, tmp_path_factory.mktemp("log") / "inferd-torch.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def http(torch_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(torch_server.url, concurrency=4, network_timeout=60)
-    yield c
-    c.close()
+    with http_client(torch_server) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def grpc(torch_server: InferdProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{torch_server.grpc_port}")
-    yield c
-    c.close()
+    with grpc_client(torch_server) as c:
+        yield c
 
 
 def _http_input(name: str, arr: np.ndarray[Any, Any]) -> Any:

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import InferdProcess
+from conftest import InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(180)
@@ -77,26 +77,20 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tf_server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    proc = InferdProcess(repository, tmp_path_factory.mktemp("log") / "inferd-tensorflow.log").start()
-    try:
+    with serving(repository, tmp_path_factory.mktemp("log") / "inferd-tensorflow.log") as proc:
         yield proc
-    finally:
-        code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def http(tf_server: InferdProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(tf_server.url, concurrency=8, network_timeout=60)
-    yield c
-    c.close()
+    with http_client(tf_server, concurrency=8) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def grpc(tf_server: InferdProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{tf_server.grpc_port}")
-    yield c
-    c.close()
+    with grpc_client(tf_server) as c:
+        yield c
 
 
 def _http_input(name: str, arr: np.ndarray[Any, Any], datatype: str = "FP32") -> Any:
