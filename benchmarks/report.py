@@ -375,6 +375,13 @@ class AsyncSection(Section):
         )
 
 
+class CacheSection(Section):
+    """benchmarks/cache_bench.py's table: a response-cache hit against a miss on densenet_onnx (issue 12)."""
+
+    def render(self, data: RunData) -> str:
+        return data.cache
+
+
 class OpenAISection(Section):
     """benchmarks/openai_bench.py's table: /v1/embeddings against the KServe endpoint doing the same work (issue 15)."""
 

@@ -205,6 +205,8 @@ class RunData:
     async_io: str = ""
     #: the OpenAI embeddings rows (openai_bench.py): its markdown, or why it is missing
     openai: str = ""
+    #: the response cache rows (cache_bench.py): its markdown, or why it is missing
+    cache: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -291,6 +293,7 @@ def read_json(path: Path) -> RunData:
         cores=raw.get("cores", ""),
         async_io=raw.get("async_io", ""),
         openai=raw.get("openai", ""),
+        cache=raw.get("cache", ""),
     )
 
 

@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cache_bench  # benchmarks/cache_bench.py: the response cache rows
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
 from bench_paths import BENCH_SH, MEASURE_SH, ROOT, SETUP_SH
 from goals import DEFAULT_GOALS, GoalsSection
 from report import (
     AsyncSection,
+    CacheSection,
     ClientLatencySection,
     ColdStartMemorySection,
     CoresSection,
@@ -105,6 +107,7 @@ def default_sections() -> list[Section]:
         CoresSection(),
         AsyncSection(),
         OpenAISection(),
+        CacheSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -299,6 +302,17 @@ def async_rows(rounds: int, outdir: Path, quick: bool) -> str:
     return md.read_text()
 
 
+def cache_rows(outdir: Path, quick: bool) -> str:
+    """cache_bench.py, its own server: the markdown it wrote, or a line saying why none."""
+    log(f"cache: benchmarks/cache_bench.py (log {rel(outdir)}/cache/inferd.log)")
+    (outdir / "cache").mkdir(parents=True, exist_ok=True)
+    try:
+        text, _ = cache_bench.section(outdir / "cache", requests=30 if quick else 100)
+    except (RuntimeError, OSError) as e:
+        return f"## Response cache\n\ncache_bench.py failed: {e}\n"
+    return text
+
+
 def openai_rows(rounds: int, outdir: Path, quick: bool) -> str:
     """openai_bench.py, its own server and rounds: the markdown it wrote, or a line saying why none."""
     log(f"openai: benchmarks/openai_bench.py --rounds {rounds} (log {rel(outdir)}/openai.log)")
@@ -404,6 +418,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--no-openai",
         action="store_true",
         help="skip the OpenAI embeddings rows (benchmarks/openai_bench.py)",
+    )
+    ap.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="skip the response cache rows (benchmarks/cache_bench.py)",
     )
     ap.add_argument(
         "--openai-only",
@@ -521,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_openai = not (a.onnx_only or a.python_rows_only or a.no_openai) and "inferd" in opts.servers
         if run_openai:
             data.openai = openai_rows(a.repeat, outdir, a.quick)
+            write_json(data, outdir / "summary.json")
+        if "inferd" in opts.servers and not (
+            a.onnx_only or a.python_rows_only or a.openai_only or a.no_cache
+        ):
+            data.cache = cache_rows(outdir, a.quick)
             write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
