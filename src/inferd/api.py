@@ -131,7 +131,10 @@ class Server:
         return self._core.metadata()
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self._core.model_ready(name, version)
+        """READY, and the model's own ``is_ready()`` (if it has one) says so (core/readiness.py)."""
+        if self._core.ready_check(name, version) is None:
+            return self._core.model_ready(name, version)
+        return self._run(self._core.model_ready_checked(name, version))
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         return self._core.model_metadata(name, version)

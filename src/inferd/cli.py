@@ -202,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    from inferd.core.on_demand import budget_from_options
+
+    try:
+        budget_from_options(args.model_memory_budget, args.model_control_mode)
+    except InferdError as e:
+        parser.error(e.message)
     for flag, pattern in (
         ("--http-header-forward-pattern", args.http_header_forward_pattern),
         ("--grpc-header-forward-pattern", args.grpc_header_forward_pattern),

@@ -42,6 +42,11 @@ class ServerOptions:
         metadata={"help": "a model to load at start in explicit mode ('*': all; repeatable)"},
     )
     repository_poll_secs: int = option(15, "seconds between two looks at the repositories in poll mode")
+    model_memory_budget: str | None = option(
+        None,
+        "explicit mode: load a model on its first request and unload the least recently used idle "
+        "models to keep their memory under this size (bytes, or with B/KiB/MiB/GiB, e.g. 2GiB)",
+    )
     strict_model_config: bool = option(
         False,
         "use config.pbtxt as written: no auto-completion from the model files",

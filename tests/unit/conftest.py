@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,8 @@ class FakeCore:
             m.name: m for m in (config_model(c) for c in configs or (IDENTITY, DECOUPLED, CLASSES))
         }
         self.is_ready = True
+        #: model name -> its own readiness check (a Python model's is_ready)
+        self.ready_checks: dict[str, Callable[[], Awaitable[bool]]] = {}
         self.hold = False
         self.answer: Callable[[InferRequest], InferResponse] = echo
         #: (name, version, decoupled_error) of every submit, and the requests and streams it made
@@ -178,6 +180,9 @@ class FakeCore:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return name in self.models
+
+    def ready_check(self, name: str, version: str = "") -> Callable[[], Awaitable[bool]] | None:
+        return self.ready_checks.get(name)
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         m = self.get_model(name, version)

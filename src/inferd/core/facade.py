@@ -7,7 +7,7 @@ with a small fake core instead of a loaded repository.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from inferd.core.model import Model
@@ -32,6 +32,10 @@ class Core(Protocol):
         ...
 
     def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    def ready_check(self, name: str, version: str = "") -> Callable[[], Awaitable[bool]] | None:
+        """The READY version's own readiness check (core/readiness.py), None without one."""
+        ...
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]: ...
 

@@ -12,6 +12,7 @@ from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from inferd.core.readiness import ReadinessCheck
     from inferd.scheduling.base import Scheduler
 
 
@@ -56,6 +57,8 @@ class Model:
         self.load_seconds = 0.0
         #: validation keys this version accepted -> the batch size they validated to (core.server)
         self.validated: dict[Hashable, int] = {}
+        #: the model's own readiness check (a Python model's ``is_ready``), asked by the ready endpoints
+        self.ready_check: ReadinessCheck | None = None
 
     @property
     def ready(self) -> bool:

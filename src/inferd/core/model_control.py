@@ -32,6 +32,7 @@ from google.protobuf import json_format
 
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
+from inferd.core.on_demand import MemoryBudget
 from inferd.core.repository_manager import (
     LoadedModels,
     LoadSettings,
@@ -153,9 +154,13 @@ class ModelControl:
         self._seen: dict[str, tuple[tuple[str, int, int], ...]] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
+        #: ``--model-memory-budget`` (core/on_demand.py): loads measured, idle models unloaded to fit
+        self.budget: MemoryBudget | None = None
 
     # -- start ---------------------------------------------------------------------------------------
     async def start(self, startup_models: list[str]) -> None:
+        if self.budget is not None and startup_models == ["*"]:  # one at a time, each measured
+            startup_models = await asyncio.to_thread(self._sources.names)
         if self.mode == "explicit" and startup_models != ["*"]:
             if "*" in startup_models:
                 raise InvalidArgumentError(
@@ -196,6 +201,16 @@ class ModelControl:
             self._check_mode()
         async with self._lock:
             await self._load(name, config, files or {}, set())
+
+    async def load_if_needed(self, name: str) -> None:
+        """Load ``name`` unless it is READY (a load on demand: core/on_demand.py)."""
+        async with self._lock:
+            if not self._registry.is_ready(name):
+                await self._load(name, None, {}, set())
+
+    def knows(self, name: str) -> bool:
+        """Whether a repository holds ``name`` now (a store's models as of its last listing)."""
+        return name in self._sources.names()
 
     async def unload(self, name: str, unload_dependents: bool = False, check_mode: bool = True) -> None:
         if check_mode:
@@ -293,7 +308,19 @@ class ModelControl:
             if not versions:
                 self._drop_override(md, files)
                 raise _poll_failed(name, "no version is available")
+            budget = self.budget
+            baseline = 0 if budget is None else await budget.before_load(name, md.path, loading, self._evict)
             new = [await load_bounded(name, v, md, cfg, settings) for v in versions]
+            if budget is not None and all(m.ready for m in new):
+                try:
+                    budget.loaded(name, baseline)
+                except InferdError as e:  # larger than the whole budget: not kept
+                    for m in new:
+                        await self._stop(m)
+                    self._drop_override(md, files)
+                    if not registry.is_ready(name):
+                        registry.failed[name] = e.message
+                    raise
         if any(not m.ready for m in new):
             for m in new:
                 if m.ready:
@@ -313,6 +340,9 @@ class ModelControl:
             await self._stop(m)
         if old_dir is not None:
             shutil.rmtree(old_dir.parent, ignore_errors=True)
+        if self.budget is not None:
+            self.budget.touch(name)
+            await self.budget.fit(loading, self._evict, why=name)
 
     def _fail(self, name: str, new: list[Model], md: ModelDir, files: dict[str, bytes]) -> NoReturn:
         """A load whose versions did not all come up: the old ones serve on; with none, the new
@@ -350,6 +380,12 @@ class ModelControl:
             shutil.rmtree(folder.parent, ignore_errors=True)
         if live:
             log.info("successfully unloaded '%s'", name)
+        if self.budget is not None:
+            self.budget.forget(name)
+
+    async def _evict(self, name: str) -> None:
+        """Unload ``name`` and the ensembles using it, to fit the memory budget (lock held)."""
+        await self._unload(name, True)
 
     async def _stop(self, model: Model) -> None:
         """Drain ``model`` (in-flight requests finish) and release it."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from inferd.backends.base import InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
-from inferd.core.request import InferRequest
 from inferd.core.routing import VersionRouter, parse_weights, router_for
 from inferd.core.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
@@ -31,7 +29,7 @@ from inferd.repository import (
     validate_config,
 )
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.scheduling.ensemble import EnsembleScheduler
+from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
 from inferd.scheduling.sequence import SequenceBatcher
@@ -160,8 +158,8 @@ class LoadSettings:
     """How the server loads models (from its options) and what loaded models get from it."""
 
     loop: asyncio.AbstractEventLoop
-    #: runs a request through the core (ensembles), and from a worker thread (BLS)
-    infer: Callable[[InferRequest], Any]
+    #: queues an ensemble step's request, its responses to a callback (ServerCore.submit_step)
+    submit_step: SubmitFn
     #: what loaded models may call back into (BLS, readiness, custom metrics)
     links: ServerLinks
     strict_model_config: bool = False
@@ -306,7 +304,7 @@ def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: 
     for v in select_versions(cfg.version_policy, list(md.versions), model_name=md.name):
         model = Model(md.name, v, cfg, md.path)
         try:
-            model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.infer)
+            model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.submit_step)
             model.state = ModelState.READY
         except InferdError as e:
             model.state, model.reason = ModelState.UNAVAILABLE, e.message

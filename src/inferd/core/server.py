@@ -99,7 +99,7 @@ class ServerCore:
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")
         settings = LoadSettings(
             loop=self.loop,
-            infer=self.infer,
+            submit_step=self.submit_step,
             links=ServerLinks(self.infer_blocking, self.infer_async, self.model_ready, self.custom_metrics),
             strict_model_config=options.strict_model_config,
             config_name=options.model_config_name,
@@ -302,6 +302,11 @@ class ServerCore:
         if len(cache) >= VALIDATION_CACHE_SIZE:
             cache.pop(next(iter(cache)))
         cache[key] = request.batch_size
+
+    def submit_step(self, request: InferRequest, callback: ResponseCallback) -> None:
+        """On the loop: queue ``request`` (an ensemble step's), its responses handed to ``callback``;
+        a request refused before it is queued raises, as ``submit`` does."""
+        self.submit(request.model_name, request.model_version, lambda _model: request).set_callback(callback)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run a whole request built in-process (the in-process API, ensemble steps, BLS); errors of

@@ -153,6 +153,8 @@ def render(server: ServerCore) -> bytes:
         value = queue_time_per_request(model.stats)
         out.append(f'{SCALING[0]}{{model="{name}",version="{version}"}} {value:.1f}')
     _process_events(out, family)
+    if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
+        out.extend(server.budget.metric_lines())
     out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000))
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.ensemble")
 
-InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
+#: queues a step's request; its responses go to the callback on the loop (ServerCore.submit_step)
+SubmitFn = Callable[[InferRequest, Callable[[InferResponse | None, bool], None]], None]
 #: Triton 2.51 puts these parameters on every ensemble response.
 _ENSEMBLE_PARAMS = {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
 
@@ -64,14 +65,16 @@ def plan_steps(config: Any) -> list[list[Step]]:
 
 
 class EnsembleScheduler:
-    """Runs each request through the ensemble's steps on the event loop."""
+    """Runs each request through the ensemble's steps, on the event loop, with callbacks: no task,
+    future or gather per request or step (they cost more than the steps of a light ensemble)."""
 
-    def __init__(self, model: Model, is_ready: Callable[[str, str], bool], infer: InferFn) -> None:
-        """``is_ready(name, version)`` tells whether a step's model ("" version: any) can serve."""
+    def __init__(self, model: Model, is_ready: Callable[[str, str], bool], submit: SubmitFn) -> None:
+        """``is_ready(name, version)`` tells whether a step's model ("" version: any) can serve;
+        ``submit(request, callback)`` queues a step's request, its responses going to ``callback``."""
         self._model = model
-        self._infer = infer
+        self._submit = submit
         self._waves = plan_steps(model.config)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._runs: set[_Run] = set()
         for wave in self._waves:
             for step in wave:
                 if not is_ready(step.model_name, step.model_version):
@@ -81,68 +84,124 @@ class EnsembleScheduler:
 
     def enqueue(self, request: InferRequest) -> None:
         request.t_queue_ns = time.monotonic_ns()
-        task = asyncio.get_running_loop().create_task(self._run(request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        run = _Run(self, request)
+        self._runs.add(run)
+        run.next_wave()
 
     def inflight(self) -> int:
-        return len(self._tasks)
+        return len(self._runs)
 
     async def stop(self, timeout_s: float) -> None:
-        if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-            for t in pending:
-                t.cancel()
+        deadline = time.monotonic() + timeout_s
+        while self._runs and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
-    async def _run(self, request: InferRequest) -> None:
-        model = self._model
+
+class _Run:
+    """One request going through the waves: a wave's steps are submitted together, the next wave
+    starts when the last of them answers."""
+
+    __slots__ = ("done", "pool", "request", "sched", "t0", "waiting", "wave")
+
+    def __init__(self, sched: EnsembleScheduler, request: InferRequest) -> None:
+        self.sched = sched
+        self.request = request
+        self.pool: dict[str, Tensor] = dict(request.inputs)
+        self.wave = 0
+        self.waiting = 0
+        self.done = False
+        self.t0 = time.monotonic_ns()
+
+    def next_wave(self) -> None:
+        waves = self.sched._waves
+        if self.wave == len(waves):
+            self._finish()
+            return
+        wave = waves[self.wave]
+        self.wave += 1
+        self.waiting = len(wave)
+        for step in wave:
+            if self.done:  # an earlier step of this wave was refused
+                return
+            self._start(step)
+
+    def _start(self, step: Step) -> None:
+        request, pool = self.request, self.pool
+        answered = False
+
+        def on_response(resp: InferResponse | None, final: bool) -> None:
+            nonlocal answered
+            if answered:  # a decoupled step's later responses: the ensemble takes its first
+                return
+            if resp is None:
+                if final:
+                    answered = True
+                    self._fail(InternalError("model produced no response"))
+                return
+            answered = True
+            if resp.error is not None:
+                self._fail(resp.error)
+            else:
+                self._step_done(step, resp)
+
+        try:
+            sub = InferRequest(
+                model_name=step.model_name,
+                model_version=step.model_version,
+                inputs={dst: pool[src].renamed(dst) for dst, src in step.input_map},
+                id=request.id,
+                parameters=request.parameters,
+                outputs=[RequestedOutput(src) for src, _ in step.output_map],
+                trace=None if request.trace is None else request.trace.child(),
+            )
+            self.sched._submit(sub, on_response)
+        except InferdError as e:
+            answered = True
+            self._fail(e)
+        except Exception as e:
+            answered = True
+            log.exception("ensemble '%s' failed", self.sched._model.name)
+            self._fail(InternalError(f"{type(e).__name__}: {e}"))
+
+    def _step_done(self, step: Step, resp: InferResponse) -> None:
+        if self.done:
+            return
+        produced = {t.name: t for t in resp.outputs}
+        for src, dst in step.output_map:
+            t = produced.get(src)
+            if t is not None:
+                self.pool[dst] = t.renamed(dst)
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.next_wave()
+
+    def _fail(self, error: InferdError) -> None:
+        if self.done:
+            return
+        self._close()
+        model, request = self.sched._model, self.request
+        model.stats.record_request(False, time.monotonic_ns() - request.t_start_ns, "OTHER")
         stream = request.stream
         assert stream is not None
-        t0 = time.monotonic_ns()
-        try:
-            outputs = await self._steps(request)
-        except InferdError as e:
-            model.stats.record_request(False, time.monotonic_ns() - request.t_start_ns, "OTHER")
-            stream.deliver(InferResponse(model.name, model.version_str, request.id, error=e), True)
-            return
-        except Exception as e:
-            log.exception("ensemble '%s' failed", model.name)
-            err = InternalError(f"{type(e).__name__}: {e}")
-            stream.deliver(InferResponse(model.name, model.version_str, request.id, error=err), True)
-            return
-        t1 = time.monotonic_ns()
-        model.stats.record_execution(request.batch_size, 1, [0], 0, t1 - t0, 0)
-        model.stats.record_request(True, t1 - request.t_start_ns)
-        resp = InferResponse(model.name, model.version_str, request.id, outputs, dict(_ENSEMBLE_PARAMS))
-        stream.deliver(resp, True)
+        stream.deliver(InferResponse(model.name, model.version_str, request.id, error=error), True)
 
-    async def _steps(self, request: InferRequest) -> list[Tensor]:
-        pool: dict[str, Tensor] = dict(request.inputs)
-        for wave in self._waves:
-            results = await asyncio.gather(*(self._step(step, request, pool) for step in wave))
-            for step, resp in zip(wave, results, strict=True):
-                produced = {t.name: t for t in resp.outputs}
-                for src, dst in step.output_map:
-                    t = produced.get(src)
-                    if t is not None:
-                        pool[dst] = t.renamed(dst)
-        wanted = request.requested_output_names(self._model.output_names)
+    def _close(self) -> None:
+        self.done = True
+        self.sched._runs.discard(self)
+
+    def _finish(self) -> None:
+        model, request, pool = self.sched._model, self.request, self.pool
+        wanted = request.requested_output_names(model.output_names)
         missing = [n for n in wanted if n not in pool]
         if missing:
-            raise InternalError(f"ensemble '{self._model.name}' did not produce output(s) {missing}")
-        return [pool[n] for n in self._model.output_names if n in wanted]
-
-    async def _step(self, step: Step, request: InferRequest, pool: dict[str, Tensor]) -> InferResponse:
-        sub = InferRequest(
-            model_name=step.model_name,
-            model_version=step.model_version,
-            inputs={dst: pool[src].renamed(dst) for dst, src in step.input_map},
-            id=request.id,
-            parameters=request.parameters,
-            outputs=[RequestedOutput(src) for src, _ in step.output_map],
-            trace=None if request.trace is None else request.trace.child(),
-        )
-        resp = await self._infer(sub)
-        if resp.error is not None:
-            raise resp.error
-        return resp
+            self._fail(InternalError(f"ensemble '{model.name}' did not produce output(s) {missing}"))
+            return
+        self._close()
+        outputs = [pool[n] for n in model.output_names if n in wanted]
+        t1 = time.monotonic_ns()
+        model.stats.record_execution(request.batch_size, 1, [0], 0, t1 - self.t0, 0)
+        model.stats.record_request(True, t1 - request.t_start_ns)
+        resp = InferResponse(model.name, model.version_str, request.id, outputs, dict(_ENSEMBLE_PARAMS))
+        stream = request.stream
+        assert stream is not None
+        stream.deliver(resp, True)

@@ -209,6 +209,21 @@ class PythonModel:
         self._lock = threading.Lock()
         #: execution_mode auto: the process model its instances move to if they hold the GIL
         self.auto: ProcessModel | None = None
+        #: its instances (thread ones) not unloaded yet, asked by ``ready_check``
+        self.instances: set[PythonInstance] = set()
+
+    def ready_check(self) -> Callable[[], bool] | None:
+        """What the model-ready endpoints ask when the model defines ``is_ready`` (core/readiness.py):
+        every live instance, the thread ones and those moved to processes."""
+        if not hasattr(self.module.TritonPythonModel, "is_ready"):
+            return None
+
+        def check() -> bool:
+            with self._lock:
+                instances = list(self.instances)
+            return all(i.is_ready() for i in instances) and (self.auto is None or self.auto.is_ready())
+
+        return check
 
     def promotion(self) -> Callable[[InstanceSpec], BackendInstance] | None:
         return None if self.auto is None else self.auto.create_instance
@@ -228,13 +243,15 @@ class PythonModel:
         inst.initialize(args)
         with self._lock:
             self.live_instances += 1
+            self.instances.add(inst)
         return inst
 
-    def instance_unloaded(self) -> None:
+    def instance_unloaded(self, instance: PythonInstance) -> None:
         """One of its instances unloaded; after the last, the model goes too (the core keeps no
         reference to a BackendModel: its instances are what it unloads)."""
         with self._lock:
             self.live_instances -= 1
+            self.instances.discard(instance)
             last = self.live_instances == 0
         if last:
             self.unload()
@@ -337,7 +354,20 @@ class PythonInstance:
             )
             self._close_loop()
             pb_utils._remove_fallback(self._hooks)
-            self.model.instance_unloaded()
+            self.model.instance_unloaded(self)
+
+    def is_ready(self) -> bool:
+        """The model's ``is_ready()`` (sync or async), which must return a bool; True without one."""
+        fn = getattr(self.obj, "is_ready", None)
+        if fn is None:
+            return True
+        try:
+            result = self._call(fn)
+        except _MODEL_ERRORS as e:
+            raise InternalError(format_exception(e)) from e
+        if not isinstance(result, bool):
+            raise InternalError("is_ready() must return a boolean value")
+        return result
 
     def _close_loop(self) -> None:
         loop = self._loop

@@ -161,6 +161,10 @@ class ProcessInstance:
         self._last_timings: tuple[int, int, int] | None = None
         self._uses_bls = False
         self.pid = 0
+        #: the worker's model defines ``is_ready`` (told when the worker started)
+        self.has_is_ready = False
+        #: readiness checks sent to the worker: id -> [event, answer]
+        self._ready_asks: dict[int, list[Any]] = {}
         #: told once this instance unloaded (ProcessModel counts its live instances)
         self.on_unload: Callable[[], None] | None = None
         self._start()
@@ -287,6 +291,7 @@ class ProcessInstance:
             code, message = reply[1]
             raise error_for_code(ErrorCode[code], message)
         self.pid = int(reply[1])
+        self.has_is_ready = bool(reply[3])
         log.info("%s runs in process %d (started in %.0f ms)", self._who(), self.pid, reply[2] * 1000)
         relay = BlsRelay(ctx, chan, self._shm, self._pool, spec.name)
         self._chan, self._proc, self._relay = chan, proc, relay
@@ -310,6 +315,30 @@ class ProcessInstance:
         self._failure = None
         EVENTS[(self._ctx.model_name, str(self._ctx.version), "restarted")] += 1
         return chan
+
+    def is_ready(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """The model's ``is_ready()`` in the worker (True without one); a worker that is not running
+        is not ready, one that does not answer in time neither."""
+        chan = self._chan
+        if not self.has_is_ready:
+            return True
+        if chan is None:
+            return False
+        ask_id = next(self._keys)
+        ask: list[Any] = [threading.Event(), None]
+        self._ready_asks[ask_id] = ask
+        try:
+            chan.send(("is_ready", ask_id))
+            if not ask[0].wait(timeout_s):
+                return False
+        except ChannelClosed:
+            return False
+        finally:
+            self._ready_asks.pop(ask_id, None)
+        kind, value = ask[1]
+        if kind == "error":
+            raise error_for_code(ErrorCode[value[0]], value[1])
+        return bool(value)
 
     def _cancel(self, chan: Channel, key: int, reason: str) -> None:
         try:
@@ -340,6 +369,11 @@ class ProcessInstance:
                     relay.cancel(msg[1], msg[2])
                 elif kind == "call":
                     self._pool().submit(self._call, chan, msg[1], msg[2], msg[3])
+                elif kind == "is_ready_resp":
+                    ask = self._ready_asks.pop(msg[1], None)
+                    if ask is not None:
+                        ask[1] = msg[2]
+                        ask[0].set()
                 elif kind == "stopped":
                     return
         except ChannelClosed:
@@ -413,6 +447,15 @@ class ProcessInstance:
                 r.stream.send(InferResponse(r.model_name, str(self._ctx.version), r.id, error=error), True)
 
 
+#: model name -> its process instances not unloaded yet (their workers' memory: core/on_demand.py)
+_WORKERS: dict[str, set[ProcessInstance]] = {}
+
+
+def worker_pids(model_name: str) -> list[int]:
+    """The worker processes running now for ``model_name``'s instances."""
+    return [i.pid for i in list(_WORKERS.get(model_name, ())) if i.pid and i._proc is not None]
+
+
 EXECUTION_MODES = ("auto", "thread", "process")
 #: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
 IN_WORKER = "inferd-in-worker"
@@ -439,24 +482,41 @@ class ProcessModel:
         self.ctx = ctx
         self._lock = threading.Lock()
         self._live = 0
+        self._instances: set[ProcessInstance] = set()
 
     def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
         instance = ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
-        instance.on_unload = self._instance_unloaded
+        instance.on_unload = partial(self._instance_unloaded, instance)
         with self._lock:
             self._live += 1
+            self._instances.add(instance)
+        _WORKERS.setdefault(self.ctx.model_name, set()).add(instance)
         return instance
+
+    def is_ready(self) -> bool:
+        """Every live instance's ``is_ready()`` (core/readiness.py)."""
+        with self._lock:
+            instances = list(self._instances)
+        return all(i.is_ready() for i in instances)
+
+    def ready_check(self) -> Callable[[], bool] | None:
+        """The model's instances' ``is_ready()``, when the model defines one."""
+        with self._lock:
+            defined = any(i.has_is_ready for i in self._instances)
+        return self.is_ready if defined else None
 
     @property
     def live(self) -> int:
         """Instances created and not unloaded."""
         return self._live
 
-    def _instance_unloaded(self) -> None:
+    def _instance_unloaded(self, instance: ProcessInstance) -> None:
         """After the last instance, the custom metrics its processes created go (one owner for all)."""
         with self._lock:
             self._live -= 1
             last = self._live == 0
+            self._instances.discard(instance)
+        _WORKERS.get(self.ctx.model_name, set()).discard(instance)
         metrics = self.ctx.links.metrics
         if last and metrics is not None:
             metrics.release_owner(f"{self.ctx.model_name}:{self.ctx.version}")

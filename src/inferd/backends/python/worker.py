@@ -271,6 +271,8 @@ class Worker:
                     request.stream = stream
                     requests.append(request)
                 self.execs.put((exec_id, requests))
+            elif kind == "is_ready":
+                threading.Thread(target=self.answer_ready, args=(msg[1],), daemon=True).start()
             elif kind == "cancel":
                 target = self.streams.get(msg[1])
                 if target is not None:
@@ -279,6 +281,18 @@ class Worker:
                 self.execs.put(None)
                 self.reading = False
                 return
+
+    def answer_ready(self, ask_id: int) -> None:
+        """The model's ``is_ready()`` (core/readiness.py), in a thread of its own: it may block."""
+        check = getattr(self.instance, "is_ready", None)
+        try:
+            answer: tuple[str, Any] = ("ok", True if check is None else bool(check()))
+        except Exception as e:
+            answer = ("error", pack_error(e))
+        try:
+            self.channel.send(("is_ready_resp", ask_id, answer))
+        except ChannelClosed:
+            return
 
     def run_executes(self) -> None:
         """The execute thread: one batch at a time, answered with ``done`` or ``exec_error``."""
@@ -337,7 +351,8 @@ def main(argv: list[str]) -> int:
         except BaseException as e:
             channel.send(("init_error", pack_error(e)))
             return 1
-        channel.send(("ready", os.getpid(), time.monotonic() - t0))
+        has_is_ready = hasattr(getattr(worker.instance, "obj", None), "is_ready")
+        channel.send(("ready", os.getpid(), time.monotonic() - t0, has_is_ready))
         executor = threading.Thread(target=worker.run_executes, name="inferd-execute", daemon=True)
         executor.start()
         threading.Thread(target=worker.run_cancels, name="inferd-bls-cancel", daemon=True).start()

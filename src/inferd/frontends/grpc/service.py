@@ -311,7 +311,11 @@ class InferenceServicer:
             version = parse_version(request.version)
         except InferdError:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, version))
+        ready = self.core.model_ready(request.name, version)
+        check = self.core.ready_check(request.name, version) if ready else None
+        if check is not None:  # the model's own is_ready(): bounded by core/readiness.py
+            ready = await check()
+        return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         return json_format.ParseDict(self.core.metadata(), pb.ServerMetadataResponse())

@@ -10,7 +10,7 @@ import gzip
 import logging
 import re
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -52,6 +52,7 @@ _REPO_RE = re.compile(r"^/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(
 _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
+_NOT_READY = b'{"error":"Model version not ready"}'
 _LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
 _INT64_MAX = 2**63 - 1
 #: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
@@ -263,10 +264,16 @@ class HttpApp:
         elif action == "ready":
             if req.method != "GET":
                 resp.send(405, _NOT_ALLOWED, _TEXT)
-            elif server.model_ready(name, version):
-                resp.send(200, _EMPTY, _TEXT)
+            elif not server.model_ready(name, version):
+                resp.send(400, _NOT_READY, _TEXT)
             else:
-                resp.send(400, b'{"error":"Model version not ready"}', _TEXT)
+                check = server.ready_check(name, version)
+                if check is None:
+                    resp.send(200, _EMPTY, _TEXT)
+                else:  # the model's own is_ready(): bounded by core/readiness.py
+                    task = asyncio.get_running_loop().create_task(self._ready_answer(resp, check))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
         elif action == "stats":
@@ -277,6 +284,13 @@ class HttpApp:
             resp.send(404, _NOT_FOUND, _TEXT)
         else:
             self._trace_settings(req, resp, name)
+
+    @staticmethod
+    async def _ready_answer(resp: Responder, check: Callable[[], Awaitable[bool]]) -> None:
+        if await check():
+            resp.send(200, _EMPTY, _TEXT)
+        else:
+            resp.send(400, _NOT_READY, _TEXT)
 
     def _trace_settings(self, req: HttpRequest, resp: Responder, model: str) -> None:
         body = lambda: inflate(req.body, _encoding(req), self.max_input_size)  # noqa: E731
