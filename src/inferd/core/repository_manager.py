@@ -14,6 +14,7 @@ from inferd.backends.base import InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
+from inferd.core.readiness import ReadinessCheck
 from inferd.core.routing import VersionRouter, parse_weights, router_for
 from inferd.core.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
@@ -206,6 +207,10 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
                 inst.unload()
             raise
         promotion = bmodel.promotion()
+        check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()
+        ready_fn = check() if check is not None else None
+        if ready_fn is not None:
+            model.ready_check = ReadinessCheck(f"model '{name}' version {version}", ready_fn)
         if cfg.HasField("sequence_batching"):  # a stateful model: scheduling/sequence.py
             model.scheduler = SequenceBatcher(
                 name,

@@ -20,6 +20,8 @@ from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.model_control import ModelControl
+from inferd.core.on_demand import MemoryBudget, budget_from_options
+from inferd.core.readiness import ReadinessCheck
 from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
@@ -86,6 +88,10 @@ class ServerCore:
         size = cache_size(options.cache_config, options.response_cache_byte_size)
         #: the response cache (--cache-config local,size=N), None when off (core/cache.py)
         self.response_cache = ResponseCache(size) if size is not None else None
+        #: ``--model-memory-budget``: requests load models on demand (core/on_demand.py)
+        self.budget: MemoryBudget | None = None
+        #: requests waiting for their model's load on demand
+        self._later: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -94,6 +100,7 @@ class ServerCore:
         self._loop_thread = threading.get_ident()
         self._live = True
         options = self.options
+        limit = budget_from_options(options.model_memory_budget, options.model_control_mode)
         backend_config = parse_backend_config(options.backend_config)
         configure_summaries(MetricsConfig.parse(options.metrics_config))
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")
@@ -116,6 +123,8 @@ class ServerCore:
             settings,
             drain_timeout_s=float(options.exit_timeout_secs),
         )
+        if limit is not None:
+            self.budget = self.control.budget = MemoryBudget(limit, self.registry)
         await self.control.start(list(options.load_model))
         if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
             self._poll = self.loop.create_task(self.control.poll_forever(options.repository_poll_secs))
@@ -127,6 +136,8 @@ class ServerCore:
         self._stopping = True
         if self._poll is not None:
             self._poll.cancel()
+        for task in list(self._later):  # requests still waiting for a load on demand
+            task.cancel()
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout  # one deadline for all: not one timeout per model
         models = [m for versions in self.registry.models.values() for m in versions.values()]
@@ -216,6 +227,20 @@ class ServerCore:
         except InferdError:
             return False
 
+    def ready_check(self, name: str, version: str = "") -> ReadinessCheck | None:
+        """The READY model version's own readiness check (a Python model's ``is_ready``), if it has one."""
+        try:
+            return self.get_model(name, version).ready_check
+        except InferdError:
+            return None
+
+    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+        """What the model-ready endpoints answer: READY, and its own check (core/readiness.py) passes."""
+        if not self.model_ready(name, version):
+            return False
+        check = self.ready_check(name, version)
+        return check is None or await check()
+
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         m = self.get_model(name, version)
         inputs, outputs = m.io_metadata()
@@ -250,13 +275,30 @@ class ServerCore:
         if self._stopping:
             raise UnavailableError("Server is stopping")
         route = None if version else self.registry.routes.get(name)
-        model = route.pick() if route is not None else self.get_model(name, version)
+        if route is not None:
+            model = route.pick()
+        else:
+            try:
+                model = self.get_model(name, version)
+            except InferdError as e:
+                if self.budget is None:
+                    raise
+                return self._submit_later(name, version, decode, decoupled_error, e)
+        if self.budget is not None:
+            self.budget.touch(name)
+        return self._enqueue(model, decode, decoupled_error, None)
+
+    def _enqueue(
+        self, model: Model, decode: Decoder, decoupled_error: str | None, stream: ResponseStream | None
+    ) -> ResponseStream:
+        """``submit`` once the model is found: decode, validate, queue (on ``stream``, else a new one)."""
         if decoupled_error is not None and model.decoupled:
             raise UnsupportedError(decoupled_error)
         request = decode(model)
         self._validate(request, model)
         assert self.loop is not None and model.scheduler is not None
-        stream = ResponseStream(self.loop)
+        if stream is None:
+            stream = ResponseStream(self.loop)
         outputs = request.outputs
         if outputs is not None:
             wanted = {o.name: o.classification for o in outputs if o.classification > 0}
@@ -275,6 +317,59 @@ class ServerCore:
             self._open.discard(stream)
             raise
         return stream
+
+    def _submit_later(
+        self, name: str, version: str, decode: Decoder, decoupled_error: str | None, lookup: InferdError
+    ) -> ResponseStream:
+        """A request for a model that is not loaded, under a memory budget: its stream now, the request
+        queued once the model loaded (or the error on the stream: ``lookup`` for a model no
+        repository holds, the reference's text)."""
+        assert self.loop is not None
+        stream = ResponseStream(self.loop)
+        self._open.add(stream)
+        stream.on_final = self._open.discard
+        task = self.loop.create_task(
+            self._load_then_enqueue(name, version, decode, decoupled_error, lookup, stream)
+        )
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+        return stream
+
+    async def _load_then_enqueue(
+        self,
+        name: str,
+        version: str,
+        decode: Decoder,
+        decoupled_error: str | None,
+        lookup: InferdError,
+        stream: ResponseStream,
+    ) -> None:
+        control, budget = self.control, self.budget
+        assert control is not None and budget is not None
+        try:
+            if not await asyncio.to_thread(control.knows, name):
+                raise lookup
+            for attempt in range(3):  # a model unloaded again before this request reached it: reload
+                await budget.ensure_loaded(name, control.load_if_needed)
+                if self._stopping:
+                    raise UnavailableError("Server is stopping")
+                try:
+                    model = self.get_model(name, version)
+                except InferdError:
+                    if attempt == 2 or self.registry.is_ready(name):  # the version asked is not there
+                        raise
+                    continue
+                budget.touch(name)
+                self._enqueue(model, decode, decoupled_error, stream)
+                return
+        except InferdError as e:
+            stream.deliver(InferResponse(name, version, error=e), True)
+        except asyncio.CancelledError:
+            stream.deliver(InferResponse(name, version, error=UnavailableError("Server is stopping")), True)
+            raise
+        except Exception as e:  # a decoder's bug: answered, logged
+            log.exception("queueing a request for '%s' after its load failed", name)
+            stream.deliver(InferResponse(name, version, error=InternalError(str(e))), True)
 
     def fail_open_requests(self, error: InferdError) -> int:
         """Answer every request still open with ``error`` (a shutdown past its exit timeout: an error
@@ -336,7 +431,7 @@ class ServerCore:
 
         def start() -> None:
             try:
-                if not self.registry.is_ready(name, request.model_version):
+                if self.budget is None and not self.registry.is_ready(name, request.model_version):
                     raise InternalError(
                         f"Failed for execute the inference request. Model '{name}' is not ready."
                     )
