@@ -1,6 +1,7 @@
 """What the reference's QA files found (qa/L0_backend_python bls, qa/L0_parameters, qa/L0_http
 generate_endpoint), behind a real ``inferd serve``: a model that forks workers which end with SIGTERM
-leaves the server serving, a model's functions pickle for multiprocessing.Pool, HTTP headers are
+leaves the server serving, a model's functions pickle for multiprocessing.Pool and its forked workers
+run BLS requests (through the server's socket for them, forked.py), HTTP headers are
 forwarded by --http-header-forward-pattern, and a decoupled model's responses stream as it sends them
 even after many quick requests."""
 
@@ -46,6 +47,63 @@ backend: "python"
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 3 ] } ]
 """
+# a model whose pool workers (forked from its execute) each run a BLS request, as qa's bls model
+# test_multiprocess does; 20,000 INT32 each way: the tensors cross through shared memory
+FORK_BLS = """
+import multiprocessing
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def double(k):
+    x = np.arange(20000, dtype=np.int32) + k
+    request = pb_utils.InferenceRequest(
+        model_name="doubler", inputs=[pb_utils.Tensor("IN", x)], requested_output_names=["OUT"]
+    )
+    response = request.exec()
+    if response.has_error():
+        return response.error().message()
+    return int((pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy() - 2 * x).sum())
+
+
+def missing(_):
+    request = pb_utils.InferenceRequest(model_name="nope", inputs=[], requested_output_names=[])
+    return request.exec().error().message()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        with multiprocessing.get_context("fork").Pool(3) as pool:
+            diffs = pool.map(double, [1, 2, 3, 4])
+            errors = pool.map(missing, [0])
+        out = np.array([str(d).encode() for d in diffs + errors], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+"""
+FORK_BLS_CONFIG = """
+name: "fork_bls"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 5 ] } ]
+"""
+DOUBLER = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", 2 * pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+DOUBLER_CONFIG = """
+name: "doubler"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"""
 # a decoupled model that sends three responses 300 ms apart (as qa's mock_llm)
 STREAMER = """
 import time
@@ -80,6 +138,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
     for name, model, config in (
         ("forking", FORKING, FORKING_CONFIG),
         ("streamer", STREAMER, STREAMER_CONFIG),
+        ("fork_bls", FORK_BLS, FORK_BLS_CONFIG),
+        ("doubler", DOUBLER, DOUBLER_CONFIG),
     ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
@@ -107,6 +167,20 @@ def test_a_model_forking_workers_that_end_with_sigterm_leaves_the_server_serving
         assert r.status == 200, r.body
         assert r.json()["outputs"][0]["data"] == [1, 4, 9]
     assert server.request("GET", "/v2/health/live").status == 200
+    assert server.proc is not None and server.proc.poll() is None
+
+
+def test_the_processes_a_model_forks_run_bls_requests(server: InferdProcess) -> None:
+    doc = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [0]}]}
+    for _ in range(2):  # the second time through the socket the first fork opened
+        r = server.infer("fork_bls", doc)
+        assert r.status == 200, r.body
+        *diffs, missing = r.json()["outputs"][0]["data"]
+        assert diffs == ["0", "0", "0", "0"]
+        assert missing == (
+            "Model nope - Error when running inference: Failed for execute the inference request. "
+            "Model 'nope' is not ready."
+        )
     assert server.proc is not None and server.proc.poll() is None
 
 

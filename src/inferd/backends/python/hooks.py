@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from inferd.backends.python import pb_utils
+from inferd.backends.python import forked, pb_utils
 from inferd.backends.python.pb_bls import BlsStream, ResponseIterator
 from inferd.backends.python.pb_metrics import MetricsTarget
 from inferd.core.request import InferRequest
@@ -157,7 +157,7 @@ class InstanceHooks(pb_utils._Hooks):
         # a fresh core request each time: the same pb request may be executed again
         core = dataclasses.replace(request._core, t_start_ns=time.monotonic_ns(), stream=None, batch_size=1)
         stream = BlsStream()
-        links = self.instance.model.ctx.links
+        links = forked.links_for(self, self.instance.model.ctx.links)
         if links.infer_async is not None:
             name = core.model_name
             refuse = None
