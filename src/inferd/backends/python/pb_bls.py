@@ -106,7 +106,7 @@ class ResponseIterator:
     abandons the request (``BlsStream.give_up``).
     """
 
-    __slots__ = ("_convert", "_ended", "_replay", "_seen", "_stream")
+    __slots__ = ("_convert", "_ended", "_idx", "_seen", "_stream")
 
     def __init__(self, stream: BlsStream, convert: Callable[[InferResponse | None], Any]) -> None:
         self._stream = stream
@@ -114,11 +114,13 @@ class ResponseIterator:
         self._ended = False
         #: the responses so far: iterating again after the last one replays them, as the reference's
         self._seen: list[Any] = []
-        self._replay = -1  # the next index to replay; -1 while the stream is read
+        #: once the stream ended, the next response to replay. As the reference's iterator, a new
+        #: iteration starts from the first only when the last one was reached: one that broke off
+        #: resumes where it stopped
+        self._idx = 0
 
     def __iter__(self) -> ResponseIterator:
-        if self._ended:
-            self._replay = 0
+        self._rewind()
         return self
 
     def __next__(self) -> Any:
@@ -128,8 +130,7 @@ class ResponseIterator:
         return self._keep(self._convert(response), final)
 
     def __aiter__(self) -> ResponseIterator:
-        if self._ended:
-            self._replay = 0
+        self._rewind()
         return self
 
     async def __anext__(self) -> Any:
@@ -138,15 +139,20 @@ class ResponseIterator:
         response, final = await self._stream.aget()
         return self._keep(self._convert(response), final)
 
+    def _rewind(self) -> None:
+        if self._ended and self._idx >= len(self._seen):
+            self._idx = 0
+
     def _keep(self, converted: Any, final: bool) -> Any:
         self._seen.append(converted)
         self._ended = final
+        self._idx = len(self._seen)
         return converted
 
     def _next_replayed(self, stop: type[Exception]) -> Any:
-        if 0 <= self._replay < len(self._seen):
-            self._replay += 1
-            return self._seen[self._replay - 1]
+        if self._idx < len(self._seen):
+            self._idx += 1
+            return self._seen[self._idx - 1]
         raise stop
 
     def __del__(self) -> None:

@@ -97,6 +97,14 @@ class TritonPythonModel:
         elif how == "replay":  # iterating the responses again replays them, as the reference's iterator
             it = bls(p["count"], decoupled=True)[1]
             self.log.append([values(it), values(it)])
+        elif how == "resume":  # a replay broken off resumes where it stopped, next() included
+            it = bls(p["count"], decoupled=True)[1]
+            first = values([next(it)])
+            rest = values(it)
+            for seen, _ in enumerate(it):
+                if seen == 1:
+                    break
+            self.log.append([first, rest, values([next(it)]), values(it), values(it)])
         elif how == "again":  # the same request object executed twice
             req, first = bls(p["count"])
             self.log.append(values([first, req.exec()]))
@@ -119,6 +127,7 @@ def _caller(tmp_path: Path, server: FakeServer) -> Any:
         ("thread", one, [[[4]]]),  # from a thread the model started: the instance's server
         ("again", one, [[[4], [4]]]),
         ("replay", counting, [[[[0], [1], [2], None], [[0], [1], [2], None]]]),
+        ("resume", counting, [[[[0]], [[1], [2], None], [[2]], [None], [[0], [1], [2], None]]]),
     ],
 )
 def test_bls_forms(tmp_path: Path, how: str, respond: Any, want: list[Any]) -> None:
