@@ -1,0 +1,59 @@
+# Stand-in Python-backend model used in place of QA models whose real backend
+# (TensorFlow / ONNX Runtime / PyTorch / identity) is not in the reference's CPU
+# build.  Mode comes from the model name:
+#   simple*, simple_int8 : OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1
+#   anything else        : OUTPUTi = INPUTi (identity, cast to the output type)
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        self.name = cfg["name"]
+        self.inputs = [i["name"] for i in cfg.get("input", [])]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in cfg.get("output", [])
+        ]
+        self.add_sub = self.name in ("simple", "simple_int8", "simple_string")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            arrs = []
+            for n in self.inputs:
+                t = pb_utils.get_input_tensor_by_name(request, n)
+                arrs.append(None if t is None else t.as_numpy())
+            outs = []
+            if self.add_sub and len(arrs) >= 2:
+                if self.name == "simple_string":
+                    a = arrs[0].astype(np.int32)
+                    b = arrs[1].astype(np.int32)
+                    vals = [a + b, a - b]
+                    vals = [
+                        np.array([str(x).encode() for x in v.flatten()], dtype=np.object_).reshape(v.shape)
+                        for v in vals
+                    ]
+                else:
+                    vals = [arrs[0] + arrs[1], arrs[0] - arrs[1]]
+                for (n, dt), v in zip(self.outputs, vals, strict=False):
+                    outs.append(pb_utils.Tensor(n, v.astype(dt)))
+            else:
+                for k, (n, dt) in enumerate(self.outputs):
+                    src = (
+                        arrs[k]
+                        if k < len(arrs) and arrs[k] is not None
+                        else next(a for a in arrs if a is not None)
+                    )
+                    if dt == np.object_ or src.dtype == np.object_:
+                        try:
+                            v = src.astype(dt)
+                        except Exception:
+                            v = np.zeros(src.shape, dtype=dt)
+                    else:
+                        v = src.astype(dt)
+                    outs.append(pb_utils.Tensor(n, v))
+            responses.append(pb_utils.InferenceResponse(outs))
+        return responses
