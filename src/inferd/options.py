@@ -70,6 +70,19 @@ class ServerOptions:
         "seconds one execute of a model may take; past it its requests fail UNAVAILABLE and a process "
         "instance restarts (a model's execute_timeout_secs parameter overrides it); 0: no limit",
     )
+    rate_limit: str = option(
+        "off",
+        "'execution_count': an instance executes only when the resources its instance_group's rate_limiter "
+        "asks for are free, instances taking turns by priority; 'off': rate_limiter settings are ignored",
+    )
+    rate_limit_resource: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "<name>:<count>[:<device>]: how many of a resource the server has (per device, or on "
+            "that device; a global resource takes the largest count given); by default the most any "
+            "instance asks for (repeatable)"
+        },
+    )
     model_config_name: str | None = option(
         None, "read this file of each model folder instead of config.pbtxt (when it exists)"
     )

@@ -32,8 +32,10 @@ from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
 from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
+from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Tracing
+from inferd.trace.config import option_int
 
 log = logging.getLogger("inferd")
 
@@ -75,7 +77,9 @@ class Runtime:
         self.tracing = Tracing.from_flags(options.trace_config)
         #: the custom metrics of the models (``pb_utils.MetricFamily``), rendered on /metrics
         self.custom_metrics = CustomMetricRegistry()
-        self.core = ServerCore(options, self.custom_metrics)
+        #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
+        rate_limiter = rate_limiter_from_flags(options.rate_limit, options.rate_limit_resource, option_int)
+        self.core = ServerCore(options, self.custom_metrics, rate_limiter)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)

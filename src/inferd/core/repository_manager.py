@@ -33,6 +33,7 @@ from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
+from inferd.scheduling.rate_limiter import RateLimiter, open_gate
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
 
@@ -123,6 +124,7 @@ def _policy(cfg: Any) -> BatchPolicy:
             max_batch_size=int(cfg.max_batch_size),
             max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
             preferred_batch_size=tuple(int(x) for x in db.preferred_batch_size),
+            preserve_ordering=bool(db.preserve_ordering),
         )
     return BatchPolicy()
 
@@ -172,6 +174,8 @@ class LoadSettings:
     execute_timeout_s: float = 0.0
     #: backend name -> its ``--backend-config`` settings ("" holds the global ones)
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``--rate-limit execution_count``: the server's rate limiter (None: off)
+    rate_limiter: RateLimiter | None = None
 
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
@@ -202,6 +206,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
         instances = [(spec.name, bmodel.create_instance(spec)) for spec in specs]
         try:
             warm_up(cfg, md.path, instances, settings.loop)
+            gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
         except BaseException:
             for _, inst in instances:
                 inst.unload()
@@ -221,6 +226,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
                 settings.loop,
                 model_dir=md.path,
                 execute_timeout_ns=execute_timeout_ns,
+                gate=gate,
             )
         else:
             model.scheduler = InstancePool(
@@ -233,6 +239,7 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
                 promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
                 queue=queue_policy(cfg),
                 execute_timeout_ns=execute_timeout_ns,
+                gate=gate,
             )
         model.state = ModelState.READY
         model.load_seconds = time.monotonic() - t0

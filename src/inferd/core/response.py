@@ -40,6 +40,7 @@ class ResponseStream:
         "_items",
         "_loop",
         "_waiter",
+        "hold",
         "on_cancel",
         "on_final",
         "postprocess",
@@ -57,6 +58,9 @@ class ResponseStream:
         self.on_final: Callable[[ResponseStream], None] | None = None
         #: called once when the request is cancelled (a worker process must be told)
         self.on_cancel: Callable[[str], None] | None = None
+        #: preserve_ordering (scheduling/ordering.py): takes every response instead of ``deliver``,
+        #: and hands each to ``pass_on`` in its turn
+        self.hold: Callable[[InferResponse | None, bool], None] | None = None
 
     # -- cancellation ----------------------------------------------------------------------
     def cancel(self, reason: str) -> None:
@@ -98,6 +102,16 @@ class ResponseStream:
 
     def deliver(self, response: InferResponse | None, final: bool) -> None:
         """Deliver on the loop thread (the worker batches hand-offs and calls this directly)."""
+        if self._done:
+            return
+        hold = self.hold
+        if hold is not None:
+            hold(response, final)
+            return
+        self.pass_on(response, final)
+
+    def pass_on(self, response: InferResponse | None, final: bool) -> None:
+        """``deliver``, past ``hold``: the response reaches the consumer now (on the loop thread)."""
         if self._done:
             return
         if final:

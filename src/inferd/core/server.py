@@ -39,6 +39,7 @@ from inferd.errors import (
     error_for_code,
 )
 from inferd.options import ServerOptions
+from inferd.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("inferd")
 
@@ -70,8 +71,15 @@ class ServerCore:
     ``submit`` once, and encode what arrives on the stream; ``inferd.runtime`` composes them.
     """
 
-    def __init__(self, options: ServerOptions, custom_metrics: MetricRegistry | None = None) -> None:
+    def __init__(
+        self,
+        options: ServerOptions,
+        custom_metrics: MetricRegistry | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> None:
         self.options = options
+        #: ``--rate-limit execution_count`` (scheduling/rate_limiter.py; None: off)
+        self.rate_limiter = rate_limiter
         #: the custom metrics its models define (``inferd.metrics.custom``; the Runtime gives one)
         self.custom_metrics = custom_metrics
         self.registry = LoadedModels()
@@ -115,6 +123,7 @@ class ServerCore:
             load_timeout_s=options.model_load_timeout_secs,
             execute_timeout_s=options.model_execute_timeout_secs,
             backend_config=backend_config,
+            rate_limiter=self.rate_limiter,
         )
         self.control = ModelControl(
             options.model_control_mode,

@@ -5,12 +5,9 @@ The default scheduler and the dynamic batcher are the same pool with a different
 ``max_batch_size`` (waiting up to ``max_queue_delay`` for more). Results cross back to the event
 loop once per batch.
 
-Inline mode: a backend whose instances hold the GIL anyway (Python models) gains nothing from a
-worker thread, whose hand-off costs more than a small ``execute``. After ``INLINE_AFTER`` warm-up
-executions in threads (none using BLS) the pool tries batches on the event loop, and goes back to
-threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``) or ``SLOW_RUN``
-executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again ``PROBE_EVERY_NS`` later
-(the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
+Inline mode: short executes of a GIL-bound backend run on the event loop (scheduling/inline.py).
+The rate limiter (scheduling/rate_limiter.py), when on, grants each worker its turn before it takes
+a batch; preserve_ordering (scheduling/ordering.py) reserves each request's place as its batch forms.
 
 Idle workers wait last-in, first-out, lowest instance first: the instance still in the CPU's caches
 (and the one a backend may make widest) takes the next request (BENCHMARKS.md, DenseNet at c1).
@@ -32,16 +29,13 @@ from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.execution_mode import AutoMode, overlap
+from inferd.scheduling.inline import SMALL_NS, InlineMode
+from inferd.scheduling.ordering import OrderedResponses
 from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
+from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
 
 log = logging.getLogger("inferd.scheduling")
-
-INLINE_AFTER = 4
-INLINE_MAX_NS = 2_000_000
-SLOW_RUN = 3
-SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
-PROBE_EVERY_NS = 10_000_000_000
 
 Clock = Callable[[], int]
 
@@ -61,10 +55,12 @@ class InstancePool:
         promote: Callable[[], list[BackendInstance]] | None = None,
         queue: PolicyQueue | None = None,
         execute_timeout_ns: int = 0,
+        gate: Gate | None = None,
     ) -> None:
         """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py);
         ``queue``: the dynamic batcher's queue policy (scheduling/queue.py), None: first in, first out;
-        ``execute_timeout_ns``: the execute watchdog's limit (scheduling/watchdog.py), 0: none."""
+        ``execute_timeout_ns``: the execute watchdog's limit (scheduling/watchdog.py), 0: none;
+        ``gate``: the instances' slots in the rate limiter (scheduling/rate_limiter.py), None: off."""
         self._model_name = model_name
         self._model_version = model_version
         self._policy = policy
@@ -86,16 +82,15 @@ class InstancePool:
         self._inline_capable = (
             policy.max_queue_delay_ns == 0
             and not execute_timeout_ns  # an execute that hangs on the loop hangs the watchdog too
+            and gate is None  # the loop must never wait for the rate limiter's grant
             and all(inst.inline_ok for _, inst in instances)
         )
         self._inline = False
         self._drain_scheduled = False
-        self._ewma_ns = 0.0
-        self._thread_ewma_ns = 0.0
-        self._slow_run = 0
-        self._execs = 0  # threaded executions since the last switch
-        self._inline_execs = 0
-        self._next_probe_ns = 0
+        self._inline_mode = InlineMode(clock)
+        self._gate = gate
+        #: preserve_ordering: each request's place, reserved as its batch forms (None: off)
+        self._ordered = OrderedResponses() if policy.preserve_ordering else None
         #: instances that take over from ``_instances`` (by index) once their worker is idle
         self._replacements: list[BackendInstance] | None = None
         self._promote = promote
@@ -172,6 +167,8 @@ class InstancePool:
             leftover = list(self._queue)
             self._queue.clear()
             self._wake_all()
+        if self._gate is not None:  # workers waiting for a turn: nothing is left to take
+            self._gate.withdraw()
         for r in leftover:
             self._fail(r, UnavailableError("Server is stopping"))
         await asyncio.to_thread(self._join_and_unload)
@@ -179,6 +176,8 @@ class InstancePool:
     def _join_and_unload(self) -> None:
         for t in self._threads:
             t.join(timeout=5)
+        if self._gate is not None:
+            self._gate.close()
         with self._lock:  # execution_mode auto: process instances no worker took over yet go too
             current = [inst for _, inst in self._instances]
             spare = [i for i in self._replacements or () if all(i is not c for c in current)]
@@ -214,6 +213,7 @@ class InstancePool:
         policy = self._policy
         idle = self._idle
         instance = self._instances[index][1]
+        gate = self._gate
         while True:
             if self._replacements is not None and self._replacements[index] is not instance:
                 instance = self._take_over(index, instance)
@@ -223,6 +223,8 @@ class InstancePool:
                         return
                     if self._replacements is not None and self._replacements[index] is not instance:
                         break  # take over first, then look again
+                    if gate is not None:  # no work after all: out of the rate limiter's order
+                        gate.unstage(index)
                     idle.append(cond)
                     cond.wait()
                     if cond in idle:  # woken by a wake-all, or never popped: not idle any more
@@ -238,7 +240,13 @@ class InstancePool:
                     self._reject(expired, on_loop=False)
                     if not queue:
                         continue
+                if gate is not None and not gate.turn(
+                    index, self._lock, lambda: bool(queue) and not self._stopping
+                ):
+                    continue  # no work was left once its turn came
                 batch, total = form_batch(queue, policy)
+                if self._ordered is not None:
+                    self._ordered.reserve(batch)
                 self._executing += len(batch)
                 if queue:  # more than one batch waits: another worker takes the rest
                     self._wake_one()
@@ -250,6 +258,8 @@ class InstancePool:
             try:
                 self._execute(instance, batch, total, inline=False, out=out, worker=index)
             finally:
+                if gate is not None:  # before the answers go; with more queued, it stays in the order
+                    gate.release(index, again=bool(queue))
                 with self._lock:
                     self._executing -= len(batch)
                     if watched:
@@ -318,6 +328,8 @@ class InstancePool:
                 not self._executing and self._queue
             ):  # else a worker finishing its last threaded batch reschedules us
                 batch, total = form_batch(self._queue, self._policy)
+                if self._ordered is not None:
+                    self._ordered.reserve(batch)
                 self._executing += len(batch)
         self._reject(expired, on_loop=True)
         if batch is None:
@@ -333,33 +345,16 @@ class InstancePool:
             self._loop.call_soon(self._drain)
 
     def _observe(self, instance: BackendInstance, ns: int, blocked: bool, inline: bool) -> None:
-        """Track execute time (inline: the loop thread's CPU; threaded: wall); switch modes (see above)."""
+        """Track execute time (inline: the loop thread's CPU; threaded: wall); switch modes (inline.py)."""
         if not self._inline_capable:
             return
         if instance.uses_bls:
             self._inline_capable = False
             self._set_inline(False)
             return
-        if inline:
-            self._inline_execs += 1
-            self._ewma_ns = float(ns) if self._inline_execs == 1 else 0.8 * self._ewma_ns + 0.2 * ns
-            # one long execute may be a GC pause: only a run of them counts
-            self._slow_run = self._slow_run + 1 if ns > INLINE_MAX_NS else 0
-            if blocked or self._slow_run >= SLOW_RUN:
-                self._next_probe_ns = self._clock() + PROBE_EVERY_NS
-                self._set_inline(False)
-        else:
-            self._execs += 1
-            # wall time in a thread over-states a GIL-bound execute, never under-states one: a model
-            # whose threaded executes are long (a big graph, a sleep) is not worth a probe
-            self._thread_ewma_ns = float(ns) if self._execs == 1 else 0.8 * self._thread_ewma_ns + 0.2 * ns
-            if (
-                self._execs >= INLINE_AFTER
-                and not self._inline
-                and self._thread_ewma_ns < INLINE_MAX_NS
-                and self._clock() >= self._next_probe_ns
-            ):
-                self._set_inline(True)
+        switch = self._inline_mode.observe(ns, blocked, inline, self._inline)
+        if switch is not None:
+            self._set_inline(switch)
 
     def _set_inline(self, inline: bool) -> None:
         log.debug(
@@ -367,13 +362,11 @@ class InstancePool:
             self._model_name,
             self._model_version,
             "executing inline" if inline else "executing in threads",
-            self._ewma_ns / 1000,
+            self._inline_mode.ewma_ns / 1000,
         )
         with self._lock:
             self._inline = inline
-            self._execs = 0
-            self._inline_execs = 0
-            self._slow_run = 0
+            self._inline_mode.reset()
             self._wake_all()
 
     def _wait_for_batch(self, cond: threading.Condition) -> None:
@@ -517,6 +510,8 @@ class InstancePool:
             if stuck:
                 self._queue.clear()
         for index, (t0, batch) in overdue:
+            if self._gate is not None:  # its resources go back: a hung execute must not hold other models
+                self._gate.release(index)
             name, instance = self._instances[index]
             abortable = isinstance(instance, Abortable)
             what = (

@@ -56,6 +56,8 @@ class BatchPolicy:
     max_batch_size: int = 0
     max_queue_delay_ns: int = 0
     preferred_batch_size: tuple[int, ...] = ()
+    #: dynamic_batching's preserve_ordering: responses leave in the order their requests left the queue
+    preserve_ordering: bool = False
 
     @property
     def batching(self) -> bool:

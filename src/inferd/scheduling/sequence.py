@@ -56,6 +56,7 @@ from inferd.errors import (
 )
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy
+from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.sequence_state import (
     SequenceControls,
     SequenceStates,
@@ -123,9 +124,11 @@ class SequenceBatcher:
         model_dir: Path | None = None,
         clock: Clock = time.monotonic_ns,
         execute_timeout_ns: int = 0,
+        gate: Gate | None = None,
     ) -> None:
         """``instances``: the model's instances (unloaded here if the config's sequence settings fail
-        the reference's load checks); ``model_dir``: where ``initial_state/`` files are."""
+        the reference's load checks); ``model_dir``: where ``initial_state/`` files are; ``gate``:
+        the instances in the rate limiter (each instance's pool gets its own)."""
         self._model_name = model_name
         self._model_version = model_version
         self._loop = loop
@@ -137,6 +140,8 @@ class SequenceBatcher:
         except InferdError:
             for _, inst in instances:
                 inst.unload()
+            if gate is not None:
+                gate.close()
             raise
         sb = config.sequence_batching
         mbs = int(config.max_batch_size)
@@ -170,6 +175,7 @@ class SequenceBatcher:
         self.all_output_names = frozenset(o.name for o in self.all_outputs)
         #: id(request) -> its slot, from its hand-off to the instance until its final response
         self.tickets: dict[int, _Slot] = {}
+        gates = gate.split() if gate is not None else [None] * len(instances)
         self._pools = [
             InstancePool(
                 model_name,
@@ -180,8 +186,9 @@ class SequenceBatcher:
                 loop,
                 clock=clock,
                 execute_timeout_ns=execute_timeout_ns,
+                gate=one_gate,
             )
-            for name, inst in instances
+            for (name, inst), one_gate in zip(instances, gates, strict=True)
         ]
         pairs = [(i, p) for i in range(slot_count) for p in range(len(instances))]
         self._slots = [_Slot(n, p, i) for n, (i, p) in enumerate(pairs)]

@@ -83,7 +83,7 @@ def parse_mode(text: str) -> str:
     )
 
 
-def _option_int(text: str) -> int:
+def option_int(text: str) -> int:
     """``ParseOption<int>``: the reference's texts for a value it cannot read."""
     try:
         return stoi(text)
@@ -163,7 +163,7 @@ def parse_trace_config(args: Sequence[str], environ: dict[str, str] | None = Non
     for setting, value in by_mode.get("", []):
         try:
             if setting == "rate":
-                cfg.rate = to_uint32(_option_int(value))
+                cfg.rate = to_uint32(option_int(value))
             elif setting == "level":
                 level = parse_level(value)
                 disable |= level == LEVEL_OFF
@@ -171,7 +171,7 @@ def parse_trace_config(args: Sequence[str], environ: dict[str, str] | None = Non
             elif setting == "mode":
                 cfg.mode = parse_mode(value)
             elif setting == "count":
-                cfg.count = _option_int(value)
+                cfg.count = option_int(value)
         except InvalidArgumentError as e:
             raise _bad(f" {setting}", e) from None
     if cfg.mode == MODE_TRITON:
@@ -180,7 +180,7 @@ def parse_trace_config(args: Sequence[str], environ: dict[str, str] | None = Non
                 cfg.file = value
             elif setting == "log-frequency":
                 try:
-                    cfg.log_frequency = to_uint32(_option_int(value))
+                    cfg.log_frequency = to_uint32(option_int(value))
                 except InvalidArgumentError as e:
                     raise _bad(f" triton,{setting}", e) from None
     otel = by_mode.get(MODE_OPENTELEMETRY, [])
@@ -189,7 +189,7 @@ def parse_trace_config(args: Sequence[str], environ: dict[str, str] | None = Non
         for setting, value in otel:
             if setting.startswith("bsp_") and setting in {k for k, _, _ in BSP_DEFAULTS}:
                 try:
-                    _option_int(value)
+                    option_int(value)
                 except InvalidArgumentError as e:
                     raise _bad(f" opentelemetry,{setting}", e) from None
         otel = [(k, str(to_uint32(stoi(v))) if k in {b for b, _, _ in BSP_DEFAULTS} else v) for k, v in otel]
@@ -197,7 +197,7 @@ def parse_trace_config(args: Sequence[str], environ: dict[str, str] | None = Non
             if key not in given:
                 value = env.get(var, default)
                 try:
-                    otel.append((key, str(to_uint32(_option_int(value)))))
+                    otel.append((key, str(to_uint32(option_int(value)))))
                 except InvalidArgumentError as e:
                     raise InvalidArgumentError(f'Bad option: "OTEL_{key.upper()}".\n{e.message}') from None
     cfg.mode_settings = {MODE_TRITON: by_mode.get(MODE_TRITON, []), MODE_OPENTELEMETRY: otel}

@@ -14,7 +14,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
-from inferd.scheduling import instances
+from inferd.scheduling import inline
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, form_batch
 
@@ -456,7 +456,7 @@ def test_small_executes_move_onto_the_loop() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
-        for i in range(instances.INLINE_AFTER + 3):
+        for i in range(inline.INLINE_AFTER + 3):
             (resp,) = await answers(submit(pool, loop, request(i)))
             assert resp.error is None
         await pool.stop(WAIT_S)
@@ -464,7 +464,7 @@ def test_small_executes_move_onto_the_loop() -> None:
 
     loop_thread = run(main)
     threads = [t for _, t in inst.calls]
-    assert loop_thread not in threads[: instances.INLINE_AFTER]  # warm-up in the worker thread
+    assert loop_thread not in threads[: inline.INLINE_AFTER]  # warm-up in the worker thread
     assert threads[-1] == loop_thread
     assert inst.unloaded
 
@@ -475,7 +475,7 @@ def test_an_execute_that_blocks_goes_back_to_threads() -> None:
 
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
-        for i in range(instances.INLINE_AFTER + 1):
+        for i in range(inline.INLINE_AFTER + 1):
             await answers(submit(pool, loop, request(i)))
         block.set()
         for i in range(3):
@@ -499,7 +499,7 @@ def test_no_inline_mode(why: str) -> None:
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         policy = BatchPolicy(max_batch_size=1 if delay else 0, max_queue_delay_ns=delay)
         pool = InstancePool("m", "1", [("m_0", inst)], policy, ModelStats(), loop)
-        for i in range(instances.INLINE_AFTER + 3):
+        for i in range(inline.INLINE_AFTER + 3):
             await answers(submit(pool, loop, request(i)))
         await pool.stop(WAIT_S)
         return threading.get_ident()
@@ -516,7 +516,7 @@ def test_long_threaded_executes_never_probe_inline() -> None:
     from inferd.core.request import InferRequest
     from inferd.core.response import ResponseStream
     from inferd.core.stats import ModelStats
-    from inferd.scheduling.instances import INLINE_AFTER, InstancePool
+    from inferd.scheduling.inline import INLINE_AFTER
     from inferd.scheduling.queue import BatchPolicy
 
     class Slow:
