@@ -22,7 +22,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow,s3,azure,otel,deploy]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow,s3,azure,otel,deploy,ray]'
 	touch $(STAMP)
 
 install-run: $(RUN_STAMP)

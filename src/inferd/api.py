@@ -79,6 +79,19 @@ class Server:
         await self._runtime.start_frontends()
 
     @property
+    def runtime(self) -> Runtime:
+        """The server's Runtime (its core and front-end factories), for embedders that bring their
+        own transport (``inferd.rayserve``); use it on :attr:`loop`."""
+        return self._runtime
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the server runs on (a thread of its own), once started."""
+        if self._loop is None:
+            raise InternalError("the server is not started: call start() first")
+        return self._loop
+
+    @property
     def http_port(self) -> int | None:
         """The port HTTP listens on (useful with ``http_port=0``)."""
         http = self._runtime.http

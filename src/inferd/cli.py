@@ -83,6 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(ServerOptions):
         if f.metadata.get("cli", True):
             _add_option(s, f, hints[f.name])
+    r = sub.add_parser(
+        "serve-ray",
+        help="deploy model repositories as a Ray Serve application (inferd[ray])",
+        description="Deploy Triton model repositories to a Ray cluster as a Serve application: each replica "
+        "runs inferd's core; Triton's HTTP and gRPC APIs go through Serve's proxies. Every 'serve' flag "
+        "applies to the replicas; --http-address, --http-port and --grpc-port are the proxies'.",
+    )
+    for f in dataclasses.fields(ServerOptions):
+        if f.metadata.get("cli", True):
+            _add_option(r, f, hints[f.name])
+    from inferd.rayserve.deploy import add_arguments as add_ray_arguments
+
+    add_ray_arguments(r)
     c = sub.add_parser(
         "check",
         help="check model repositories offline: every problem as file:line:column",
@@ -216,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             compile_forward_pattern(pattern, flag)
         except InferdError as e:
             parser.error(e.message)
+    if args.command == "serve-ray":
+        from inferd.rayserve.deploy import run as deploy
+
+        return deploy(args, options_from_args(args))
     if argv is None:
         # models see the command line Triton's Python stub gives them ([""]), not the server's: a
         # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit

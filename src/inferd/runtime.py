@@ -14,7 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.core.repository_manager import parse_backend_config
 from inferd.core.server import ServerCore
@@ -36,6 +36,11 @@ from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Tracing
 from inferd.trace.config import option_int
+
+if TYPE_CHECKING:
+    from inferd.core.facade import Core
+    from inferd.frontends.grpc.service import InferenceServicer
+    from inferd.frontends.http.app import HttpApp
 
 log = logging.getLogger("inferd")
 
@@ -115,12 +120,8 @@ class Runtime:
         try:
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
-                from inferd.frontends.grpc.service import InferenceServicer
 
-                servicer = InferenceServicer(
-                    self.core, options, self.shm, self.cuda_shm, self.grpc_access, self.logs, self.tracing
-                )
-                grpc_server = make_grpc_server(servicer)
+                grpc_server = make_grpc_server(self.grpc_servicer())
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -130,21 +131,9 @@ class Runtime:
                 self.grpc = grpc_server
                 log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_server.port)
             if options.allow_http:
-                from inferd.frontends.http.app import HttpApp
                 from inferd.frontends.http.protocol import HttpServer
 
-                app = HttpApp(
-                    self.core,
-                    self.shm,
-                    self.cuda_shm,
-                    max_input_size=options.http_max_input_size,
-                    access=self.http_access,
-                    logs=self.logs,
-                    tracing=self.tracing,
-                    header_forward=compile_forward_pattern(
-                        options.http_header_forward_pattern, "--http-header-forward-pattern"
-                    ),
-                )
+                app = self.http_app()
                 http = HttpServer(
                     app, options.http_address, options.http_port, http_limits(options), self._http_tls()
                 )
@@ -161,6 +150,40 @@ class Runtime:
         except FrontendError:
             await self.stop(0)
             raise
+
+    def grpc_servicer(self, core: Core | None = None) -> InferenceServicer:
+        """GRPCInferenceService over this server's core (or ``core``, a view of it), transport-free:
+        the gRPC front end mounts it, and so does a Ray Serve replica (``inferd.rayserve``)."""
+        from inferd.frontends.grpc.service import InferenceServicer
+
+        return InferenceServicer(
+            core or self.core,
+            self.options,
+            self.shm,
+            self.cuda_shm,
+            self.grpc_access,
+            self.logs,
+            self.tracing,
+        )
+
+    def http_app(self, core: Core | None = None) -> HttpApp:
+        """The HTTP routes over this server's core (or ``core``, a view of it), transport-free: the
+        HTTP front end serves it, and so does a Ray Serve replica (``inferd.rayserve``)."""
+        from inferd.frontends.http.app import HttpApp
+
+        options = self.options
+        return HttpApp(
+            core or self.core,
+            self.shm,
+            self.cuda_shm,
+            max_input_size=options.http_max_input_size,
+            access=self.http_access,
+            logs=self.logs,
+            tracing=self.tracing,
+            header_forward=compile_forward_pattern(
+                options.http_header_forward_pattern, "--http-header-forward-pattern"
+            ),
+        )
 
     def _http_tls(self) -> ssl.SSLContext | None:
         options = self.options

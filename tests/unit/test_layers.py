@@ -254,6 +254,7 @@ TOP = (
     "inferd.frontends",
     "inferd.cli",
     "inferd.api",
+    "inferd.rayserve",
     "inferd.runtime",
     "inferd.metrics",
     "inferd.shm",
