@@ -375,6 +375,13 @@ class AsyncSection(Section):
         )
 
 
+class SequenceSection(Section):
+    """benchmarks/sequence_bench.py's table: stateful models driven as sequences (issue 12)."""
+
+    def render(self, data: RunData) -> str:
+        return data.sequence
+
+
 class CacheSection(Section):
     """benchmarks/cache_bench.py's table: a response-cache hit against a miss on densenet_onnx (issue 12)."""
 

@@ -207,6 +207,8 @@ class RunData:
     openai: str = ""
     #: the response cache rows (cache_bench.py): its markdown, or why it is missing
     cache: str = ""
+    #: the sequence rows (sequence_bench.py): its markdown, or why it is missing
+    sequence: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -294,6 +296,7 @@ def read_json(path: Path) -> RunData:
         async_io=raw.get("async_io", ""),
         openai=raw.get("openai", ""),
         cache=raw.get("cache", ""),
+        sequence=raw.get("sequence", ""),
     )
 
 

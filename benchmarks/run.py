@@ -46,6 +46,7 @@ from report import (
     ReproduceSection,
     ScenarioSection,
     Section,
+    SequenceSection,
     ShmSection,
     fmt,
     render_report,
@@ -107,6 +108,7 @@ def default_sections() -> list[Section]:
         CoresSection(),
         AsyncSection(),
         OpenAISection(),
+        SequenceSection(),
         CacheSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
@@ -302,6 +304,21 @@ def async_rows(rounds: int, outdir: Path, quick: bool) -> str:
     return md.read_text()
 
 
+def sequence_rows(rounds: int, outdir: Path, quick: bool) -> str:
+    """sequence_bench.py, its own servers and rounds: the markdown it wrote, or a line saying why none."""
+    log(f"sequence: benchmarks/sequence_bench.py --rounds {rounds} (log {rel(outdir)}/sequence.log)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "sequence_bench.py")]
+    cmd += ["--rounds", str(rounds), "--output", str(outdir / "sequence")]
+    if quick:
+        cmd += ["--count", "600"]
+    log_path = outdir / "sequence.log"
+    rc = run_logged(cmd, log_path, echo=False)
+    md = outdir / "sequence" / "sequence.md"
+    if rc != 0 or not md.exists():
+        return f"## Sequences\n\nsequence_bench.py failed (rc {rc}); see {rel(log_path)}\n"
+    return md.read_text()
+
+
 def cache_rows(outdir: Path, quick: bool) -> str:
     """cache_bench.py, its own server: the markdown it wrote, or a line saying why none."""
     log(f"cache: benchmarks/cache_bench.py (log {rel(outdir)}/cache/inferd.log)")
@@ -420,6 +437,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the OpenAI embeddings rows (benchmarks/openai_bench.py)",
     )
     ap.add_argument(
+        "--no-sequence",
+        action="store_true",
+        help="skip the sequence rows (benchmarks/sequence_bench.py)",
+    )
+    ap.add_argument(
         "--no-cache",
         action="store_true",
         help="skip the response cache rows (benchmarks/cache_bench.py)",
@@ -536,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_json(data, outdir / "summary.json")
         if python_rows and not a.no_async:
             data.async_io = async_rows(a.repeat, outdir, a.quick)
+            write_json(data, outdir / "summary.json")
+        if python_rows and not a.no_sequence:
+            data.sequence = sequence_rows(a.repeat, outdir, a.quick)
             write_json(data, outdir / "summary.json")
         run_openai = not (a.onnx_only or a.python_rows_only or a.no_openai) and "inferd" in opts.servers
         if run_openai:
