@@ -277,45 +277,18 @@ def onnx_round(
     return rows
 
 
-def cores_rows(rounds: int, outdir: Path) -> str:
-    """cores_bench.py, its own servers and rounds: the markdown it wrote, or a line saying why none."""
-    log(f"cores: benchmarks/cores_bench.py --rounds {rounds} (log {rel(outdir)}/cores.log)")
-    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "cores_bench.py")]
-    log_path = outdir / "cores.log"
-    rc = run_logged([*cmd, "--rounds", str(rounds), "--output", str(outdir / "cores")], log_path, echo=False)
-    md = outdir / "cores" / "cores.md"
-    if rc != 0 or not md.exists():
-        return f"cores_bench.py failed (rc {rc}); see {rel(log_path)}\n"
-    return md.read_text()
-
-
-def async_rows(rounds: int, outdir: Path, quick: bool) -> str:
-    """async_bench.py, its own servers and rounds: the markdown it wrote, or a line saying why none."""
-    log(f"async: benchmarks/async_bench.py --rounds {rounds} (log {rel(outdir)}/async.log)")
-    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "async_bench.py")]
-    cmd += ["--rounds", str(rounds), "--output", str(outdir / "async")]
-    if quick:  # as BENCH_SCALE=0.3 shortens bench.sh's windows
-        cmd += ["--count", "600"]
-    log_path = outdir / "async.log"
+def side_bench(name: str, rounds: int, outdir: Path, extra: Sequence[str] = ()) -> str:
+    """benchmarks/<name>_bench.py with its own servers and rounds: the markdown it wrote into
+    <outdir>/<name>/<name>.md, or a line saying why there is none."""
+    script = f"{name}_bench.py"
+    log(f"{name}: benchmarks/{script} --rounds {rounds} (log {rel(outdir)}/{name}.log)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / script)]
+    cmd += ["--rounds", str(rounds), "--output", str(outdir / name), *extra]
+    log_path = outdir / f"{name}.log"
     rc = run_logged(cmd, log_path, echo=False)
-    md = outdir / "async" / "async_io.md"
+    md = outdir / name / f"{name}.md"
     if rc != 0 or not md.exists():
-        return f"async_bench.py failed (rc {rc}); see {rel(log_path)}\n"
-    return md.read_text()
-
-
-def sequence_rows(rounds: int, outdir: Path, quick: bool) -> str:
-    """sequence_bench.py, its own servers and rounds: the markdown it wrote, or a line saying why none."""
-    log(f"sequence: benchmarks/sequence_bench.py --rounds {rounds} (log {rel(outdir)}/sequence.log)")
-    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "sequence_bench.py")]
-    cmd += ["--rounds", str(rounds), "--output", str(outdir / "sequence")]
-    if quick:
-        cmd += ["--count", "600"]
-    log_path = outdir / "sequence.log"
-    rc = run_logged(cmd, log_path, echo=False)
-    md = outdir / "sequence" / "sequence.md"
-    if rc != 0 or not md.exists():
-        return f"## Sequences\n\nsequence_bench.py failed (rc {rc}); see {rel(log_path)}\n"
+        return f"{script} failed (rc {rc}); see {rel(log_path)}\n"
     return md.read_text()
 
 
@@ -328,21 +301,6 @@ def cache_rows(outdir: Path, quick: bool) -> str:
     except (RuntimeError, OSError) as e:
         return f"## Response cache\n\ncache_bench.py failed: {e}\n"
     return text
-
-
-def openai_rows(rounds: int, outdir: Path, quick: bool) -> str:
-    """openai_bench.py, its own server and rounds: the markdown it wrote, or a line saying why none."""
-    log(f"openai: benchmarks/openai_bench.py --rounds {rounds} (log {rel(outdir)}/openai.log)")
-    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "openai_bench.py")]
-    cmd += ["--rounds", str(rounds), "--output", str(outdir / "openai")]
-    if quick:  # as BENCH_SCALE=0.3 shortens bench.sh's windows
-        cmd += ["--seconds", "3"]
-    log_path = outdir / "openai.log"
-    rc = run_logged(cmd, log_path, echo=False)
-    md = outdir / "openai" / "openai.md"
-    if rc != 0 or not md.exists():
-        return f"openai_bench.py failed (rc {rc}); see {rel(log_path)}\n"
-    return md.read_text()
 
 
 def ensure_reference(outdir: Path) -> None:
@@ -554,17 +512,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 write_json(data, outdir / "summary.json")
         python_rows = not (a.onnx_only or a.openai_only) and {"reference", "inferd"} <= set(opts.servers)
         if python_rows and not a.no_cores:
-            data.cores = cores_rows(a.repeat, outdir)
+            data.cores = side_bench("cores", a.repeat, outdir)
             write_json(data, outdir / "summary.json")
         if python_rows and not a.no_async:
-            data.async_io = async_rows(a.repeat, outdir, a.quick)
+            data.async_io = side_bench("async", a.repeat, outdir, ["--count", "600"] if a.quick else [])
             write_json(data, outdir / "summary.json")
         if python_rows and not a.no_sequence:
-            data.sequence = sequence_rows(a.repeat, outdir, a.quick)
+            data.sequence = side_bench("sequence", a.repeat, outdir, ["--count", "600"] if a.quick else [])
             write_json(data, outdir / "summary.json")
         run_openai = not (a.onnx_only or a.python_rows_only or a.no_openai) and "inferd" in opts.servers
         if run_openai:
-            data.openai = openai_rows(a.repeat, outdir, a.quick)
+            data.openai = side_bench("openai", a.repeat, outdir, ["--seconds", "3"] if a.quick else [])
             write_json(data, outdir / "summary.json")
         if "inferd" in opts.servers and not (
             a.onnx_only or a.python_rows_only or a.openai_only or a.no_cache
