@@ -248,3 +248,30 @@ def test_stream_echoes_parameters_and_ids(client: grpcclient.InferenceServerClie
     client.stop_stream()
     assert e is None and r.get_response().id == "e" and _final(r)
     assert json.loads(r.as_numpy("PARAMETERS")[0]) == {"k": "v"}
+
+
+def test_stream_answers_non_decoupled_requests_in_the_order_they_arrived(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """As the reference's stream handler: a later request that finishes first waits for the earlier
+    one (parallel_sleep has two instances, so the 0 ms request is done while the 400 ms one sleeps);
+    a refused request keeps its place too."""
+    got = Collector()
+    client.start_stream(callback=got)
+    try:
+        for rid, ms in (("slow", 400), ("fast", 0)):
+            client.async_stream_infer(
+                "parallel_sleep", [_i("SLEEP_MS", np.array([ms], dtype=np.int32))], request_id=rid
+            )
+        client.async_stream_infer(
+            "no_such_model", [_i("SLEEP_MS", np.array([0], dtype=np.int32))], request_id="gone"
+        )
+        answers = got.take(3)
+    finally:
+        client.stop_stream()
+    ids = [(r.get_response().id if r is not None else "error") for r, _ in answers]
+    assert ids == ["slow", "fast", "error"], ids
+    slow_end = answers[0][0].as_numpy("START_END")[1]
+    fast_end = answers[1][0].as_numpy("START_END")[1]
+    assert fast_end < slow_end  # the fast one was done first, and still answered second
+    assert "no_such_model" in str(answers[2][1])

@@ -13,6 +13,7 @@ servicer on grpc.aio, ``h2server.py`` on the lean HTTP/2 server.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -437,11 +438,13 @@ class InferenceServicer:
         return await self.model_infer_async(request.SerializeToString(), context.invocation_metadata())
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[bytes], context: Context) -> None:
-        """Bidirectional: every request's responses as they come; errors never end the stream, unless
-        the client sent the ``triton_grpc_error: true`` header: then the first error ends it with its
-        status, as the reference does."""
+        """Bidirectional: a decoupled model's responses as they come, every other request's answer in
+        the order the requests arrived (as the reference's stream handler writes them); errors never
+        end the stream, unless the client sent the ``triton_grpc_error: true`` header: then the first
+        error ends it with its status, as the reference does."""
         out: asyncio.Queue[bytes | InferdError | None] = asyncio.Queue()
         pending: set[ResponseStream] = set()
+        order = _InOrder(out)
         reading = True
 
         def finish_if_idle() -> None:
@@ -456,7 +459,7 @@ class InferenceServicer:
                         msg = pb.ModelInferRequest.FromString(data)
                     except DecodeError:
                         break  # as the reference: the stream ends (OK) after what it answered
-                    self._stream_one(msg, context, out, pending, finish_if_idle)
+                    self._stream_one(msg, context, out, order, pending, finish_if_idle)
             finally:
                 reading = False
                 finish_if_idle()
@@ -481,6 +484,7 @@ class InferenceServicer:
         msg: Any,
         context: Context,
         out: asyncio.Queue[bytes | InferdError | None],
+        order: _InOrder,
         pending: set[ResponseStream],
         finish_if_idle: Callable[[], None],
     ) -> None:
@@ -489,13 +493,16 @@ class InferenceServicer:
         if self.tracing.on:
             call.at = time.monotonic_ns()
         grpc_error = any(k == "triton_grpc_error" and v == "true" for k, v in metadata or ())
+        slot = order.take()  # its place in the answers, unless its model turns out decoupled
         try:
             stream = self.core.submit(msg.model_name, parse_version(msg.model_version), call.decode)
         except InferdError as e:
-            out.put_nowait(e if grpc_error else stream_error(e.message, msg.id))
+            order.fill(slot, e if grpc_error else stream_error(e.message, msg.id))
             if call.trace is not None:
                 call.trace.finish()
             return
+        if call.decoupled:
+            order.give_back(slot)
         pending.add(stream)
         encode = self.encoder.encode
         assert call.request is not None
@@ -503,18 +510,22 @@ class InferenceServicer:
         targets = output_targets(req)
         decoupled = call.decoupled
 
+        def put(item: bytes | InferdError) -> None:
+            if decoupled:
+                out.put_nowait(item)
+            else:
+                order.fill(slot, item)
+
         def on_response(r: InferResponse | None, final: bool) -> None:
             if r is not None:
                 flag = FINAL_TRUE if final or not decoupled else FINAL_FALSE
                 if r.error is not None:
-                    out.put_nowait(
-                        r.error if grpc_error else stream_error(r.error.message, req.id, r.model_name, flag)
-                    )
+                    put(r.error if grpc_error else stream_error(r.error.message, req.id, r.model_name, flag))
                 else:
                     try:
-                        out.put_nowait(stream_response(encode(r, flag, targets)))
+                        put(stream_response(encode(r, flag, targets)))
                     except InferdError as e:
-                        out.put_nowait(stream_error(e.message, req.id, r.model_name, flag))
+                        put(stream_error(e.message, req.id, r.model_name, flag))
             elif final and decoupled and call.empty_final:
                 out.put_nowait(stream_response(encode(InferResponse(req.model_name, "", req.id), FINAL_TRUE)))
             if final:
@@ -522,6 +533,40 @@ class InferenceServicer:
                 finish_if_idle()
 
         stream.set_callback(on_response if call.trace is None else _trace.traced(call.trace, on_response))
+
+
+class _InOrder:
+    """A stream's answers to non-decoupled requests, written in the order the requests arrived: each
+    takes a slot as it is read; a filled slot goes out once every slot before it has."""
+
+    __slots__ = ("_out", "_slots")
+
+    def __init__(self, out: asyncio.Queue[bytes | InferdError | None]) -> None:
+        self._out = out
+        self._slots: collections.deque[list[bytes | InferdError | None]] = collections.deque()
+
+    def take(self) -> list[bytes | InferdError | None]:
+        slot: list[bytes | InferdError | None] = [None]
+        self._slots.append(slot)
+        return slot
+
+    def give_back(self, slot: list[bytes | InferdError | None]) -> None:
+        """A decoupled request's slot (taken last, not filled): its responses go out as they come."""
+        slots = self._slots
+        for i in range(len(slots) - 1, -1, -1):  # by identity: unfilled slots compare equal
+            if slots[i] is slot:
+                del slots[i]
+                break
+        self._flush()
+
+    def fill(self, slot: list[bytes | InferdError | None], item: bytes | InferdError) -> None:
+        slot[0] = item
+        self._flush()
+
+    def _flush(self) -> None:
+        slots = self._slots
+        while slots and slots[0][0] is not None:
+            self._out.put_nowait(slots.popleft()[0])
 
 
 class _Call:
