@@ -4,7 +4,7 @@
 A two-node Ray cluster (head and worker on 127.0.0.1, one CPU each) is started here and stopped
 after; each replica reserves half a CPU. ``render()`` returns the markdown section.
 
-    .venv/bin/python benchmarks/ray_bench.py [--count 1000]
+    .venv/bin/python benchmarks/ray_bench.py [--rounds 3] [--count 1000]
 """
 
 from __future__ import annotations
@@ -111,42 +111,61 @@ def run(count: int, out: Path) -> dict[str, dict[str, dict[str, float]]]:
     return results
 
 
-def render(results: dict[str, dict[str, dict[str, float]]], load: tuple[str, str]) -> str:
-    """The section: infer/s and p99 per row and protocol, and each Serve row against plain serve."""
+Runs = dict[str, dict[str, list[dict[str, float]]]]  # path -> protocol -> one dict per round
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float | None:
+    vals = sorted(r[key] for r in runs if r)
+    return vals[len(vals) // 2] if vals else None
+
+
+def render(results: Runs, load: tuple[str, str], rounds: int) -> str:
+    """The section: median infer/s (with each round's) and p99 per path and protocol, and each Serve
+    path against plain ``inferd serve``."""
     lines = [
-        "### Ray Serve (add_sub, concurrency 8)",
+        "## Ray Serve (add_sub, perf_analyzer, concurrency 8)",
         "",
-        f"Two Ray nodes on this machine (one CPU each, replicas half a CPU); load average at start / end: "
-        f"{load[0]} / {load[1]}.",
+        "`benchmarks/ray_bench.py`, run after the rounds above: plain `inferd serve`, then `inferd serve-ray` on "
+        "two Ray nodes on this machine (one CPU each, replicas half a CPU) with 1 and then 2 replicas, through "
+        f"Serve's HTTP and gRPC proxies. {rounds} round(s); load average at start / end: {load[0]} / {load[1]}.",
         "",
-        "| path | HTTP infer/s | HTTP p99 (ms) | gRPC infer/s | gRPC p99 (ms) | HTTP / plain | gRPC / plain |",
+        "| path | HTTP infer/s (median; rounds) | HTTP p99 (ms) | gRPC infer/s (median; rounds) | gRPC p99 (ms) "
+        "| HTTP / plain | gRPC / plain |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     base = results.get("inferd serve", {})
     for row, got in results.items():
         cells = [row]
         for proto in ("http", "grpc"):
-            r = got.get(proto) or {}
-            cells += [f"{r['infer_per_s']:.0f}" if r else "failed", f"{r['p99_us'] / 1000:.1f}" if r else "-"]
+            runs = got.get(proto, [])
+            m, p99 = _median(runs, "infer_per_s"), _median(runs, "p99_us")
+            per = " ".join(f"{r['infer_per_s']:.0f}" if r else "-" for r in runs)
+            cells += [f"{m:.0f} ({per})" if m is not None else "failed", f"{p99 / 1000:.1f}" if p99 else "-"]
         for proto in ("http", "grpc"):
-            r, b = got.get(proto) or {}, base.get(proto) or {}
-            cells.append(f"{r['infer_per_s'] / b['infer_per_s']:.2f}x" if r and b else "-")
+            m, b = _median(got.get(proto, []), "infer_per_s"), _median(base.get(proto, []), "infer_per_s")
+            cells.append(f"{m / b:.2f}x" if m is not None and b else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--count", type=int, default=1000, help="requests per measurement window")
     ap.add_argument("--output", type=Path, default=None, help="results folder (default: a new one)")
     args = ap.parse_args()
     out = args.output or ROOT / "benchmarks" / "results" / time.strftime("ray-%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
     start = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    results = run(args.count, out)
+    results: Runs = {}
+    for rnd in range(1, args.rounds + 1):
+        (out / f"r{rnd}").mkdir(exist_ok=True)
+        for path, got in run(args.count, out / f"r{rnd}").items():
+            for proto in ("http", "grpc"):
+                results.setdefault(path, {}).setdefault(proto, []).append(got.get(proto, {}))
     end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    text = render(results, (start, end))
-    (out / "ray_serve.md").write_text(text)
+    text = render(results, (start, end), args.rounds)
+    (out / "ray.md").write_text(text)
     (out / "summary.json").write_text(json.dumps(results, indent=1))
     print(text)
     return 0

@@ -382,6 +382,13 @@ class SequenceSection(Section):
         return data.sequence
 
 
+class RaySection(Section):
+    """benchmarks/ray_bench.py's table: add_sub through Ray Serve against plain inferd serve (issue 14)."""
+
+    def render(self, data: RunData) -> str:
+        return data.ray
+
+
 class CacheSection(Section):
     """benchmarks/cache_bench.py's table: a response-cache hit against a miss on densenet_onnx (issue 12)."""
 

@@ -209,6 +209,8 @@ class RunData:
     cache: str = ""
     #: the sequence rows (sequence_bench.py): its markdown, or why it is missing
     sequence: str = ""
+    #: the Ray Serve rows (ray_bench.py): its markdown, or why it is missing
+    ray: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -297,6 +299,7 @@ def read_json(path: Path) -> RunData:
         openai=raw.get("openai", ""),
         cache=raw.get("cache", ""),
         sequence=raw.get("sequence", ""),
+        ray=raw.get("ray", ""),
     )
 
 

@@ -43,6 +43,7 @@ from report import (
     OnnxSection,
     OpenAISection,
     ProblemsSection,
+    RaySection,
     ReproduceSection,
     ScenarioSection,
     Section,
@@ -110,6 +111,7 @@ def default_sections() -> list[Section]:
         OpenAISection(),
         SequenceSection(),
         CacheSection(),
+        RaySection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -400,6 +402,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the sequence rows (benchmarks/sequence_bench.py)",
     )
     ap.add_argument(
+        "--no-ray",
+        action="store_true",
+        help="skip the Ray Serve rows (benchmarks/ray_bench.py)",
+    )
+    ap.add_argument(
         "--no-cache",
         action="store_true",
         help="skip the response cache rows (benchmarks/cache_bench.py)",
@@ -528,6 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.onnx_only or a.python_rows_only or a.openai_only or a.no_cache
         ):
             data.cache = cache_rows(outdir, a.quick)
+            write_json(data, outdir / "summary.json")
+        if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only or a.no_ray):
+            data.ray = side_bench("ray", a.repeat, outdir, ["--count", "300"] if a.quick else [])
             write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
