@@ -7,11 +7,13 @@ here (the cluster's processes are the nodes' children)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -148,10 +150,14 @@ def application(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applicatio
     tmp = tmp_path_factory.mktemp("ray")
     moto = start_moto()
     nodes: RayNodes | None = None
+    stack = contextlib.ExitStack()
     try:
         upload_s3(s3_client(moto.endpoint), "models", "repo/add_sub", REFERENCE_MODELS / "add_sub")
         nodes = RayNodes(tmp, {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-        nodes.start("--head", f"--port={nodes.port}", "--include-dashboard=false", f"--temp-dir={tmp}/ray")
+        # Ray's Unix sockets live under --temp-dir, and a socket path may not pass 107 bytes: pytest's
+        # per-worker folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/...) can be too long
+        ray_tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp"))
+        nodes.start("--head", f"--port={nodes.port}", "--include-dashboard=false", f"--temp-dir={ray_tmp}")
         nodes.start(f"--address={nodes.address}")
         http_port, grpc_port = free_port(), free_port()
         env = {
@@ -193,6 +199,7 @@ def application(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applicatio
         if nodes is not None:
             nodes.stop()
         moto.stop()
+        stack.close()
 
 
 def test_serves_http_and_grpc_from_s3(application: Application) -> None:
