@@ -2,7 +2,7 @@
 server with an empty cache (every model fetched), and from S3 with the cache warm (listed, not
 fetched). Rounds alternate the three; prints the median and range of each.
 
-    .venv/bin/python benchmarks/object_storage_bench.py [--rounds 3]
+    .venv/bin/python benchmarks/object_storage_bench.py [--rounds 3] [--output DIR]
 
 Needs the s3 extra and moto (``make install``). The S3 emulator runs on 127.0.0.1, started here.
 """
@@ -71,10 +71,32 @@ def time_to_ready(repository: str, env: dict[str, str], log: Path) -> float:
         proc.wait(30)
 
 
+def render(times: dict[str, list[float]], rounds: int, load: tuple[str, str]) -> str:
+    base = statistics.median(times["local folder"])
+    lines = [
+        "## Object storage: time to READY (issue 14)",
+        "",
+        "`benchmarks/object_storage_bench.py`: `inferd serve` on the six reference models from a local folder, "
+        "from moto's S3 server (started on 127.0.0.1) with an empty model cache (every file fetched), and from S3 "
+        f"with the cache warm (listed, not fetched), in turn; {rounds} round(s); load average at start / end: "
+        f"{load[0]} / {load[1]}. Time from starting the process to `/v2/health/ready` answering 200.",
+        "",
+        "| repository | median (ms) | rounds (ms) | vs local folder |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, values in times.items():
+        med = statistics.median(values)
+        per = " ".join(f"{v * 1000:.0f}" for v in values)
+        lines.append(f"| {name} | {med * 1000:,.0f} | {per} | {med / base:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=None, help="results folder (writes object_storage.md)")
     args = parser.parse_args()
+    start = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     work = Path(tempfile.mkdtemp(prefix="inferd-s3-bench-"))
     moto = start_moto()
     try:
@@ -88,14 +110,12 @@ def main() -> None:
             s3_env = {**env, "INFERD_MODEL_CACHE": cache}
             times["S3, cold cache"].append(time_to_ready("s3://models/repo", s3_env, log))
             times["S3, warm cache"].append(time_to_ready("s3://models/repo", s3_env, log))
-        base = statistics.median(times["local folder"])
-        print(f"time to READY, six reference models, {args.rounds} rounds (median, min-max):")
-        for name, values in times.items():
-            med = statistics.median(values)
-            print(
-                f"  {name:15s} {med * 1000:7.0f} ms  ({min(values) * 1000:.0f}-{max(values) * 1000:.0f})"
-                f"  x{med / base:.2f}"
-            )
+        end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        text = render(times, args.rounds, (start, end))
+        print(text)
+        if args.output is not None:
+            args.output.mkdir(parents=True, exist_ok=True)
+            (args.output / "object_storage.md").write_text(text)
     finally:
         moto.stop()
 

@@ -389,6 +389,13 @@ class RaySection(Section):
         return data.ray
 
 
+class ObjectStorageSection(Section):
+    """benchmarks/object_storage_bench.py's table: time to READY from S3 against a local folder (issue 14)."""
+
+    def render(self, data: RunData) -> str:
+        return data.object_storage
+
+
 class CacheSection(Section):
     """benchmarks/cache_bench.py's table: a response-cache hit against a miss on densenet_onnx (issue 12)."""
 

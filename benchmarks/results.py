@@ -211,6 +211,8 @@ class RunData:
     sequence: str = ""
     #: the Ray Serve rows (ray_bench.py): its markdown, or why it is missing
     ray: str = ""
+    #: the object-storage rows (object_storage_bench.py): its markdown, or why it is missing
+    object_storage: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -300,6 +302,7 @@ def read_json(path: Path) -> RunData:
         cache=raw.get("cache", ""),
         sequence=raw.get("sequence", ""),
         ray=raw.get("ray", ""),
+        object_storage=raw.get("object_storage", ""),
     )
 
 

@@ -40,6 +40,7 @@ from report import (
     ColdStartMemorySection,
     CoresSection,
     HeaderSection,
+    ObjectStorageSection,
     OnnxSection,
     OpenAISection,
     ProblemsSection,
@@ -112,6 +113,7 @@ def default_sections() -> list[Section]:
         SequenceSection(),
         CacheSection(),
         RaySection(),
+        ObjectStorageSection(),
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
@@ -538,6 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_json(data, outdir / "summary.json")
         if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only or a.no_ray):
             data.ray = side_bench("ray", a.repeat, outdir, ["--count", "300"] if a.quick else [])
+            write_json(data, outdir / "summary.json")
+        if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only):
+            data.object_storage = side_bench("object_storage", a.repeat, outdir)
             write_json(data, outdir / "summary.json")
     except KeyboardInterrupt:
         interrupted = True
