@@ -7,7 +7,8 @@ socket (abstract namespace, named after its pid) and remembers whose hooks forke
 BLS connects, names those hooks (the same object id in both processes), and speaks what a worker
 process speaks (``worker.Worker`` on its side, ``relay.BlsRelay`` on the server's): the request, then
 each response as the callee sends it. Grandchildren connect to the same socket. Only BLS crosses;
-what else a child asks of the server (metrics, model readiness) is not served there.
+what else a child asks of the server (metrics, model readiness) is not served there. When the server
+ends, the child's BLS requests still waiting fail with UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _read_answers(worker: Worker) -> None:
         while True:
             worker._reply(worker.channel.recv())
     except ChannelClosed:
-        return
+        # the server ended: what the child still waits for fails, rather than waiting forever
+        worker.fail_asks("the inferd server this process was forked from has gone away")
 
 
 # -- the server's side -----------------------------------------------------------------------------

@@ -138,6 +138,8 @@ class Worker:
         self._ask_lock = threading.Lock()
         #: what waits for the answers of each request sent to the server: (answer, final) -> None
         self._asks: dict[int, Callable[[Any, bool], None]] = {}
+        #: the kind of each request waiting ("bls" or "call"): what ``fail_asks`` answers it with
+        self._ask_kinds: dict[int, str] = {}
         #: BLS requests the model abandoned (id, reason), put from any thread, finalizers included
         self.cancels: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
         #: whether the main thread runs the read loop (else a call reads its own answer)
@@ -194,6 +196,7 @@ class Worker:
             ask_id, reason = item
             with self._ask_lock:
                 self._asks.pop(ask_id, None)
+                self._ask_kinds.pop(ask_id, None)
             try:
                 self.channel.send(("bls_cancel", ask_id, reason))
             except ChannelClosed:
@@ -214,8 +217,22 @@ class Worker:
         with self._ask_lock:
             ask_id = next(self._ask_ids)
             self._asks[ask_id] = handler
+            self._ask_kinds[ask_id] = kind
         self.channel.send((kind, ask_id, *payload))
         return ask_id
+
+    def fail_asks(self, message: str) -> None:
+        """The server went away: every request still waiting for answers ends with an UNAVAILABLE
+        error (a BLS request's final response, a link call's exception) instead of waiting forever."""
+        with self._ask_lock:
+            asks, kinds = self._asks, self._ask_kinds
+            self._asks, self._ask_kinds = {}, {}
+        error = (ErrorCode.UNAVAILABLE.name, message)
+        for ask_id, handler in asks.items():
+            if kinds.get(ask_id) == "bls":
+                handler(("", "", "", [], {}, error), True)
+            else:
+                handler(("error", error), True)
 
     def _ask(self, kind: str, *payload: Any) -> Any:
         """Send ``(kind, id, *payload)`` and wait for its one answer. Before the read loop runs
@@ -245,7 +262,11 @@ class Worker:
         else:
             return False
         with self._ask_lock:
-            handler = self._asks.pop(msg[1], None) if final else self._asks.get(msg[1])
+            if final:
+                handler = self._asks.pop(msg[1], None)
+                self._ask_kinds.pop(msg[1], None)
+            else:
+                handler = self._asks.get(msg[1])
         if handler is not None:
             handler(msg[2], final)
         elif kind == "bls_resp" and msg[2] is not None:
