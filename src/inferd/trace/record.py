@@ -58,7 +58,6 @@ class Trace:
         "parent",
         "request",
         "request_id",
-        "root",
         "setting",
         "span_id",
         "stamps",
@@ -79,7 +78,6 @@ class Trace:
         self.id = next(_ids)
         self.setting = setting
         self.parent = parent
-        self.root: Trace = self if parent is None else parent.root
         #: (lists made when needed: fewer objects for the cyclic GC to count per request)
         self.children: list[Trace] = _NO_TRACES
         #: the front end's timestamps and REQUEST_END, flat: name, ns, name, ns... (no tuple per
@@ -114,6 +112,15 @@ class Trace:
                 self.trace_id = random.getrandbits(128) or 1
         self._prev_final: Callable[[ResponseStream], None] | None = None
         self._prev_post: Callable[[InferResponse], None] | None = None
+
+    @property
+    def root(self) -> Trace:
+        """The sampled request's trace (itself, or a child's ancestor). Not an attribute: a trace that
+        referred to itself would be a reference cycle, each one left to the cyclic GC."""
+        t = self
+        while t.parent is not None:
+            t = t.parent
+        return t
 
     # -- the front end's side ------------------------------------------------------------------
     def stamp(self, name: str, ns: int = 0) -> None:
