@@ -80,6 +80,17 @@ class Response:
         return str(doc["error"])
 
 
+#: every server this test process started: whatever a fixture's teardown did not reach is killed when
+#: the session ends (pytest_sessionfinish), so no server outlives its test run
+_STARTED: list[InferdProcess] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for proc in _STARTED:
+        proc.kill()
+    _STARTED.clear()
+
+
 class InferdProcess:
     """``python -m inferd serve`` in a subprocess; ``stop()`` sends SIGTERM and returns the exit code."""
 
@@ -132,6 +143,7 @@ class InferdProcess:
                 self.proc = subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
                 )
+            _STARTED.append(self)
             if self._wait_live():
                 return self
             last = self.log()
