@@ -133,7 +133,7 @@ def on_sigterm(signum: int, frame: Any) -> None:
 
 
 class StartError(RuntimeError):
-    pass
+    """A server under test did not start (or not in time): the round goes on without it."""
 
 
 class Server(ABC):

@@ -13,7 +13,6 @@ servicer on grpc.aio, ``h2server.py`` on the lean HTTP/2 server.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -44,6 +43,7 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
+from inferd.frontends.grpc.stream_order import InOrder
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import VERBOSE1, LogSettings
 from inferd.options import ServerOptions
@@ -444,7 +444,7 @@ class InferenceServicer:
         error ends it with its status, as the reference does."""
         out: asyncio.Queue[bytes | InferdError | None] = asyncio.Queue()
         pending: set[ResponseStream] = set()
-        order = _InOrder(out)
+        order = InOrder(out)
         reading = True
 
         def finish_if_idle() -> None:
@@ -484,7 +484,7 @@ class InferenceServicer:
         msg: Any,
         context: Context,
         out: asyncio.Queue[bytes | InferdError | None],
-        order: _InOrder,
+        order: InOrder,
         pending: set[ResponseStream],
         finish_if_idle: Callable[[], None],
     ) -> None:
@@ -533,40 +533,6 @@ class InferenceServicer:
                 finish_if_idle()
 
         stream.set_callback(on_response if call.trace is None else _trace.traced(call.trace, on_response))
-
-
-class _InOrder:
-    """A stream's answers to non-decoupled requests, written in the order the requests arrived: each
-    takes a slot as it is read; a filled slot goes out once every slot before it has."""
-
-    __slots__ = ("_out", "_slots")
-
-    def __init__(self, out: asyncio.Queue[bytes | InferdError | None]) -> None:
-        self._out = out
-        self._slots: collections.deque[list[bytes | InferdError | None]] = collections.deque()
-
-    def take(self) -> list[bytes | InferdError | None]:
-        slot: list[bytes | InferdError | None] = [None]
-        self._slots.append(slot)
-        return slot
-
-    def give_back(self, slot: list[bytes | InferdError | None]) -> None:
-        """A decoupled request's slot (taken last, not filled): its responses go out as they come."""
-        slots = self._slots
-        for i in range(len(slots) - 1, -1, -1):  # by identity: unfilled slots compare equal
-            if slots[i] is slot:
-                del slots[i]
-                break
-        self._flush()
-
-    def fill(self, slot: list[bytes | InferdError | None], item: bytes | InferdError) -> None:
-        slot[0] = item
-        self._flush()
-
-    def _flush(self) -> None:
-        slots = self._slots
-        while slots and slots[0][0] is not None:
-            self._out.put_nowait(slots.popleft()[0])
 
 
 class _Call:
