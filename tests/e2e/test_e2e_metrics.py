@@ -125,3 +125,115 @@ def test_summaries_and_no_latency_counters(start_server: Any) -> None:
     quantiles = {s.labels["quantile"]: s.value for s in summary if "quantile" in s.labels}
     assert set(quantiles) == {"0.5", "0.9", "0.95", "0.99", "0.999"}
     assert all(v > 0 for v in quantiles.values())
+
+
+_SLOW_FIRST = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([0], np.int32))]))
+            time.sleep(0.3)  # the first response is out long before the last
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([1], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+_BUCKETS = """
+model_metrics {
+  metric_control: [
+    { metric_identifier: { family: "nv_inference_first_response_histogram_ms" }
+      histogram_options: { buckets: [ 10, 50, 5000 ] } },
+    { metric_identifier: { family: "nv_inference_request_success" }
+      histogram_options: { buckets: [ 1 ] } }
+  ]
+}
+"""
+
+
+def _histogram(text: str, model: str) -> dict[str, float]:
+    """The first-response histogram of ``model`` version 1: count, sum and buckets by ``le``."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "nv_inference_first_response_histogram_ms":
+            continue
+        assert fam.type == "histogram"
+        for s in fam.samples:
+            if s.labels.get("model") == model and s.labels.get("version") == "1":
+                key = s.labels["le"] if s.name.endswith("_bucket") else s.name.rsplit("_", 1)[1]
+                out[key] = s.value
+    return out
+
+
+def test_first_response_histogram(model_repository: Any, tmp_path: Any) -> None:
+    """``histogram_latencies=true``: one observation per request when its first response is sent,
+    in whole ms (a decoupled model's first of several, an ensemble's and its steps'), with the
+    default buckets or the model's ``model_metrics`` ones; other families there only warn."""
+    import shutil
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    repo = tmp_path / "models"
+    for name in ("parallel_sleep", "ensemble_add_sub", "add_sub", "mul_fp32"):
+        shutil.copytree(model_repository / name, repo / name)
+    shutil.copytree(model_repository / "parallel_sleep", repo / "sleep_buckets")
+    cfg = repo / "sleep_buckets" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('"parallel_sleep"', '"sleep_buckets"') + _BUCKETS)
+    (repo / "slow_first" / "1").mkdir(parents=True)
+    (repo / "slow_first" / "1" / "model.py").write_text(_SLOW_FIRST)
+    (repo / "slow_first" / "config.pbtxt").write_text(
+        (model_repository / "decoupled" / "config.pbtxt").read_text().replace('"decoupled"', '"slow_first"')
+    )
+    server = InferdProcess(
+        repo, tmp_path / "inferd.log", ("--metrics-config", "histogram_latencies=true")
+    ).start()
+    try:
+        sleep = {"inputs": [{"name": "SLEEP_MS", "shape": [1], "datatype": "INT32", "data": [120]}]}
+        for _ in range(2):
+            assert server.infer("parallel_sleep", sleep).status == 200
+        sleep["inputs"][0]["data"] = [20]
+        assert server.infer("sleep_buckets", sleep).status == 200
+        assert server.infer("ensemble_add_sub", ADD_SUB).status == 200
+
+        results: list[Any] = []
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+            client.start_stream(callback=lambda result, error: results.append(error or result))
+            inp = grpcclient.InferInput("INPUT0", [1], "INT32")
+            inp.set_data_from_numpy(np.array([1], np.int32))
+            client.async_stream_infer("slow_first", [inp])
+            client.stop_stream()
+        assert len(results) == 2 and not any(isinstance(r, Exception) for r in results)
+
+        text = _scrape(server)[2]
+        sleeps = _histogram(text, "parallel_sleep")
+        assert sleeps["count"] == 2 and 240 <= sleeps["sum"] < 440
+        assert (sleeps["100"], sleeps["500"], sleeps["2000"], sleeps["5000"], sleeps["+Inf"]) == (
+            0,
+            2,
+            2,
+            2,
+            2,
+        )
+        custom = _histogram(text, "sleep_buckets")
+        assert set(custom) == {"count", "sum", "10", "50", "5000", "+Inf"}
+        assert (custom["10"], custom["50"], custom["count"]) == (0, 1, 1) and 20 <= custom["sum"] < 50
+        first = _histogram(text, "slow_first")
+        assert first["count"] == 1 and first["sum"] < 300  # the first response, not the last
+        for name in ("ensemble_add_sub", "add_sub", "mul_fp32"):  # the ensemble and its two steps
+            assert _histogram(text, name)["count"] == 1, name
+        assert (
+            "Metric family 'nv_inference_request_success' in 'metric_identifier' is not a "
+            "customizable metric in Triton core." in server.log()
+        )
+    finally:
+        server.kill()
+
+
+def test_no_histogram_by_default(server: InferdProcess) -> None:
+    assert "nv_inference_first_response_histogram_ms" not in _scrape(server)[2]

@@ -6,8 +6,10 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inferd.core.histogram import first_response_histogram
 from inferd.core.lifecycle import ModelState
 from inferd.core.stats import ModelStats
+from inferd.core.summary import config as metrics_config
 from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
@@ -45,6 +47,7 @@ class Model:
         self.state = ModelState.LOADING
         self.reason = ""
         self.stats = ModelStats()
+        self.stats.first_response = first_response_histogram(config, metrics_config().histogram_latencies)
         self.scheduler: Scheduler | None = None
         self.max_batch_size = int(config.max_batch_size)
         self.platform = config.platform or config.backend

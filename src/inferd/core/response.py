@@ -43,6 +43,7 @@ class ResponseStream:
         "hold",
         "on_cancel",
         "on_final",
+        "on_first",
         "postprocess",
     )
 
@@ -56,6 +57,8 @@ class ResponseStream:
         self.postprocess: Callable[[InferResponse], None] | None = None
         #: called once, on the loop, when the final flag is delivered (the core's in-flight count)
         self.on_final: Callable[[ResponseStream], None] | None = None
+        #: called once, on the loop, when the first response passes (the first-response histogram)
+        self.on_first: Callable[[], None] | None = None
         #: called once when the request is cancelled (a worker process must be told)
         self.on_cancel: Callable[[str], None] | None = None
         #: preserve_ordering (scheduling/ordering.py): takes every response instead of ``deliver``,
@@ -114,6 +117,10 @@ class ResponseStream:
         """``deliver``, past ``hold``: the response reaches the consumer now (on the loop thread)."""
         if self._done:
             return
+        first = self.on_first
+        if first is not None and response is not None:
+            self.on_first = None
+            first()
         if final:
             self._done = True
             done = self.on_final

@@ -316,6 +316,9 @@ class ServerCore:
         request.stream = stream
         self._open.add(stream)
         stream.on_final = self._open.discard
+        histogram = model.stats.first_response
+        if histogram is not None:  # --metrics-config histogram_latencies=true (core/histogram.py)
+            stream.on_first = partial(histogram.observe_since, request.t_start_ns)
         if request.trace is not None:  # sampled by its front end, or a traced request's child
             request.trace.attach(request, model.name, model.version_str, stream)
         if self.response_cache is not None and answer_from_cache(self.response_cache, model, request, stream):

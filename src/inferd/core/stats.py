@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.core.histogram import Histogram
 from inferd.core.summary import new_summaries
 
 #: requests the status page's window remembers per model version (core/status.py)
@@ -52,6 +53,7 @@ class ModelStats:
         "execution_count",
         "fail",
         "fail_reasons",
+        "first_response",
         "inference_count",
         "last_inference_ms",
         "queue",
@@ -79,6 +81,8 @@ class ModelStats:
         self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
         #: latency quantiles for /metrics, when --metrics-config asks for them (core/summary.py)
         self.summaries = new_summaries()
+        #: the first-response histogram (core/histogram.py), set by the model from its config
+        self.first_response: Histogram | None = None
         #: the last requests' (end, duration, ok) and queue times (end, ns) for the status page
         self.recent_requests: collections.deque[tuple[int, int, bool]] = collections.deque(maxlen=RECENT)
         self.recent_queue: collections.deque[tuple[int, int]] = collections.deque(maxlen=RECENT)

@@ -34,16 +34,20 @@ class MetricsConfig:
     counter_latencies: bool = True
     summary_latencies: bool = False
     quantiles: tuple[float, ...] = _DEFAULT_Q
+    #: the first-response histogram (core/histogram.py)
+    histogram_latencies: bool = False
 
     @classmethod
     def parse(cls, settings: list[str]) -> MetricsConfig:
-        counters, summaries, quantiles = True, False, _DEFAULT_Q
+        counters, summaries, quantiles, histograms = True, False, _DEFAULT_Q, False
         for setting in settings:
             key, _, value = setting.partition("=")
             if key == "counter_latencies" and value == "false":
                 counters = False
             elif key == "summary_latencies" and value == "true":
                 summaries = True
+            elif key == "histogram_latencies" and value == "true":
+                histograms = True
             elif key == "summary_quantiles":
                 parsed = []
                 for pair in value.split(","):
@@ -56,7 +60,7 @@ class MetricsConfig:
                         parsed.pop()  # the reference logs "No ':' delimiter found" and skips it
                 if parsed:
                     quantiles = tuple(parsed)
-        return cls(counters, summaries, quantiles)
+        return cls(counters, summaries, quantiles, histograms)
 
 
 _CONFIG = MetricsConfig()

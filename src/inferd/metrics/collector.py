@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from inferd.core import histogram
 from inferd.core.summary import KINDS, config
 from inferd.metrics import cache as cache_metrics
-from inferd.metrics.custom import CustomMetricRegistry
+from inferd.metrics.custom import CustomMetricRegistry, histogram_lines
 from inferd.metrics.scaling import FAMILY as SCALING
 from inferd.metrics.scaling import queue_time_per_request
 from inferd.metrics.system import SYSTEM
@@ -143,6 +144,14 @@ def render(server: ServerCore) -> bytes:
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
     out.extend(cache_metrics.server_lines(server.response_cache))
+    if config().histogram_latencies:  # before the summaries, as the reference registers them
+        family(histogram.FAMILY, histogram.HELP, "histogram")
+        for name, version, model, _ in rows:
+            h = model.stats.first_response
+            if h is not None:
+                _count, total, counts = h.snapshot()
+                labels = f'model="{name}",version="{version}"'
+                out.extend(histogram_lines(histogram.FAMILY, labels, h.bounds, counts, total))
     if config().summary_latencies:
         _summaries(out, family, rows)
     family(*_LOAD_TIME, "gauge")

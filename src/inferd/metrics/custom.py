@@ -245,13 +245,20 @@ class CustomMetricRegistry:
                             else f"{fam.name} {format_value(s.value)}"
                         )
                         continue
-                    # prometheus-cpp's order: count, sum, then the cumulative buckets
-                    tail = f"{{{labels}}}" if labels else ""
-                    out.append(f"{fam.name}_count{tail} {sum(s.counts)}")
-                    out.append(f"{fam.name}_sum{tail} {format_value(s.value)}")
-                    sep = "," if labels else ""
-                    total = 0
-                    for bound, n in zip((*s.bounds, math.inf), s.counts, strict=True):
-                        total += n
-                        out.append(f'{fam.name}_bucket{{{labels}{sep}le="{format_value(bound)}"}} {total}')
+                    out.extend(histogram_lines(fam.name, labels, s.bounds, s.counts, s.value))
         return out
+
+
+def histogram_lines(
+    name: str, labels: str, bounds: tuple[float, ...], counts: list[int], total: float
+) -> list[str]:
+    """One histogram series in prometheus-cpp's order: count, sum, then the cumulative buckets
+    (``counts`` per bound then +Inf, not cumulative; ``labels`` already written, or "")."""
+    tail = f"{{{labels}}}" if labels else ""
+    sep = "," if labels else ""
+    out = [f"{name}_count{tail} {sum(counts)}", f"{name}_sum{tail} {format_value(total)}"]
+    running = 0
+    for bound, n in zip((*bounds, math.inf), counts, strict=True):
+        running += n
+        out.append(f'{name}_bucket{{{labels}{sep}le="{format_value(bound)}"}} {running}')
+    return out
