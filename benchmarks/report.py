@@ -382,6 +382,13 @@ class SequenceSection(Section):
         return data.sequence
 
 
+class ObservabilitySection(Section):
+    """benchmarks/observability_bench.py's table: what tracing and scraping cost (issue 13)."""
+
+    def render(self, data: RunData) -> str:
+        return data.observability
+
+
 class RaySection(Section):
     """benchmarks/ray_bench.py's table: add_sub through Ray Serve against plain inferd serve (issue 14)."""
 

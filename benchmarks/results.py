@@ -211,6 +211,8 @@ class RunData:
     sequence: str = ""
     #: the Ray Serve rows (ray_bench.py): its markdown, or why it is missing
     ray: str = ""
+    #: the tracing and scraping rows (observability_bench.py): its markdown, or why it is missing
+    observability: str = ""
     #: the object-storage rows (object_storage_bench.py): its markdown, or why it is missing
     object_storage: str = ""
 
@@ -302,6 +304,7 @@ def read_json(path: Path) -> RunData:
         cache=raw.get("cache", ""),
         sequence=raw.get("sequence", ""),
         ray=raw.get("ray", ""),
+        observability=raw.get("observability", ""),
         object_storage=raw.get("object_storage", ""),
     )
 

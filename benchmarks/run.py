@@ -41,6 +41,7 @@ from report import (
     CoresSection,
     HeaderSection,
     ObjectStorageSection,
+    ObservabilitySection,
     OnnxSection,
     OpenAISection,
     ProblemsSection,
@@ -112,6 +113,7 @@ def default_sections() -> list[Section]:
         OpenAISection(),
         SequenceSection(),
         CacheSection(),
+        ObservabilitySection(),
         RaySection(),
         ObjectStorageSection(),
         ColdStartMemorySection(),
@@ -404,6 +406,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the sequence rows (benchmarks/sequence_bench.py)",
     )
     ap.add_argument(
+        "--no-observability",
+        action="store_true",
+        help="skip the tracing and scraping rows (benchmarks/observability_bench.py)",
+    )
+    ap.add_argument(
         "--no-ray",
         action="store_true",
         help="skip the Ray Serve rows (benchmarks/ray_bench.py)",
@@ -537,6 +544,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.onnx_only or a.python_rows_only or a.openai_only or a.no_cache
         ):
             data.cache = cache_rows(outdir, a.quick)
+            write_json(data, outdir / "summary.json")
+        if "inferd" in opts.servers and not (
+            a.onnx_only or a.python_rows_only or a.openai_only or a.no_observability
+        ):
+            extra = ["--count", "600"] if a.quick else []
+            data.observability = side_bench("observability", a.repeat, outdir, extra)
             write_json(data, outdir / "summary.json")
         if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only or a.no_ray):
             data.ray = side_bench("ray", a.repeat, outdir, ["--count", "300"] if a.quick else [])
