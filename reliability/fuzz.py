@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reliability import attacks as attacks_mod
-from reliability import fuzz_grpc, fuzz_h2, fuzz_http
+from reliability import fuzz_grpc, fuzz_h2, fuzz_http, fuzz_http_spec
 from reliability.common import (
     DEFAULT_MODEL_DIRS,
     MiB,
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="inferd-fuzz-"))
     sources = args.models or list(DEFAULT_MODEL_DIRS)
-    repo = build_repository(work / "models", sources, (*fuzz_http.FUZZ_MODELS, "parallel_sleep"))
+    repo = build_repository(work / "models", sources, (*fuzz_http_spec.FUZZ_MODELS, "parallel_sleep"))
     server_args = [
         "--http-max-input-size", str(args.http_max_input_size),
         "--grpc-max-message-size", str(args.grpc_max_message_size),
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         idle = server.rss()
         out["idle_rss_start"] = idle
-        models = fuzz_http.model_metadata(server)
+        models = fuzz_http_spec.model_metadata(server)
         if args.http_requests:
             _say(progress, f"HTTP fuzz: {args.http_requests:,} requests (seed {seed})")
             r = fuzz_http.run(server, args.http_requests, budget, seed, progress=progress)

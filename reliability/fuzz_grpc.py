@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
 from reliability.common import Server, unexpected_grpc
-from reliability.fuzz_http import NUMPY, ModelMeta
+from reliability.fuzz_http_spec import NUMPY, ModelMeta
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 METHODS = {m.name: m for m in SERVICE.methods}
