@@ -186,6 +186,40 @@ def test_hits_match_uncached_results_and_skip_the_queue(start_server: Callable[.
     assert server.stop() == 0
 
 
+def test_summaries_of_a_cached_model(start_server: Callable[..., Any]) -> None:
+    """summary_latencies=true with the cache: a cached model has hit and miss summaries and no request
+    one (as the reference's metric reporter); a model that does not cache keeps its request summary."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = start_server(*CACHE, "--metrics-config", "summary_latencies=true")
+    client = httpclient.InferenceServerClient(server.url)
+    for value in (1.0, 1.0, 1.0, 2.0):  # a miss, two hits, a miss
+        i = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        i.set_data_from_numpy(np.full((1, 4), value, np.float32))
+        client.infer("cached_count", [i])
+    i0, i1 = (
+        httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+        httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+    )
+    i0.set_data_from_numpy(np.ones((1, 16), np.float32))
+    i1.set_data_from_numpy(np.ones((1, 16), np.float32))
+    client.infer("add_sub", [i0, i1])
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    counts: dict[tuple[str, str], float] = {}
+    for fam in text_string_to_metric_families(text):
+        assert fam.type == "summary" or not fam.name.endswith(("_summary_us", "_summary_per_model"))
+        for sample in fam.samples:
+            if sample.name.endswith("_count") and fam.type == "summary":
+                counts[(fam.name, sample.labels["model"])] = sample.value
+    assert counts[("nv_cache_hit_summary_per_model", "cached_count")] == 2
+    assert counts[("nv_cache_miss_summary_per_model", "cached_count")] == 2
+    assert counts[("nv_inference_queue_summary_us", "cached_count")] == 4
+    assert ("nv_inference_request_summary_us", "cached_count") not in counts
+    assert counts[("nv_inference_request_summary_us", "add_sub")] == 1
+    assert ("nv_cache_hit_summary_per_model", "add_sub") not in counts
+    assert server.stop() == 0
+
+
 def test_a_response_larger_than_the_cache_is_answered_not_cached(start_server: Callable[..., Any]) -> None:
     server = start_server("--cache-config", "local,size=4096")
     client = httpclient.InferenceServerClient(server.url)

@@ -46,11 +46,12 @@ class Model:
         self.model_dir = model_dir
         self.state = ModelState.LOADING
         self.reason = ""
-        self.stats = ModelStats()
+        self.platform = config.platform or config.backend
+        # the reference's ensembles report no cache metrics ("not supported at top level"), whatever they cache
+        self.stats = ModelStats(cached=bool(config.response_cache.enable) and self.platform != "ensemble")
         self.stats.first_response = first_response_histogram(config, metrics_config().histogram_latencies)
         self.scheduler: Scheduler | None = None
         self.max_batch_size = int(config.max_batch_size)
-        self.platform = config.platform or config.backend
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.inputs, self.outputs = tensor_specs(config, model_dir)
         self.output_names = tuple(self.outputs)

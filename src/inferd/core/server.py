@@ -9,6 +9,7 @@ import asyncio
 import logging
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -110,7 +111,8 @@ class ServerCore:
         options = self.options
         limit = budget_from_options(options.model_memory_budget, options.model_control_mode)
         backend_config = parse_backend_config(options.backend_config)
-        configure_summaries(MetricsConfig.parse(options.metrics_config))
+        metrics = MetricsConfig.parse(options.metrics_config)
+        configure_summaries(replace(metrics, response_cache=self.response_cache is not None))
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")
         settings = LoadSettings(
             loop=self.loop,

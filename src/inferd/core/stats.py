@@ -64,7 +64,8 @@ class ModelStats:
         "summaries",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, cached: bool = False) -> None:
+        """``cached``: the model enables the response cache (its latency summaries differ)."""
         self._lock = threading.Lock()
         self.success = Duration()
         self.fail = Duration()
@@ -80,7 +81,7 @@ class ModelStats:
         self.batch: dict[int, BatchStats] = {}
         self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
         #: latency quantiles for /metrics, when --metrics-config asks for them (core/summary.py)
-        self.summaries = new_summaries()
+        self.summaries = new_summaries(cached)
         #: the first-response histogram (core/histogram.py), set by the model from its config
         self.first_response: Histogram | None = None
         #: the last requests' (end, duration, ok) and queue times (end, ns) for the status page
@@ -157,12 +158,15 @@ class ModelStats:
             self.cache_hit.add(lookup_ns)
         if self.summaries is not None:
             self.summaries.observe("queue", queue_ns)
+            self.summaries.observe("cache_hit", lookup_ns)
 
     def record_cache_miss(self, ns: int) -> None:
         """A miss's lookup and insertion time, added to its request's duration as the reference adds it."""
         with self._lock:
             self.cache_miss.add(ns)
             self.success.ns += ns
+        if self.summaries is not None:
+            self.summaries.observe("cache_miss", ns)
 
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """Triton's model_stats entry."""

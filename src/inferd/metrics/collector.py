@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.core import histogram
-from inferd.core.summary import KINDS, config
+from inferd.core.summary import CACHE_KINDS, KINDS, config
 from inferd.metrics import cache as cache_metrics
 from inferd.metrics.custom import CustomMetricRegistry, histogram_lines
 from inferd.metrics.scaling import FAMILY as SCALING
@@ -55,13 +55,15 @@ _PENDING = (
 )
 #: the counters ``--metrics-config counter_latencies=false`` turns off
 _LATENCY_COUNTERS = frozenset(f for f, _ in _COUNTERS[3:])
-#: the summaries of ``summary_latencies=true``, in core.summary.KINDS's order, with the reference's help
+#: the summaries of ``summary_latencies=true``, in core.summary's KINDS then CACHE_KINDS order, with the reference's help
 _SUMMARIES = (
     ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)"),
     ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)"),
     ("nv_inference_compute_input_summary_us", "Cumulative compute input duration in microseconds (does not include cached requests)"),
     ("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in microseconds (does not include cached requests)"),
     ("nv_inference_compute_output_summary_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+    ("nv_cache_hit_summary_per_model", "Summary of cache hit counts/durations per model, in microseconds."),
+    ("nv_cache_miss_summary_per_model", "Summary of cache miss counts/durations per model, in microseconds."),
 )  # fmt: skip
 #: newer reference releases' gauge (core r24.12 on): how long the version took to load
 _LOAD_TIME = ("nv_model_load_duration_secs", "Model load time in seconds")
@@ -85,19 +87,23 @@ def _values(stats: Any) -> dict[str, int]:
 
 
 def _summaries(out: list[str], family: Any, rows: list[tuple[str, str, Any, dict[str, int]]]) -> None:
-    """The latency summaries (``--metrics-config summary_latencies=true``), as the reference writes them."""
-    for kind, (fam, doc) in zip(KINDS, _SUMMARIES, strict=True):
-        family(fam, doc, "summary")
+    """The latency summaries (``--metrics-config summary_latencies=true``), as the reference writes
+    them: a model whose responses are cached has no request summary and has the cache ones."""
+    for kind, (fam, doc) in zip((*KINDS, *CACHE_KINDS), _SUMMARIES, strict=True):
+        lines: list[str] = []
         for name, version, model, _ in rows:
             s = model.stats.summaries
-            if s is None:
+            if s is None or not s.has(kind):
                 continue
             count, total, quantiles = s.snapshot(kind)
             labels = f'model="{name}",version="{version}"'
-            out.append(f"{fam}_count{{{labels}}} {count}")
-            out.append(f"{fam}_sum{{{labels}}} {total:g}")
+            lines.append(f"{fam}_count{{{labels}}} {count}")
+            lines.append(f"{fam}_sum{{{labels}}} {total:g}")
             for q, value in quantiles:
-                out.append(f'{fam}{{{labels},quantile="{q:g}"}} {value:g}')
+                lines.append(f'{fam}{{{labels},quantile="{q:g}"}} {value:g}')
+        if lines:  # prometheus-cpp writes no family without a series
+            family(fam, doc, "summary")
+            out.extend(lines)
 
 
 def _label(value: str) -> str:
