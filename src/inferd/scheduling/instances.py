@@ -406,10 +406,10 @@ class InstancePool:
         t0 = clock()
         auto = self._auto
         counted = not inline and worker >= 0 and auto is not None and not auto.done  # AutoMode's sample
-        if inline or counted:
+        if inline:  # one call for the loop thread's CPU and its context switches
+            r0 = resource.getrusage(resource.RUSAGE_THREAD)
+        elif counted:
             c0 = time.thread_time_ns()
-        if inline:
-            v0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
         if counted:
             self._busy_since[worker] = t0
         queue_ns = [t0 - r.t_queue_ns for r in batch]
@@ -443,9 +443,10 @@ class InstancePool:
             log_late(self._model_name, self._model_version, "returned", self._clock() - t0)
             return
         if inline:
-            cpu = time.thread_time_ns() - c0
+            r1 = resource.getrusage(resource.RUSAGE_THREAD)
+            cpu = int((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e9)  # (microseconds)
             # a wait shorter than a thread hand-off is not worth leaving the loop for
-            blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != v0 and t3 - t0 - cpu > SMALL_NS
+            blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
             self._observe(instance, cpu, blocked, True)
         else:
             self._observe(instance, t3 - t0, False, False)  # threaded: wall time
