@@ -57,7 +57,8 @@ def start_trace(
     tracing: Tracing, model: str, request: InferRequest, req: HttpRequest, at: tuple[int, int]
 ) -> Trace | None:
     """Sample a request; a sampled one gets its trace and its receive timestamps."""
-    trace = tracing.sample(model, req.headers.get("traceparent"))
+    # (only OpenTelemetry reads the caller's context: the headers stay undecoded otherwise)
+    trace = tracing.sample(model, req.headers.get("traceparent") if tracing.otel is not None else None)
     if trace is not None:
         trace.stamps = ["HTTP_RECV_START", at[0], "HTTP_RECV_END", at[1]]
         request.trace = trace
