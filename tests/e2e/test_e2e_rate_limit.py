@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import InferdProcess
 
 from repo_paths import FIXTURES, ROOT
 
@@ -205,3 +206,37 @@ def test_preserve_ordering_with_the_rate_limiter(start_server: Any, tmp_path: Pa
     assert max(ends[1:]) < ends[0]  # the others finished on the second instance while the first ran
     for n, at, _ in got:
         assert at >= max(ends[: n + 1]), (n, at, ends)
+
+
+def test_warmup_waits_for_the_resources(tmp_path: Path) -> None:
+    """As the reference, a model's initialize and warmup go through the rate limiter: a model that
+    warms up with resource R loads only once the execute holding R (rl_a's, 1.5 s) ended."""
+    repo = tmp_path / "models"
+    src = FIXTURES / "rate_limit_models"
+    for name in ("rl_a", "rl_b"):
+        shutil.copytree(src / name, repo / name, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    warm = repo / "rl_b" / "config.pbtxt"
+    warm.write_text(
+        warm.read_text() + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "SLEEP_MS" value: '
+        "{ data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]\n"
+    )
+    server = InferdProcess(
+        repo, tmp_path / "inferd.log", ("--rate-limit=execution_count", *_explicit("rl_a"))
+    ).start()
+    try:
+        started = tmp_path / "a.started"
+        spans: list[list[float]] = []
+        t = threading.Thread(
+            target=lambda: spans.append(
+                _infer("http", server.url, "rl_a", 1500, [1], {"started_file": str(started)})
+            )
+        )
+        t.start()
+        _wait_file(started)
+        r = server.request("POST", "/v2/repository/models/rl_b/load")
+        loaded = time.time()
+        t.join(WAIT_S)
+        assert r.status == 200, r.body
+        assert spans and loaded >= spans[0][1]  # rl_b's warmup waited for rl_a's execute to end
+    finally:
+        server.kill()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import InstanceSpec, LoadContext, ServerLinks
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -33,7 +33,7 @@ from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
-from inferd.scheduling.rate_limiter import RateLimiter, open_gate
+from inferd.scheduling.rate_limiter import RateLimiter, held, open_gate
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
 
@@ -203,13 +203,20 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
         )
         bmodel = backend.load(ctx)
         specs = _instance_specs(cfg)
-        instances = [(spec.name, bmodel.create_instance(spec)) for spec in specs]
+        # registered first: a model the limiter cannot fit is refused before it initializes, and each
+        # instance's initialize and warmup wait for its resources (scheduling/rate_limiter.py)
+        gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
+        instances: list[tuple[str, BackendInstance]] = []
         try:
-            warm_up(cfg, md.path, instances, settings.loop)
-            gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
+            for i, spec in enumerate(specs):
+                with held(gate, i):
+                    instances.append((spec.name, bmodel.create_instance(spec)))
+            warm_up(cfg, md.path, instances, settings.loop, gate)
         except BaseException:
             for _, inst in instances:
                 inst.unload()
+            if gate is not None:
+                gate.close()
             raise
         promotion = bmodel.promotion()
         check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()

@@ -25,6 +25,7 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor, deserialize_bytes
 from inferd.core.types import BY_CONFIG_VALUE, BYTES
 from inferd.errors import InferdError, InvalidArgumentError
+from inferd.scheduling.rate_limiter import Gate, held
 
 WARMUP_FOLDER = "warmup"
 #: how long a decoupled model's warmup responses are waited for
@@ -102,27 +103,37 @@ def warm_up(
     model_dir: Path,
     instances: Sequence[tuple[str, BackendInstance]],
     loop: asyncio.AbstractEventLoop,
+    gate: Gate | None = None,
 ) -> None:
-    """Run the config's warmup samples on each instance; raises InvalidArgumentError on a failure."""
+    """Run the config's warmup samples on each instance (holding its rate-limiter resources, with
+    ``gate``); raises InvalidArgumentError on a failure."""
     if not cfg.model_warmup:
         return
+    for i, (_name, instance) in enumerate(instances):
+        with held(gate, i):
+            _warm_instance(cfg, model_dir, instance, loop)
+
+
+def _warm_instance(
+    cfg: Any, model_dir: Path, instance: BackendInstance, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Every sample of the config on one instance."""
     batching = cfg.max_batch_size > 0
     rng = np.random.default_rng()
-    for _name, instance in instances:
-        for sample in cfg.model_warmup:
-            if sample.batch_size == 0:
-                continue
-            for _ in range(max(1, sample.count)):
-                requests = [
-                    InferRequest(
-                        model_name=cfg.name,
-                        inputs={n: _input(n, s, batching, model_dir, rng) for n, s in sample.inputs.items()},
-                        id="",
-                    )
-                    for _ in range(sample.batch_size)
-                ]
-                errors = _run(instance, requests, loop)
-                if errors:
-                    raise InvalidArgumentError(
-                        f"failed to run warmup sample '{sample.name}': " + "".join(f"{e}; " for e in errors)
-                    )
+    for sample in cfg.model_warmup:
+        if sample.batch_size == 0:
+            continue
+        for _ in range(max(1, sample.count)):
+            requests = [
+                InferRequest(
+                    model_name=cfg.name,
+                    inputs={n: _input(n, s, batching, model_dir, rng) for n, s in sample.inputs.items()},
+                    id="",
+                )
+                for _ in range(sample.batch_size)
+            ]
+            errors = _run(instance, requests, loop)
+            if errors:
+                raise InvalidArgumentError(
+                    f"failed to run warmup sample '{sample.name}': " + "".join(f"{e}; " for e in errors)
+                )

@@ -23,10 +23,11 @@ that fits, in order, is granted at once.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,6 +358,19 @@ class Gate:
     def split(self) -> list[Gate]:
         """One gate per instance (a sequence batcher runs a pool per instance)."""
         return [Gate(self.limiter, [s]) for s in self.slots]
+
+
+@contextlib.contextmanager
+def held(gate: Gate | None, index: int) -> Iterator[None]:
+    """Instance ``index``'s resources held for a step of its load (``initialize``, warmup), as the
+    reference sends those through the rate limiter too; the turn does not count as an execution."""
+    if gate is None or not gate.acquire(index):
+        yield
+        return
+    try:
+        yield
+    finally:
+        gate.release(index, executed=False)
 
 
 def open_gate(limiter: RateLimiter | None, cfg: Any, instances: list[tuple[str, int]]) -> Gate | None:
