@@ -240,7 +240,7 @@ def render(out: dict[str, Any]) -> str:
         lines += [
             "### Attacks",
             "",
-            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC).",
+            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection, from a process of its own so that the attacker cannot delay it) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC).",
             "",
             "| attack | expected | got | answer as expected | health check max (ms) | peak RSS over idle (goal) | goals met |",
             "| --- | --- | --- | --- | ---: | ---: | --- |",
