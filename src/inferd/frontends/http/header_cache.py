@@ -33,8 +33,33 @@ class _Template:
     outputs: list[RequestedOutput] | None
     output_names: frozenset[str] | None
     enc: OutputEncoding
-    #: the header itself: the request's validation key (it fixes every property validation reads)
+    #: the header without its leading "id": the request's validation key (it fixes every property
+    #: validation reads)
     key: bytes
+    #: made from a header whose leading id was taken off (the id then comes from each request)
+    stripped: bool = False
+
+
+_ID_PREFIXES = (b'{"id":"', b'{"id": "')
+
+
+def _without_id(head: bytes) -> tuple[bytes, str | None]:
+    """A header that begins with a plain request id (perf_analyzer sends a new one with every
+    request of a sequence; tritonclient puts it first too) as (the header without it, the id), so
+    that those requests share one cached template; else (``head``, None). An id with an escape, or
+    bytes that are not UTF-8, is left to the JSON parser."""
+    for prefix in _ID_PREFIXES:
+        if head.startswith(prefix):
+            start = len(prefix)
+            end = head.find(b'"', start)
+            if end < 0 or head.find(b"\\", start, end) >= 0 or head[end + 1 : end + 2] != b",":
+                return head, None
+            try:
+                rid = head[start:end].decode()
+            except UnicodeDecodeError:
+                return head, None
+            return b"{" + head[end + 2 :].lstrip(b" "), rid
+    return head, None
 
 
 class HeaderCache:
@@ -61,8 +86,14 @@ class HeaderCache:
         if header_length is None or header_length <= 0 or header_length > self._max_header:
             return decode_infer_request(model, version, body, header_length, self._shm)
         head = body[:header_length]
-        tpl = self._cache.get(head)
-        if tpl is not None and tpl.model is model and tpl.version == version:
+        key, rid = _without_id(head)
+        tpl = self._cache.get(key)
+        if (
+            tpl is not None
+            and tpl.model is model
+            and tpl.version == version
+            and tpl.stripped == (rid is not None)
+        ):
             tail = memoryview(body)[header_length:]
             if len(tail) == tpl.tail_len:
                 inputs = {}
@@ -74,7 +105,7 @@ class HeaderCache:
                     model.name,
                     inputs,
                     version,
-                    tpl.id,
+                    tpl.id if rid is None else rid,
                     dict(tpl.parameters) if tpl.parameters else {},
                     tpl.outputs,
                     tpl.correlation_id,
@@ -86,12 +117,13 @@ class HeaderCache:
                 )
                 return request, tpl.enc
         request, enc = decode_infer_request(model, version, body, header_length, self._shm)
-        tpl = self._template(model, version, request, enc, len(body) - header_length, head)
-        if tpl is not None:
+        tpl = self._template(model, version, request, enc, len(body) - header_length, key)
+        if tpl is not None and (rid is None or rid == request.id):
+            tpl.stripped = rid is not None
             if len(self._cache) >= self._capacity:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[head] = tpl
-            request.validation_key = head
+            self._cache[key] = tpl
+            request.validation_key = key
         return request, enc
 
     @staticmethod

@@ -871,7 +871,8 @@ def test_header_cache_hit_reads_the_new_tensor_bytes() -> None:
     cache = HeaderCache()
     body1, hl = _binary_body([1, 2], request_id="r", parameters={"p": 1})
     req1, enc1 = cache.decode(IDENTITY_FP32, "", body1, hl)
-    assert req1.validation_key == body1[:hl]  # the header fixes what validation reads
+    # the header fixes what validation reads (its leading id aside: see the test below)
+    assert req1.validation_key == b"{" + body1[:hl].split(b'"r",', 1)[1].lstrip()
     body2, hl2 = _binary_body([3, 4], request_id="r", parameters={"p": 1})
     assert hl2 == hl and body2[:hl] == body1[:hl]
     req2, enc2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
@@ -884,6 +885,33 @@ def test_header_cache_hit_reads_the_new_tensor_bytes() -> None:
     req2.parameters["p"] = 2  # a model's request is its own
     req3, _ = cache.decode(IDENTITY_FP32, "", body1, hl)
     assert req3.parameters == {"p": 1}
+
+
+def test_header_cache_shares_a_template_between_request_ids() -> None:
+    """perf_analyzer sends a new id with each request of a sequence: the header less its leading id
+    is the key, and each request keeps its own id; a header without an id, or with an id the cache
+    cannot read safely (an escape), never takes another's template."""
+    cache = HeaderCache()
+    params = {"p": 7}
+    body1, hl1 = _binary_body([1, 2], request_id="1001", parameters=params)
+    req1, enc1 = cache.decode(IDENTITY_FP32, "", body1, hl1)
+    body2, hl2 = _binary_body([3, 4], request_id="1002", parameters=params)
+    req2, enc2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
+    assert enc2 is enc1  # a hit: no JSON parsed
+    assert (req1.id, req2.id) == ("1001", "1002")
+    assert req2.validation_key == req1.validation_key and req2.parameters == {"p": 7}
+    assert req2.inputs["INPUT0"].array.tolist() == [3, 4]
+    body3, hl3 = _binary_body([5, 6], parameters=params)  # no id
+    req3, enc3 = cache.decode(IDENTITY_FP32, "", body3, hl3)
+    assert enc3 is not enc1 and req3.id == ""
+    body4, hl4 = _binary_body([5, 6], request_id='a"b', parameters=params)  # escaped: parsed
+    req4, enc4 = cache.decode(IDENTITY_FP32, "", body4, hl4)
+    assert enc4 is not enc1 and req4.id == 'a"b'
+    raw = b'{"id":"x1","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"parameters":{"binary_data_size":4}}]}'
+    for rid in ("x1", "x2"):
+        body = raw.replace(b"x1", rid.encode()) + np.float32(1).tobytes()
+        req, _ = cache.decode(IDENTITY_FP32, "", body, len(raw))
+        assert req.id == rid
 
 
 def test_header_cache_misses_on_another_tail_length() -> None:
@@ -926,7 +954,7 @@ def test_header_cache_skips_bytes_json_and_raw_requests() -> None:
 
 def test_header_cache_bounds() -> None:
     cache = HeaderCache(capacity=2, max_header=10_000)
-    bodies = [_binary_body([1, 2], request_id=f"r{i}") for i in range(3)]
+    bodies = [_binary_body([1, 2], parameters={"p": i}) for i in range(3)]
     first = [cache.decode(IDENTITY_FP32, "", b, hl)[1] for b, hl in bodies]
     assert cache.decode(IDENTITY_FP32, "", *bodies[2])[1] is first[2]
     assert cache.decode(IDENTITY_FP32, "", *bodies[0])[1] is not first[0]  # evicted: the oldest went
