@@ -99,6 +99,18 @@ def anchored(ids: Sequence[str]) -> str:
     return "^(" + "|".join(re.escape(i) for i in ids) + ")$"
 
 
+#: the side benches' skip flags and the rows each skips
+SIDE_BENCH_FLAGS = (
+    ("--no-cores", "every-core rows (benchmarks/cores_bench.py)"),
+    ("--no-async", "async-execute rows (benchmarks/async_bench.py)"),
+    ("--no-openai", "OpenAI embeddings rows (benchmarks/openai_bench.py)"),
+    ("--no-sequence", "sequence rows (benchmarks/sequence_bench.py)"),
+    ("--no-observability", "tracing and scraping rows (benchmarks/observability_bench.py)"),
+    ("--no-ray", "Ray Serve rows (benchmarks/ray_bench.py)"),
+    ("--no-cache", "response cache rows (benchmarks/cache_bench.py)"),
+)
+
+
 def default_sections() -> list[Section]:
     return [
         HeaderSection(),
@@ -387,39 +399,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(into RESULTS_DIR/BENCHMARKS.md, or --output)",
     )
     ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX rows (tiny_mlp, densenet_onnx)")
-    ap.add_argument(
-        "--no-cores", action="store_true", help="skip the every-core rows (benchmarks/cores_bench.py)"
-    )
-    ap.add_argument(
-        "--no-async",
-        action="store_true",
-        help="skip the async-execute rows (benchmarks/async_bench.py)",
-    )
-    ap.add_argument(
-        "--no-openai",
-        action="store_true",
-        help="skip the OpenAI embeddings rows (benchmarks/openai_bench.py)",
-    )
-    ap.add_argument(
-        "--no-sequence",
-        action="store_true",
-        help="skip the sequence rows (benchmarks/sequence_bench.py)",
-    )
-    ap.add_argument(
-        "--no-observability",
-        action="store_true",
-        help="skip the tracing and scraping rows (benchmarks/observability_bench.py)",
-    )
-    ap.add_argument(
-        "--no-ray",
-        action="store_true",
-        help="skip the Ray Serve rows (benchmarks/ray_bench.py)",
-    )
-    ap.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="skip the response cache rows (benchmarks/cache_bench.py)",
-    )
+    for flag, rows in SIDE_BENCH_FLAGS:
+        ap.add_argument(flag, action="store_true", help=f"skip the {rows}")
     ap.add_argument(
         "--openai-only",
         action="store_true",
