@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
-import statistics
 import sys
 import threading
-import time
 from pathlib import Path
 
 import servers
 from async_bench import perf_analyzer
-from bench_paths import REFERENCE_MODELS, ROOT
+from bench_paths import REFERENCE_MODELS
+from side import median, run_alone
 
 CONCURRENCY = 8
 GOALS = {"traced": 0.10, "scraped": 0.02}  # the most each may cost, as a share of plain's rate
@@ -93,12 +91,7 @@ def measure(rounds: int, out: Path, python: str, count: int) -> dict[str, list[d
     return results
 
 
-def _median(runs: list[dict[str, float]], key: str = "infer_per_s") -> float | None:
-    vals = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(vals) if vals else None
-
-
-def render(results: dict[str, list[dict[str, float]]], start: list[str], end: list[str], rounds: int) -> str:
+def render(results: dict[str, list[dict[str, float]]], start: str, end: str, rounds: int) -> str:
     lines = [
         "## What seeing inside costs: tracing and scraping (issue 13)",
         "",
@@ -107,18 +100,18 @@ def render(results: dict[str, list[dict[str, float]]], start: list[str], end: li
         "rotating each round. `traced`: `--trace-config level=TIMESTAMPS --trace-config rate=1` with Triton's "
         "trace file (every request traced and written); `scraped`: `GET /metrics` every second through the "
         f"measurement. {rounds} round(s); load average at start / end: "
-        f"{' '.join(start)} / {' '.join(end)}.",
+        f"{start} / {end}.",
         "",
         "| way | infer/s (median; rounds) | p50 / p99 (us) | cost against plain | goal |",
         "| --- | ---: | ---: | ---: | --- |",
     ]
-    plain = _median(results.get("plain", []))
+    plain = median(results.get("plain", []))
     verdicts = []
     for kind in ("plain", "traced", "scraped"):
         runs = results.get(kind, [])
-        med = _median(runs)
+        med = median(runs)
         per = " ".join(f"{r['infer_per_s']:,.0f}" if r else "-" for r in runs)
-        p50, p99 = _median(runs, "p50_us"), _median(runs, "p99_us")
+        p50, p99 = median(runs, "p50_us"), median(runs, "p99_us")
         cost = "" if kind == "plain" or med is None or not plain else f"{(1 - med / plain) * 100:+.1f}%"
         goal = ""
         if kind in GOALS and cost:
@@ -152,19 +145,12 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs inferd")
     ap.add_argument("--output", type=Path, default=None, help="results folder (default: a new one)")
     args = ap.parse_args()
-    out = args.output or ROOT / "benchmarks" / "results" / time.strftime(
-        "observability-%Y%m%d-%H%M%S", time.gmtime()
+    return run_alone(
+        "observability",
+        args.output,
+        lambda out: measure(args.rounds, out, args.python, args.count),
+        lambda results, start, end: render(results, start, end, args.rounds),
     )
-    out.mkdir(parents=True, exist_ok=True)
-    load_start = Path("/proc/loadavg").read_text().split()[:3]
-    results = measure(args.rounds, out, args.python, args.count)
-    load_end = Path("/proc/loadavg").read_text().split()[:3]
-    text = render(results, load_start, load_end, args.rounds)
-    (out / "observability.md").write_text(text)
-    (out / "summary.json").write_text(json.dumps(results, indent=1))
-    print(text)
-    print(f"results: {out}")
-    return 0
 
 
 if __name__ == "__main__":

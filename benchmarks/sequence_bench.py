@@ -17,16 +17,14 @@ per-round figures (who goes first flips each round); ``make bench`` runs it afte
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import servers
 from async_bench import perf_analyzer
 from bench_paths import ROOT
+from side import median, run_alone
 
 CONCURRENCY = 8
 SEQUENCE_LENGTH = 20
@@ -130,14 +128,7 @@ def measure(
     return results
 
 
-def _median(runs: list[dict[str, float]], key: str) -> float | None:
-    vals = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(vals) if vals else None
-
-
-def render(
-    results: dict[str, dict[str, list[dict[str, float]]]], start: list[str], end: list[str], rounds: int
-) -> str:
+def render(results: dict[str, dict[str, list[dict[str, float]]]], start: str, end: str, rounds: int) -> str:
     lines = [
         "## Sequences: stateful models (perf_analyzer, 8 concurrent sequences)",
         "",
@@ -145,7 +136,7 @@ def render(
         f"running sum per correlation id kept by the model) and `signal_smoother` (ONNX Runtime, `oldest`, "
         f"implicit state carried by the server; the reference's CPU build has no onnxruntime backend, so it runs on inferd alone), one instance each; perf_analyzer `--sequence-length "
         f"{SEQUENCE_LENGTH}` at concurrency {CONCURRENCY}, sync mode, count windows. {rounds} round(s); load "
-        f"average at start / end: {' '.join(start)} / {' '.join(end)}.",
+        f"average at start / end: {start} / {end}.",
         "",
         "| row | inferd infer/s (median; rounds) | inferd p50 / p99 (us) | reference infer/s (median; rounds) "
         "| reference p50 / p99 (us) | inferd / reference |",
@@ -157,9 +148,9 @@ def render(
         med: dict[str, float | None] = {}
         for name in ("inferd", "reference"):
             runs = results.get(row, {}).get(name, [])
-            med[name] = _median(runs, "infer_per_s")
+            med[name] = median(runs, "infer_per_s")
             per = " ".join(f"{r['infer_per_s']:,.0f}" if r else "-" for r in runs)
-            p50, p99 = _median(runs, "p50_us"), _median(runs, "p99_us")
+            p50, p99 = median(runs, "p50_us"), median(runs, "p99_us")
             cells.append(f"{med[name]:,.1f} ({per})" if med[name] is not None else "-")
             cells.append(f"{p50:,.0f} / {p99:,.0f}" if p50 is not None and p99 is not None else "-")
         a, b = med["inferd"], med["reference"]
@@ -184,19 +175,12 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs inferd")
     ap.add_argument("--output", type=Path, default=None, help="results folder (default: a new one)")
     args = ap.parse_args()
-    out = args.output or ROOT / "benchmarks" / "results" / time.strftime(
-        "sequence-%Y%m%d-%H%M%S", time.gmtime()
+    return run_alone(
+        "sequence",
+        args.output,
+        lambda out: measure(args.rounds, args.servers.split(","), out, args.python, args.count),
+        lambda results, start, end: render(results, start, end, args.rounds),
     )
-    out.mkdir(parents=True, exist_ok=True)
-    load_start = Path("/proc/loadavg").read_text().split()[:3]
-    results = measure(args.rounds, args.servers.split(","), out, args.python, args.count)
-    load_end = Path("/proc/loadavg").read_text().split()[:3]
-    text = render(results, load_start, load_end, args.rounds)
-    (out / "sequence.md").write_text(text)
-    (out / "summary.json").write_text(json.dumps(results, indent=1))
-    print(text)
-    print(f"results: {out}")
-    return 0
 
 
 if __name__ == "__main__":

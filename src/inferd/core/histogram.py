@@ -24,14 +24,13 @@ DEFAULT_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
 
 
 class Histogram:
-    """Bucket counts (not cumulative; the last is +Inf), a count and a sum."""
+    """Bucket counts (not cumulative; the last is +Inf) and a sum."""
 
-    __slots__ = ("_lock", "bounds", "count", "counts", "sum")
+    __slots__ = ("_lock", "bounds", "counts", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
-        self.count = 0
         self.sum = 0.0
         self._lock = threading.Lock()
 
@@ -39,7 +38,6 @@ class Histogram:
         i = bisect.bisect_left(self.bounds, value)  # a bucket's bound is inclusive (le)
         with self._lock:
             self.counts[i] += 1
-            self.count += 1
             self.sum += value
 
     def observe_since(self, t_start_ns: int) -> None:
@@ -47,8 +45,10 @@ class Histogram:
         self.observe(float((time.monotonic_ns() - t_start_ns) // 1_000_000))
 
     def snapshot(self) -> tuple[int, float, list[int]]:
+        """(count, sum, bucket counts), read together."""
         with self._lock:
-            return self.count, self.sum, list(self.counts)
+            counts = list(self.counts)
+            return sum(counts), self.sum, counts
 
 
 def first_response_histogram(config: Any, enabled: bool) -> Histogram | None:

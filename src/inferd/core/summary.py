@@ -25,8 +25,8 @@ DEFAULT_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.
 _DEFAULT_Q = tuple(q for q, _ in DEFAULT_QUANTILES)
 #: what is summarised, in the reference's family order
 KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
-#: what a model whose responses are cached adds (and it has no "request" summary, as the reference's
-#: FIXME DLIS-4762 leaves it out: a miss's insertion time would be a second observation)
+#: what a model whose responses are cached adds (and it has no "request" summary: the reference leaves
+#: it out, its issue DLIS-4762, as a miss's insertion time would be a second observation)
 CACHE_KINDS = ("cache_hit", "cache_miss")
 
 
@@ -116,7 +116,6 @@ class LatencySummaries:
 
     def __init__(self, quantiles: tuple[float, ...], cache: bool = False) -> None:
         self.quantiles = quantiles
-        self.cache = cache
         self._lock = threading.Lock()
         now = time.monotonic()
         kinds = (*KINDS[1:], *CACHE_KINDS) if cache else KINDS

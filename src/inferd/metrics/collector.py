@@ -151,13 +151,16 @@ def render(server: ServerCore) -> bytes:
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
     out.extend(cache_metrics.server_lines(server.response_cache))
     if config().histogram_latencies:  # before the summaries, as the reference registers them
-        family(histogram.FAMILY, histogram.HELP, "histogram")
+        lines: list[str] = []
         for name, version, model, _ in rows:
             h = model.stats.first_response
             if h is not None:
                 _count, total, counts = h.snapshot()
                 labels = f'model="{name}",version="{version}"'
-                out.extend(histogram_lines(histogram.FAMILY, labels, h.bounds, counts, total))
+                lines += histogram_lines(histogram.FAMILY, labels, h.bounds, counts, total)
+        if lines:  # as the summaries: no family without a series
+            family(histogram.FAMILY, histogram.HELP, "histogram")
+            out.extend(lines)
     if config().summary_latencies:
         _summaries(out, family, rows)
     family(*_LOAD_TIME, "gauge")

@@ -444,7 +444,9 @@ class InstancePool:
             return
         if inline:
             r1 = resource.getrusage(resource.RUSAGE_THREAD)
-            cpu = int((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e9)  # (microseconds)
+            cpu = int(
+                (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e9
+            )  # (seconds, to the microsecond)
             # a wait shorter than a thread hand-off is not worth leaving the loop for
             blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
             self._observe(instance, cpu, blocked, True)

@@ -37,7 +37,7 @@ class _Template:
     #: validation reads)
     key: bytes
     #: made from a header whose leading id was taken off (the id then comes from each request)
-    stripped: bool = False
+    stripped: bool
 
 
 _ID_PREFIXES = (b'{"id":"', b'{"id": "')
@@ -117,9 +117,8 @@ class HeaderCache:
                 )
                 return request, tpl.enc
         request, enc = decode_infer_request(model, version, body, header_length, self._shm)
-        tpl = self._template(model, version, request, enc, len(body) - header_length, key)
+        tpl = self._template(model, version, request, enc, len(body) - header_length, key, rid is not None)
         if tpl is not None and (rid is None or rid == request.id):
-            tpl.stripped = rid is not None
             if len(self._cache) >= self._capacity:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = tpl
@@ -128,7 +127,13 @@ class HeaderCache:
 
     @staticmethod
     def _template(
-        model: Model, version: str, request: InferRequest, enc: OutputEncoding, tail_len: int, head: bytes
+        model: Model,
+        version: str,
+        request: InferRequest,
+        enc: OutputEncoding,
+        tail_len: int,
+        key: bytes,
+        stripped: bool,
     ) -> _Template | None:
         if enc.shm:
             return None  # windows are resolved per request
@@ -151,5 +156,6 @@ class HeaderCache:
             request.outputs,
             request.output_names,
             enc,
-            head,
+            key,
+            stripped,
         )
