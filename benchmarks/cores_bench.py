@@ -13,6 +13,8 @@ Models, written into the results folder, Python backend, max_batch_size 0:
 perf_analyzer (the reference's build, bench.sh's settings: count windows, sync, batch 1, HTTP) drives
 ``cpu_work*`` at concurrency 4 and ``add_sub*`` at concurrency 8. The reference serves ``cpu_work``
 and ``add_sub_process`` (it ignores ``execution_mode``: its instances are always processes).
+``workers``: inferd with ``--workers 2`` (two serving processes on the same ports) serves the
+thread-mode rows, against one process: what a second front-end process buys on this machine.
 
 Goals (issue 9): ``cpu_work`` >= 1.0x the reference and >= 1.7x ``cpu_work_thread``; the process
 mode's cost on add_sub stated, aiming at >= 1.5x the reference even so. Medians over the rounds with
@@ -55,10 +57,12 @@ MODE = 'parameters: {{ key: "execution_mode" value: {{ string_value: "{mode}" }}
 #: (row id, model, concurrency, servers, request count, perf_analyzer --shape)
 ROWS = [
     ("cpu_work_http_c4", "cpu_work", 4, ("inferd", "reference"), 600, "INPUT0:4"),
-    ("cpu_work_thread_http_c4", "cpu_work_thread", 4, ("inferd",), 600, "INPUT0:4"),
+    ("cpu_work_thread_http_c4", "cpu_work_thread", 4, ("inferd", "workers"), 600, "INPUT0:4"),
     ("add_sub_process_http_c8", "add_sub_process", 8, ("inferd", "reference"), 4000, None),
-    ("add_sub_thread_http_c8", "add_sub_thread", 8, ("inferd",), 4000, None),
+    ("add_sub_thread_http_c8", "add_sub_thread", 8, ("inferd", "workers"), 4000, None),
 ]
+#: what the supervisor logs once every ``--workers`` process serves
+ALL_SERVING = "all 2 workers serving"
 
 
 def write_repository(dest: Path) -> Path:
@@ -81,7 +85,7 @@ def write_repository(dest: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--servers", default="inferd,reference")
+    ap.add_argument("--servers", default="inferd,reference,workers")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs inferd")
     ap.add_argument("--output", type=Path, default=None, help="results folder (default: a new one)")
@@ -94,13 +98,16 @@ def main() -> int:
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     for rnd in range(1, args.rounds + 1):
         for name in names if rnd % 2 else list(reversed(names)):  # who goes first flips each round
-            server = (
-                servers.inferd(repo, out / "inferd.log", args.python)
-                if name == "inferd"
-                else servers.reference(repo, out / "reference.log")
-            )
+            if name == "inferd":
+                server = servers.inferd(repo, out / "inferd.log", args.python)
+            elif name == "workers":
+                server = servers.inferd(repo, out / f"workers-r{rnd}.log", args.python, "--workers 2")
+            else:
+                server = servers.reference(repo, out / "reference.log")
             http = server.start().http
             try:
+                if name == "workers":  # perf_analyzer's connections must find both processes listening
+                    wait_for_line(out / f"workers-r{rnd}.log", ALL_SERVING)
                 for row, model, conc, sides, count, shape in ROWS:
                     if name not in sides:
                         continue
@@ -117,6 +124,14 @@ def main() -> int:
     print(text)
     print(f"results: {out}")
     return 0
+
+
+def wait_for_line(log: Path, line: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while line not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{log}: no '{line}' after {timeout:g} s")
+        time.sleep(0.1)
 
 
 def median(runs: list[dict[str, float]], key: str) -> float | None:
@@ -164,7 +179,25 @@ def render(
         f"- add_sub in a worker process / reference: "
         f"{ratio(('add_sub_process_http_c8', 'inferd'), ('add_sub_process_http_c8', 'reference'))}"
         " (aim >= 1.5x)",
+        "",
+        "`--workers 2` (two serving processes sharing the ports) against one process, the same rows:",
+        "",
+        "| row | one process infer/s (median; rounds) | `--workers 2` infer/s (median; rounds) "
+        "| `--workers 2` p50 / p99 (us) | `--workers 2` / one |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
+    for row, _model, _conc, sides, *_ in ROWS:
+        if "workers" not in sides:
+            continue
+        runs = results.get(row, {}).get("workers", [])
+        m = med[row, "workers"] = median(runs, "infer_per_s")
+        per = ", ".join(f"{r['infer_per_s']:,.0f}" for r in runs if r)
+        p50, p99 = median(runs, "p50_us"), median(runs, "p99_us")
+        one = med[row, "inferd"]
+        lines.append(
+            f"| `{row}` | {f'{one:,.1f}' if one else '-'} | {f'{m:,.1f} ({per})' if m else '-'} | "
+            f"{f'{p50:,.0f} / {p99:,.0f}' if p50 and p99 else '-'} | {ratio((row, 'workers'), (row, 'inferd'))} |"
+        )
     return "\n".join(lines) + "\n"
 
 

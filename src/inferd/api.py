@@ -19,7 +19,7 @@ import numpy as np
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE
-from inferd.errors import InternalError
+from inferd.errors import InternalError, InvalidArgumentError
 from inferd.options import ServerOptions
 from inferd.runtime import Runtime
 
@@ -46,6 +46,10 @@ class Server:
     ) -> None:
         repos = model_repository if isinstance(model_repository, list) else [model_repository]
         self.options = ServerOptions(model_repository=[Path(r) for r in repos], **options)
+        if self.options.workers != 1:
+            raise InvalidArgumentError(
+                "'workers' is a flag of 'inferd serve': an in-process server is one process"
+            )
         self.options.allow_http = http_port is not None
         self.options.http_port = http_port or 0
         self.options.http_address = http_address

@@ -22,6 +22,7 @@ from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
 from inferd.repository.remote import parse_store_url
+from inferd.workers.place import WorkerPlace, die_with_supervisor
 
 __all__ = ["TritonFormatter", "build_parser", "format_table", "main", "options_from_args", "serve"]
 
@@ -156,8 +157,9 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
             log.error("failed to stat file %s", repo)
             print(f"error: creating server: Internal - failed to stat file {repo}", file=sys.stderr)
             return 1
+    place = WorkerPlace.from_env()  # one of --workers processes, or None
     try:
-        runtime = Runtime(options, logs)
+        runtime = Runtime(options, logs, place)
     except (AccessConfigError, InferdError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -175,7 +177,8 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     gc.collect()
     gc.freeze()
     core = runtime.core
-    print(format_table(("Model", "Version", "Status"), core.model_table()), file=sys.stderr, flush=True)
+    if place is None or place.index == 0:  # the table once, not once per --workers process
+        print(format_table(("Model", "Version", "Status"), core.model_table()), file=sys.stderr, flush=True)
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
@@ -189,6 +192,8 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     log.info("inferd %s ready in %.0f ms", __version__, (time.monotonic() - t0) * 1000)
+    if place is not None:
+        place.announce_ready()
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
     clean = await runtime.stop()
@@ -208,6 +213,7 @@ def hard_exit(code: int) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    command_line = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "check":
         from inferd.check import run
@@ -238,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit
         sys.argv[:] = [""]
     options = options_from_args(args)
+    place = WorkerPlace.from_env()
+    if place is None and options.workers != 1:
+        from inferd.workers.supervisor import supervise
+
+        return supervise(options, command_line)
+    if place is not None:
+        die_with_supervisor()
     logs = from_options(options)
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.
     sys.setswitchinterval(float(os.environ.get("INFERD_SWITCH_INTERVAL", "0.001")))

@@ -187,6 +187,11 @@ class ServerOptions:
         "let clients register system shared memory (2.51 behaviour; newer reference releases default to "
         "false: turn it off when clients do not share the host)",
     )
+    workers: int = option(
+        1,
+        "serving processes sharing the HTTP, gRPC and metrics ports (SO_REUSEPORT), each with every "
+        "model loaded; statistics, metrics and model control are the whole server's (inferd serve only)",
+    )
     max_connections: int = option(10000, "open connections per port; the ones over get 503 and are closed")
     allow_grpc: bool = option(True, "serve the gRPC API")
     grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")

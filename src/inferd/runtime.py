@@ -11,6 +11,7 @@ the connections, the metrics endpoint and the shared-memory mappings.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import time
@@ -36,11 +37,13 @@ from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Tracing
 from inferd.trace.config import option_int
+from inferd.workers.place import WorkerPlace
 
 if TYPE_CHECKING:
     from inferd.core.facade import Core
     from inferd.frontends.grpc.service import InferenceServicer
     from inferd.frontends.http.app import HttpApp
+    from inferd.workers.peers import PeerServer
 
 log = logging.getLogger("inferd")
 
@@ -71,8 +74,14 @@ class FrontendError(Exception):
 class Runtime:
     """One server: its core and the front ends the options ask for."""
 
-    def __init__(self, options: ServerOptions, logs: LogSettings | None = None) -> None:
+    def __init__(
+        self, options: ServerOptions, logs: LogSettings | None = None, place: WorkerPlace | None = None
+    ) -> None:
+        if place is not None:  # one of --workers processes: the ports are shared
+            options = dataclasses.replace(options, reuse_grpc_port=True)
         self.options = options
+        #: this process's place among the ``--workers`` processes (None: it is the whole server)
+        self.place = place
         #: the log switches (the logging extension changes them); an embedding program keeps its
         #: own handlers unless it hands one over
         # an embedded server logs through its program's own handlers, unless the options name a file
@@ -85,6 +94,16 @@ class Runtime:
         #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
         rate_limiter = rate_limiter_from_flags(options.rate_limit, options.rate_limit_resource, option_int)
         self.core = ServerCore(options, self.custom_metrics, rate_limiter)
+        #: the core the front ends serve: the whole server's view when this is one of several processes
+        self.front_core: Core = self.core
+        self.peer_server: PeerServer | None = None
+        if place is not None:
+            from inferd.metrics.collector import render
+            from inferd.workers.peers import Peers, PeerServer, WorkersCore
+
+            core = self.core
+            self.front_core = WorkersCore(core, Peers(place), lambda: render(core))
+            self.peer_server = PeerServer(place, core, lambda: render(core))
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
@@ -110,14 +129,20 @@ class Runtime:
         self._stopped = False
 
     async def load(self) -> None:
-        """Load the model repositories (control mode none: every model, now)."""
+        """Load the model repositories (control mode none: every model, now); a ``--workers``
+        process started again in explicit mode also loads what the others serve."""
         await self.core.start()
+        catch_up = getattr(self.front_core, "catch_up", None)
+        if catch_up is not None and self.options.model_control_mode == "explicit":
+            await catch_up()
 
     async def start_frontends(self) -> None:
         """gRPC, HTTP and metrics, as the options ask; FrontendError when gRPC or HTTP cannot bind
         (what started is stopped again)."""
         options = self.options
         try:
+            if self.peer_server is not None:  # before the ports: a peer may ask as soon as clients do
+                await self.peer_server.start()
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
 
@@ -135,7 +160,12 @@ class Runtime:
 
                 app = self.http_app()
                 http = HttpServer(
-                    app, options.http_address, options.http_port, http_limits(options), self._http_tls()
+                    app,
+                    options.http_address,
+                    options.http_port,
+                    http_limits(options),
+                    self._http_tls(),
+                    reuse_port=self.place is not None,
                 )
                 try:
                     await http.start()
@@ -157,7 +187,7 @@ class Runtime:
         from inferd.frontends.grpc.service import InferenceServicer
 
         return InferenceServicer(
-            core or self.core,
+            core or self.front_core,
             self.options,
             self.shm,
             self.cuda_shm,
@@ -173,7 +203,7 @@ class Runtime:
 
         options = self.options
         return HttpApp(
-            core or self.core,
+            core or self.front_core,
             self.shm,
             self.cuda_shm,
             max_input_size=options.http_max_input_size,
@@ -199,7 +229,15 @@ class Runtime:
 
         options = self.options
         address = options.metrics_address or options.http_address
-        metrics = metrics_server(self.core, address, options.metrics_port, self._http_tls())
+        gather = getattr(self.front_core, "gather_metrics", None)  # the whole server's, with --workers
+        metrics = metrics_server(
+            self.core,
+            address,
+            options.metrics_port,
+            self._http_tls(),
+            gather,
+            reuse_port=self.place is not None,
+        )
         try:
             await metrics.start()
         except OSError as e:
@@ -222,6 +260,8 @@ class Runtime:
         self._stopped = True
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
+        if self.peer_server is not None:  # the other processes stop counting this one
+            await self.peer_server.stop()
         deadline = time.monotonic() + timeout
         drain_deadline = deadline - min(_UNLOAD_GRACE_S, timeout / 4)
         if self.http is not None:

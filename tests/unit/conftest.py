@@ -212,6 +212,9 @@ class FakeCore:
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         return {"model_stats": []}
 
+    async def gather_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        return self.statistics(name, version)
+
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return [{"name": n, "version": "1", "state": "READY"} for n in sorted(self.models)]
 

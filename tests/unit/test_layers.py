@@ -258,6 +258,7 @@ TOP = (
     "inferd.runtime",
     "inferd.metrics",
     "inferd.shm",
+    "inferd.workers",
     "inferd.__main__",
 )
 

@@ -302,3 +302,9 @@ def test_explicit_mode_loads_and_unloads_in_process() -> None:
         assert not s.model_ready("add_sub")
         entry = next(m for m in s.repository_index() if m["name"] == "add_sub")
         assert (entry["state"], entry["reason"]) == ("UNAVAILABLE", "unloaded")
+
+
+def test_workers_is_refused_in_process(tmp_path: Path) -> None:
+    """--workers starts processes: an in-process server cannot be several."""
+    with pytest.raises(inferd.InvalidArgumentError, match="'workers' is a flag of 'inferd serve'"):
+        inferd.Server(tmp_path, workers=2)

@@ -490,6 +490,10 @@ class ServerCore:
             stats.append(mv.stats.to_json(name, str(v)))
         return {"model_stats": stats}
 
+    async def gather_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The whole server's statistics: one process's are its own."""
+        return self.statistics(name, version)
+
     def status(self) -> dict[str, Any] | None:
         """The live status page's data, or None with ``--allow-status-page=false``."""
         return status(self) if self.options.allow_status_page else None

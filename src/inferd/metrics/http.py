@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
 
 from inferd.core.server import ServerCore
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
@@ -16,8 +18,11 @@ CONTENT_TYPE = "text/plain; charset=utf-8"
 class MetricsApp:
     """``GET /metrics``: Prometheus text (and the status page); other methods 405, other paths 404."""
 
-    def __init__(self, core: ServerCore) -> None:
+    def __init__(self, core: ServerCore, gather: Callable[[], Awaitable[bytes]] | None = None) -> None:
         self.core = core
+        #: the whole server's text when this process is one of several (``--workers``)
+        self.gather = gather
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         if serve_status(self.core, req, resp):  # the live status page, here too
@@ -26,10 +31,26 @@ class MetricsApp:
             resp.send(404, b'{"error":"Not Found"}', "text/plain")
         elif req.method != "GET":
             resp.send(405, b'{"error":"Method Not Allowed"}', "text/plain")
-        else:
+        elif self.gather is None:
             resp.send(200, render(self.core), CONTENT_TYPE)
+        else:
+            task = asyncio.get_running_loop().create_task(self._gathered(resp, self.gather))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _gathered(resp: Responder, gather: Callable[[], Awaitable[bytes]]) -> None:
+        resp.send(200, await gather(), CONTENT_TYPE)
 
 
-def metrics_server(core: ServerCore, host: str, port: int, tls: ssl.SSLContext | None = None) -> HttpServer:
-    """An HttpServer serving ``/metrics`` for ``core`` (over TLS with ``tls``)."""
-    return HttpServer(MetricsApp(core), host, port, ssl=tls)
+def metrics_server(
+    core: ServerCore,
+    host: str,
+    port: int,
+    tls: ssl.SSLContext | None = None,
+    gather: Callable[[], Awaitable[bytes]] | None = None,
+    reuse_port: bool = False,
+) -> HttpServer:
+    """An HttpServer serving ``/metrics`` for ``core`` (over TLS with ``tls``; the whole server's
+    text from ``gather`` when given; the port shared by several processes with ``reuse_port``)."""
+    return HttpServer(MetricsApp(core, gather), host, port, ssl=tls, reuse_port=reuse_port)

@@ -25,10 +25,10 @@ from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer, RpcError
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.metrics.aggregate import HIGHEST_FAMILIES, merge_metrics, merge_statistics
 from inferd.metrics.collector import render
 from inferd.options import ServerOptions
 from inferd.rayserve import collector as _collector
-from inferd.rayserve.aggregate import merge_metrics, merge_statistics
 
 log = logging.getLogger("inferd.rayserve")
 
@@ -66,6 +66,9 @@ class _ApplicationCore:
         local = self._core.statistics(name, version)  # the replica's own errors, texts and filter
         found = {(s["name"], s["version"]): s for s in merged["model_stats"]}
         return {"model_stats": [found.get((s["name"], s["version"]), s) for s in local["model_stats"]]}
+
+    async def gather_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        return self.statistics(name, version)
 
 
 class _Answer(Responder):
@@ -264,7 +267,7 @@ class InferdReplica:
         context = contextvars.copy_context()
         if request.method == "GET":
             if path == "/metrics":
-                text = merge_metrics(await self._collect("metrics"))
+                text = merge_metrics(await self._collect("metrics"), highest=HIGHEST_FAMILIES)
                 return Response(text.encode(), 200, media_type=_METRICS_TYPE)
             if path.startswith("/v2/models/") and path.endswith("/stats"):
                 context.run(_MERGED.set, merge_statistics(await self._collect("statistics")))

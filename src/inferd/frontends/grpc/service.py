@@ -332,7 +332,7 @@ class InferenceServicer:
         return resp
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        doc = self.core.statistics(request.name, parse_version(request.version))
+        doc = await self.core.gather_statistics(request.name, parse_version(request.version))
         return json_format.ParseDict(doc, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- repository ------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ class HttpApp:
             return
         if path.startswith("/v2/models/"):
             if path == "/v2/models/stats":
-                self._get_only(req, resp, lambda: self._json(resp, self.core.statistics()))
+                self._statistics(req, resp)
                 return
             m = _MODEL_RE.match(path)
             if m is None:
@@ -277,13 +277,29 @@ class HttpApp:
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
         elif action == "stats":
-            self._get_only(req, resp, lambda: self._json(resp, server.statistics(name, version)))
+            self._statistics(req, resp, name, version)
         elif action in ("generate", "generate_stream"):
             self._generate_route(req, resp, name, version, action == "generate_stream")
         elif version:  # trace/setting: a model's, never a version's
             resp.send(404, _NOT_FOUND, _TEXT)
         else:
             self._trace_settings(req, resp, name)
+
+    def _statistics(self, req: HttpRequest, resp: Responder, name: str = "", version: str = "") -> None:
+        if req.method != "GET":
+            resp.send(405, _NOT_ALLOWED, _JSON)
+            return
+        task = asyncio.get_running_loop().create_task(self._statistics_answer(resp, name, version))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _statistics_answer(self, resp: Responder, name: str, version: str) -> None:
+        try:
+            doc = await self.core.gather_statistics(name, version)
+        except InferdError as e:
+            _error(resp, e)
+            return
+        self._json(resp, doc)
 
     @staticmethod
     async def _ready_answer(resp: Responder, check: Callable[[], Awaitable[bool]]) -> None:

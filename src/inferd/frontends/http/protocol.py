@@ -526,12 +526,15 @@ class HttpServer:
         port: int,
         limits: HttpLimits = HttpLimits(),
         ssl: ssl_module.SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.limits = limits
         self.ssl = ssl
+        #: SO_REUSEPORT: several processes listen on the port, the kernel spreads the connections
+        self.reuse_port = reuse_port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[HttpConnection] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -543,6 +546,7 @@ class HttpServer:
             self.host,
             self.port,
             reuse_address=True,
+            reuse_port=self.reuse_port or None,
             backlog=1024,
             ssl=self.ssl,
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.rayserve.aggregate import merge_metrics, merge_statistics
+from inferd.metrics.aggregate import HIGHEST_FAMILIES, MACHINE_FAMILIES, merge_metrics, merge_statistics
 
 
 def _doc(count: int, last: int, batch: int = 1) -> dict[str, object]:
@@ -63,3 +63,20 @@ def test_metrics_sum_series_and_drop_summary_quantiles() -> None:
         'nv_q_sum{model="m"} 11.5',
         'nv_q_count{model="m"} 3',
     ]
+
+
+def test_machine_families_once_and_ratios_at_their_highest() -> None:
+    a = (
+        "# TYPE nv_cpu_memory_total_bytes gauge\nnv_cpu_memory_total_bytes 100\n"
+        "# TYPE inferd_queue_time_per_request_us gauge\n"
+        'inferd_queue_time_per_request_us{model="m",version="1"} 30\n'
+        '# TYPE nv_inference_count counter\nnv_inference_count{model="m",version="1"} 2\n'
+    )
+    b = a.replace("} 30", "} 70").replace("} 2", "} 5")
+    c = a.replace("} 30", "} 10")
+    merged = merge_metrics([a, b, c], once=MACHINE_FAMILIES, highest=HIGHEST_FAMILIES).splitlines()
+    assert "nv_cpu_memory_total_bytes 100" in merged
+    assert 'inferd_queue_time_per_request_us{model="m",version="1"} 70' in merged
+    assert 'nv_inference_count{model="m",version="1"} 9' in merged
+    # without the sets, every family adds up (Ray Serve's replicas may be on several machines)
+    assert "nv_cpu_memory_total_bytes 300" in merge_metrics([a, b, c]).splitlines()

@@ -1,10 +1,13 @@
-"""The whole application's statistics and metrics, from every replica's: pure merging, no Ray.
+"""The whole server's statistics and metrics from its parts' (Ray Serve replicas, ``--workers``
+processes): pure merging.
 
-Statistics (Triton's statistics extension, one document per replica) are summed per (model,
+Statistics (Triton's statistics extension, one document per part) are summed per (model,
 version): counts and durations add up, ``last_inference`` is the latest, ``batch_stats`` add up per
 batch size. Metrics (Prometheus text) are summed per series; a summary's quantiles cannot be summed
 (the quantile of a union is not a function of the parts' quantiles), so they are left out of the
-sum and only their ``_sum`` and ``_count`` remain.
+sum and only their ``_sum`` and ``_count`` remain. Families that describe the machine rather than
+the part (``MACHINE_FAMILIES``: the same figure in every process of one machine) are taken from the
+first part that has them; ratios and averages (``HIGHEST_FAMILIES``) take the highest part's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,22 @@ _KEYED_LISTS: dict[str, str | tuple[str, ...]] = {
 #: fields that name what an entry counts (a batch size): never summed
 _IDENTITY = frozenset({"batch_size", "name", "version"})
 _QUANTILE = re.compile(r'[{,]quantile="')
+#: one machine's figures: every process on it reports the same (summing would count them N times)
+MACHINE_FAMILIES = frozenset(
+    {
+        "nv_cpu_utilization",
+        "nv_cpu_memory_total_bytes",
+        "nv_cpu_memory_used_bytes",
+        "nv_gpu_utilization",
+        "nv_gpu_memory_total_bytes",
+        "nv_gpu_memory_used_bytes",
+    }
+)
+#: ratios, averages and durations of one event in each part, which do not add up: the highest
+#: part's is kept (the busiest process's queue time, the slowest load)
+HIGHEST_FAMILIES = frozenset(
+    {"nv_cache_util", "inferd_queue_time_per_request_us", "nv_model_load_duration_secs"}
+)
 
 
 def merge_statistics(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -62,9 +81,14 @@ def _merge(a: Any, b: Any, name: str) -> Any:
     return max(a, b) if name in _LATEST else a + b
 
 
-def merge_metrics(texts: Iterable[str]) -> str:
+def merge_metrics(
+    texts: Iterable[str],
+    once: frozenset[str] = frozenset(),
+    highest: frozenset[str] = frozenset(),
+) -> str:
     """Prometheus text exposition summing the series of ``texts``, family by family, in the order
-    they first appear; summary quantiles are dropped (see the module's note)."""
+    they first appear; summary quantiles are dropped (see the module's note). A family in ``once``
+    keeps the first value of each series, one in ``highest`` its highest."""
     families: dict[str, list[str]] = {}  # family -> its HELP/TYPE lines
     series: dict[str, dict[str, float]] = {}  # family -> series (name and labels) -> value
     for text in texts:
@@ -90,7 +114,13 @@ def merge_metrics(texts: Iterable[str]) -> str:
                 continue
             values = series.setdefault(family, {})
             families.setdefault(family, [])
-            values[key] = values.get(key, 0.0) + number
+            seen = values.get(key)
+            if seen is None:
+                values[key] = number
+            elif family in highest:
+                values[key] = max(seen, number)
+            elif family not in once:
+                values[key] = seen + number
     out: list[str] = []
     for family, head in families.items():
         out.extend(head)

@@ -1,0 +1,197 @@
+"""``inferd serve --workers N``: start N serving processes on the same ports and keep them serving.
+
+The supervisor loads no model and serves no request. It starts N copies of its own command line
+(``python -m inferd ...``), each told its place by the environment (``place.py``): every process
+loads the repository and listens on the HTTP, gRPC and metrics ports with SO_REUSEPORT, so the
+kernel spreads new connections over them, and each answers its peers on a Unix socket in a folder
+of the supervisor's (``peers.py``).
+
+- Start: the supervisor is ready when every process is (each says so on a pipe). A process that ends
+  before it is ready (a model that fails to load with ``--exit-on-error``, a port in use) stops the
+  others, and the supervisor exits with its status.
+- A process that dies later (a crash, the kernel's OOM killer) is logged and started again, no
+  sooner than a second after its last start; the others serve on meanwhile.
+- SIGTERM or SIGINT reaches every process, which drain as one server would; the supervisor exits
+  when they all have, with the first non-zero status among them (0 when they all ended cleanly).
+- The processes end with the supervisor, also when it is SIGKILLed (``PR_SET_PDEATHSIG``: they
+  drain and exit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.logs import from_options
+from inferd.options import ServerOptions
+from inferd.workers.place import ENV_DIR, ENV_INDEX, ENV_READY_FD, ENV_SUPERVISOR
+
+log = logging.getLogger("inferd.workers")
+#: the least time between two starts of the same process
+_RESTART_DELAY_S = 1.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes]
+    ready_fd: int
+    started: float = field(default_factory=time.monotonic)
+    ready: bool = False
+
+
+def _refusal(options: ServerOptions) -> str | None:
+    if options.workers < 1:
+        return f"--workers must be at least 1, got {options.workers}"
+    ports = [
+        ("--http-port", options.http_port, options.allow_http),
+        ("--grpc-port", options.grpc_port, options.allow_grpc),
+        ("--metrics-port", options.metrics_port, options.allow_metrics),
+    ]
+    for flag, port, used in ports:
+        if used and port == 0:
+            return f"--workers {options.workers} needs a fixed port: {flag} 0 would give each process its own"
+    return None
+
+
+class Supervisor:
+    """Starts, watches and stops the ``--workers`` processes of one server."""
+
+    def __init__(self, options: ServerOptions, command_line: list[str]) -> None:
+        self.count = options.workers
+        self.command = [sys.executable, "-m", "inferd", *command_line]
+        self.directory = Path(tempfile.mkdtemp(prefix="inferd-workers-"))  # mode 0700
+        self.workers: dict[int, _Worker] = {}
+        self.pending: dict[int, float] = {}  # index -> when it may start again
+        self.stopping = False
+        self.status = 0
+        self.all_ready = False
+        self._selector = selectors.DefaultSelector()
+
+    def _start(self, index: int) -> None:
+        read_fd, write_fd = os.pipe()
+        env = dict(
+            os.environ,
+            **{
+                ENV_DIR: str(self.directory),
+                ENV_INDEX: str(index),
+                ENV_READY_FD: str(write_fd),
+                ENV_SUPERVISOR: str(os.getpid()),
+            },
+        )
+        try:
+            proc = subprocess.Popen(self.command, env=env, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        worker = _Worker(index, proc, read_fd)
+        self.workers[index] = worker
+        self._selector.register(read_fd, selectors.EVENT_READ, worker)
+        log.info("started worker %d of %d (pid %d)", index, self.count, proc.pid)
+
+    def _signal_all(self, sig: int) -> None:
+        for worker in self.workers.values():
+            if worker.proc.poll() is None:
+                worker.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.pending.clear()
+            self._signal_all(signal.SIGTERM)
+
+    def _on_ready_pipe(self, worker: _Worker) -> None:
+        try:
+            data = os.read(worker.ready_fd, 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data and not worker.ready:
+            worker.ready = True
+            everyone = len(self.workers) == self.count and all(w.ready for w in self.workers.values())
+            if everyone and not self.all_ready:
+                self.all_ready = True
+                log.info("all %d workers serving", self.count)
+        if not data:
+            self._selector.unregister(worker.ready_fd)
+            os.close(worker.ready_fd)
+            worker.ready_fd = -1
+
+    def _reap(self) -> None:
+        for index, worker in list(self.workers.items()):
+            code = worker.proc.poll()
+            if code is None:
+                continue
+            del self.workers[index]
+            if worker.ready_fd >= 0:
+                self._selector.unregister(worker.ready_fd)
+                os.close(worker.ready_fd)
+            exit_status = code if code >= 0 else 128 - code
+            if self.stopping:
+                if code != 0 and self.status == 0:
+                    self.status = exit_status
+                continue
+            if not worker.ready and not self.all_ready:  # at start: the server cannot start
+                log.error("worker %d exited with status %d before it was ready; stopping", index, exit_status)
+                self.status = exit_status or 1
+                self.stop()
+                continue
+            how = f"signal {-code}" if code < 0 else f"status {code}"
+            log.error("worker %d (pid %d) exited with %s; starting it again", index, worker.proc.pid, how)
+            self.pending[index] = worker.started + _RESTART_DELAY_S
+
+    def _restart_due(self) -> float | None:
+        """Start the processes whose delay passed; the seconds until the next one is due."""
+        now = time.monotonic()
+        for index, due in sorted(self.pending.items()):
+            if due <= now:
+                del self.pending[index]
+                self._start(index)
+        return max(0.0, min(self.pending.values()) - now) if self.pending else None
+
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, lambda *_: None)  # the wakeup fd carries the number
+        self._selector.register(wake_r, selectors.EVENT_READ, None)
+        try:
+            for index in range(self.count):
+                self._start(index)
+            while self.workers or self.pending:
+                for key, _ in self._selector.select(self._restart_due()):
+                    if key.data is None:
+                        for signum in os.read(wake_r, 512):
+                            if signum in (signal.SIGTERM, signal.SIGINT):
+                                log.info("stopping %d workers", len(self.workers))
+                                self.stop()
+                    else:
+                        self._on_ready_pipe(key.data)
+                self._reap()
+        finally:
+            signal.set_wakeup_fd(-1)
+            self._signal_all(signal.SIGKILL)  # only when the loop itself failed: they are gone otherwise
+            shutil.rmtree(self.directory, ignore_errors=True)
+        return self.status
+
+
+def supervise(options: ServerOptions, command_line: list[str]) -> int:
+    """Run ``--workers`` processes of ``command_line`` until SIGTERM/SIGINT; the exit status."""
+    from_options(options)  # the supervisor's own lines look like the processes'
+    refusal = _refusal(options)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
+    return Supervisor(options, command_line).run()

@@ -1,0 +1,235 @@
+"""``inferd serve --workers 2`` behind real clients: the connections spread over two processes, and
+statistics, metrics and model control are the whole server's; a process that dies is started again
+(and catches up on the models loaded meanwhile); SIGTERM stops every process, SIGKILL of the
+supervisor too; a process that cannot start stops the server."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from conftest import REPO_ROOT, InferdProcess, free_port
+
+from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
+
+#: a model that answers with the pid of the process that ran it
+WHOAMI_CONFIG = """
+name: "whoami"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "PID", data_type: TYPE_INT64, dims: [ 1 ] } ]
+"""
+WHOAMI = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        pid = np.array([os.getpid()], np.int64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", pid)]) for _ in requests]
+"""
+ALL_SERVING = "all 2 workers serving"
+START_TIMEOUT_S = 90.0
+
+
+def _repository(root: Path) -> Path:
+    repo = root / "models"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REFERENCE_MODELS / "add_sub", repo / "add_sub", ignore=ignore)
+    shutil.copytree(FIXTURE_MODELS / "init_fails", repo / "init_fails", ignore=ignore)
+    (repo / "whoami" / "1").mkdir(parents=True)
+    (repo / "whoami" / "config.pbtxt").write_text(WHOAMI_CONFIG)
+    (repo / "whoami" / "1" / "model.py").write_text(WHOAMI)
+    return repo
+
+
+def _wait_for(predicate: object, what: str, timeout: float = START_TIMEOUT_S) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _serving_processes(server: InferdProcess) -> set[int]:
+    """The pids of the supervisor's children (the serving processes)."""
+    assert server.proc is not None
+    out = set()
+    for p in os.listdir("/proc"):
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{p}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[1]) == server.proc.pid:
+                out.add(int(p))
+    return out
+
+
+def _whoami_fresh_connection(server: InferdProcess) -> int:
+    """One request on a new connection: the pid of the process the kernel gave it to."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        body = {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}]}
+        conn.request("POST", "/v2/models/whoami/infer", json.dumps(body))
+        answer = conn.getresponse()
+        doc = json.loads(answer.read())
+        assert answer.status == 200, doc
+        return int(doc["outputs"][0]["data"][0])
+    finally:
+        conn.close()
+
+
+def _ready_everywhere(server: InferdProcess, model: str, tries: int = 16) -> set[bool]:
+    """What ``model``'s readiness is over ``tries`` new connections (a set of one answer when every
+    process agrees)."""
+    seen = set()
+    for _ in range(tries):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.request("GET", f"/v2/models/{model}/ready")
+            seen.add(conn.getresponse().status == 200)
+        finally:
+            conn.close()
+    return seen
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[InferdProcess]:
+    server = InferdProcess(_repository(tmp_path), tmp_path / "inferd.log", ("--workers", "2")).start()
+    try:
+        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        yield server
+    finally:
+        server.kill()
+
+
+def test_connections_spread_and_statistics_and_metrics_are_the_whole_servers(workers: InferdProcess) -> None:
+    children = _serving_processes(workers)
+    assert len(children) == 2
+    pids = [_whoami_fresh_connection(workers) for _ in range(40)]
+    assert set(pids) == children, "both processes should have served some of 40 new connections"
+    http_stats = httpclient.InferenceServerClient(workers.url).get_inference_statistics("whoami")
+    (entry,) = http_stats["model_stats"]
+    assert entry["inference_count"] == 40
+    assert entry["inference_stats"]["success"]["count"] == 40
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{workers.grpc_port}")
+    try:
+        grpc_stats = grpc_client.get_inference_statistics("whoami", as_json=True)
+        assert int(grpc_stats["model_stats"][0]["inference_count"]) == 40
+        everything = grpc_client.get_inference_statistics(as_json=True)
+        assert {s["name"] for s in everything["model_stats"]} == {"add_sub", "whoami"}
+    finally:
+        grpc_client.close()
+    conn = http.client.HTTPConnection("127.0.0.1", workers.metrics_port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    assert 'nv_inference_count{model="whoami",version="1"} 40' in text
+    # the machine's figures once, not once per process
+    total = [line for line in text.splitlines() if line.startswith("nv_cpu_memory_total_bytes ")]
+    assert len(total) == 1 and float(total[0].split()[1]) == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+        "SC_PHYS_PAGES"
+    )
+    # an unknown model is this process's error, as one process answers it
+    bad = http.client.HTTPConnection("127.0.0.1", workers.port, timeout=30)
+    bad.request("GET", "/v2/models/nope/stats")
+    answer = bad.getresponse()
+    assert answer.status == 400
+    assert json.loads(answer.read()) == {"error": "requested model 'nope' is not available"}
+
+
+def test_a_process_that_dies_is_started_again(workers: InferdProcess) -> None:
+    before = _serving_processes(workers)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    # the other process serves on meanwhile (once the victim is gone: a connection the kernel had
+    # queued on its socket is reset, as with any crashed server)
+    _wait_for(lambda: not os.path.exists(f"/proc/{victim}"), "the victim to be reaped")
+    assert _whoami_fresh_connection(workers) != victim
+    _wait_for(lambda: len(_serving_processes(workers) - {victim}) == 2, "the process started again")
+    _wait_for(lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
+    assert "exited with signal 9; starting it again" in workers.log()
+    _wait_for(
+        lambda: len({_whoami_fresh_connection(workers) for _ in range(20)}) == 2, "both processes serving"
+    )
+    assert workers.stop() == 0
+    assert not _serving_processes(workers)
+
+
+def test_model_control_reaches_every_process(tmp_path: Path) -> None:
+    server = InferdProcess(
+        _repository(tmp_path),
+        tmp_path / "inferd.log",
+        ("--workers", "2", "--model-control-mode", "explicit", "--load-model", "whoami"),
+    ).start()
+    try:
+        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        assert _ready_everywhere(server, "add_sub") == {False}
+        client = httpclient.InferenceServerClient(server.url)
+        client.load_model("add_sub")
+        assert _ready_everywhere(server, "add_sub") == {True}
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        for _ in range(6):  # a new client each time: both processes answer
+            fresh = httpclient.InferenceServerClient(server.url)
+            inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "FP32").set_data_from_numpy(a),
+                httpclient.InferInput("INPUT1", [1, 16], "FP32").set_data_from_numpy(a),
+            ]
+            np.testing.assert_array_equal(fresh.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + a)
+            fresh.close()
+        # a load that fails is the client's error (here, in the process that took it)
+        with pytest.raises(Exception, match="init exploded on purpose"):
+            client.load_model("init_fails")
+        # a process started again loads what the others serve
+        victim = min(_serving_processes(server))
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(lambda: server.log().count(" ready in ") >= 3, "the new process to serve")
+        assert _ready_everywhere(server, "add_sub") == {True}
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        grpc_client.unload_model("add_sub")
+        grpc_client.close()
+        _wait_for(lambda: _ready_everywhere(server, "add_sub") == {False}, "unloaded everywhere", 30)
+        client.close()
+    finally:
+        code = server.stop()
+    assert code == 0, server.log()[-4000:]
+
+
+def test_sigkill_of_the_supervisor_stops_every_process(workers: InferdProcess) -> None:
+    children = _serving_processes(workers)
+    assert workers.proc is not None
+    workers.proc.send_signal(signal.SIGKILL)
+    workers.proc.wait(10)
+    _wait_for(lambda: not any(os.path.exists(f"/proc/{c}") for c in children), "the processes to exit", 30)
+
+
+def test_a_process_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
+    """``--exit-on-error`` (the default) with a model that fails: every process exits, and so does
+    the supervisor, with the failure's status."""
+    repo = _repository(tmp_path)
+    ports = [str(free_port()) for _ in range(3)]
+    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repo), "--workers", "2"]
+    cmd += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "before it was ready; stopping" in done.stderr
+    assert "failed to load all models" in done.stderr
+
+
+def test_workers_need_fixed_ports(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(tmp_path), "--workers", "2"]
+    cmd += ["--http-port", "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 1
+    assert "--workers 2 needs a fixed port: --http-port 0 would give each process its own" in done.stderr
