@@ -94,6 +94,9 @@ class Runtime:
         #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
         rate_limiter = rate_limiter_from_flags(options.rate_limit, options.rate_limit_resource, option_int)
         self.core = ServerCore(options, self.custom_metrics, rate_limiter)
+        #: client shared-memory regions: one registry (of each kind) for every front end
+        self.shm = SharedMemoryManager(options.allow_client_shm)
+        self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
         #: the core the front ends serve: the whole server's view when this is one of several processes
         self.front_core: Core = self.core
         self.peer_server: PeerServer | None = None
@@ -101,12 +104,10 @@ class Runtime:
             from inferd.metrics.collector import render
             from inferd.workers.peers import Peers, PeerServer, WorkersCore
 
-            core = self.core
-            self.front_core = WorkersCore(core, Peers(place), lambda: render(core))
-            self.peer_server = PeerServer(place, core, lambda: render(core))
-        #: client shared-memory regions: one registry (of each kind) for every front end
-        self.shm = SharedMemoryManager(options.allow_client_shm)
-        self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
+            core, peers = self.core, Peers(place)
+            self.front_core = WorkersCore(core, peers, lambda: render(core))
+            self.peer_server = PeerServer(place, core, lambda: render(core), self.shm)
+            self.shm.propagate = peers.everywhere
         keys = load_keys(options.api_keys_file)
         exempt = parse_categories(options.api_keys_exempt) if keys else frozenset()
         #: who may use which API, per front end (restrictions differ; the keys are the same)
@@ -133,8 +134,8 @@ class Runtime:
         process started again in explicit mode also loads what the others serve."""
         await self.core.start()
         catch_up = getattr(self.front_core, "catch_up", None)
-        if catch_up is not None and self.options.model_control_mode == "explicit":
-            await catch_up()
+        if catch_up is not None:
+            await catch_up(self.shm, self.options.model_control_mode == "explicit")
 
     async def start_frontends(self) -> None:
         """gRPC, HTTP and metrics, as the options ask; FrontendError when gRPC or HTTP cannot bind

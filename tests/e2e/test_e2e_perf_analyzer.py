@@ -12,6 +12,8 @@ import os
 import re
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,27 @@ def test_perf_analyzer_identity_fp32(perf_analyzer: Path, server: InferdProcess)
         {"inputs": [{"name": "INPUT0", "shape": [1024], "datatype": "FP32", "data": [0.5] * 1024}]},
     )
     assert _run(perf_analyzer, server, "-m", "identity_fp32", "--shape", "INPUT0:1024") > 0
+
+
+def test_perf_analyzer_system_shared_memory_over_workers(
+    perf_analyzer: Path, start_server: Callable[..., InferdProcess]
+) -> None:
+    """perf_analyzer registers its regions on one connection and infers on others: with
+    ``--workers 2`` the regions must reach both processes, and the server-side counts it reads from
+    the statistics extension are the whole server's (about its own request count)."""
+    server = start_server("--workers", "2")
+    deadline = time.monotonic() + 90
+    while "all 2 workers serving" not in server.log():
+        assert time.monotonic() < deadline, server.log()[-3000:]
+        time.sleep(0.05)
+    cmd = [str(perf_analyzer), "-u", server.url, "-i", "http", *COMMON, "-m", "add_sub"]
+    for _attempt in range(4):  # as _run: an unstable measurement on a busy machine is tried again
+        out = subprocess.run([*cmd, "--shared-memory", "system"], capture_output=True, text=True, timeout=80)
+        text = out.stdout + out.stderr
+        if out.returncode == 0 or "Failed to obtain stable measurement" not in text:
+            break
+    assert out.returncode == 0, text
+    client = re.search(r"Client: \n\s+Request count: (\d+)", text)
+    served = re.search(r"Server: \n\s+Inference count: (\d+)", text)
+    assert client is not None and served is not None, text
+    assert abs(int(served.group(1)) - int(client.group(1))) <= 0.1 * int(client.group(1)), text

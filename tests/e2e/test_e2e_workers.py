@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from conftest import REPO_ROOT, InferdProcess, free_port
 
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
@@ -204,6 +205,50 @@ def test_model_control_reaches_every_process(tmp_path: Path) -> None:
     finally:
         code = server.stop()
     assert code == 0, server.log()[-4000:]
+
+
+def _status_everywhere(server: InferdProcess, tries: int = 12) -> set[tuple[str, ...]]:
+    """The region names each of ``tries`` new clients (new connections) is told."""
+    seen = set()
+    for _ in range(tries):
+        client = httpclient.InferenceServerClient(server.url)
+        seen.add(tuple(sorted(r["name"] for r in client.get_system_shared_memory_status())))
+        client.close()
+    return seen
+
+
+def test_a_shared_memory_region_serves_on_every_connection(workers: InferdProcess) -> None:
+    """perf_analyzer's way: one client registers, others (other connections) infer through it."""
+    key = f"/inferd_workers_{os.getpid()}"
+    region = shm.create_shared_memory_region("in", key, 128)
+    try:
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        shm.set_shared_memory_region(region, [a, np.ones_like(a)])
+        first = httpclient.InferenceServerClient(workers.url)
+        first.register_system_shared_memory("in", key, 128)
+        assert _status_everywhere(workers) == {("in",)}
+        for _ in range(6):
+            fresh = httpclient.InferenceServerClient(workers.url)
+            inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+            ]
+            inputs[0].set_shared_memory("in", 64)
+            inputs[1].set_shared_memory("in", 64, offset=64)
+            np.testing.assert_array_equal(fresh.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + 1)
+            fresh.close()
+        # a process started again maps what the others hold
+        victim = min(_serving_processes(workers))
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
+        assert _status_everywhere(workers) == {("in",)}
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{workers.grpc_port}")
+        grpc_client.unregister_system_shared_memory("in")
+        grpc_client.close()
+        assert _status_everywhere(workers) == {()}
+        first.close()
+    finally:
+        shm.destroy_shared_memory_region(region)
 
 
 def test_sigkill_of_the_supervisor_stops_every_process(workers: InferdProcess) -> None:

@@ -20,6 +20,7 @@ import mmap
 import os
 import stat
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,20 @@ class SharedMemoryManager:
         self._regions: dict[str, SystemRegion] = {}
         self._lock = threading.Lock()
         self.allow_client_shm = allow_client_shm
+        #: ``--workers``: applies a change in every other serving process (workers/peers.py), so a
+        #: region registered on one connection serves requests on any; None in a single process
+        self.propagate: Callable[..., Awaitable[None]] | None = None
+
+    # -- what the front ends call: here, then in every other process -----------------------------
+    async def register_everywhere(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.register(name, key, offset, byte_size)
+        if self.propagate is not None:
+            await self.propagate("shm_register", name, key, offset, byte_size)
+
+    async def unregister_everywhere(self, name: str = "") -> None:
+        self.unregister(name)
+        if self.propagate is not None:
+            await self.propagate("shm_unregister", name)
 
     # -- extension endpoints ---------------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:

@@ -8,8 +8,13 @@ front ends of every process see the core through ``WorkersCore``, which asks the
 - statistics (HTTP, gRPC) and ``GET /metrics`` are the sum over every process (``metrics/aggregate.py``);
 - a model load or unload is applied here first (its error, if any, is the client's answer), then in
   every other process; the first peer's error is answered too;
+- a system shared-memory region registered or unregistered here is so in every process too
+  (``SharedMemoryManager.propagate``), so a client may register on one connection and infer on others;
 - everything else (health, metadata, inference) is this process's own: the processes load the same
   repository with the same options, so their answers agree.
+
+A process started again (after a crash) catches up at start: the regions the others hold, and in
+explicit mode the models they serve.
 
 The socket's folder is the supervisor's, mode 0700: only the same user reaches it, and messages are
 pickled. A peer that cannot be reached (restarting) is left out, with a warning.
@@ -27,6 +32,7 @@ from typing import Any
 from inferd.core.server import ServerCore
 from inferd.errors import ErrorCode, InferdError, InternalError, error_for_code
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, MACHINE_FAMILIES, merge_metrics, merge_statistics
+from inferd.shm.system import SharedMemoryManager
 from inferd.workers.place import WorkerPlace
 
 log = logging.getLogger("inferd.workers")
@@ -52,10 +58,17 @@ def _write(writer: asyncio.StreamWriter, message: Any) -> None:
 class PeerServer:
     """Answers the other processes' questions about this process's core."""
 
-    def __init__(self, place: WorkerPlace, core: ServerCore, metrics_text: Callable[[], bytes]) -> None:
+    def __init__(
+        self,
+        place: WorkerPlace,
+        core: ServerCore,
+        metrics_text: Callable[[], bytes],
+        shm: SharedMemoryManager | None = None,
+    ) -> None:
         self.place = place
         self.core = core
         self.metrics_text = metrics_text
+        self.shm = shm if shm is not None else SharedMemoryManager()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -100,6 +113,14 @@ class PeerServer:
         if op == "unload":
             await core.unload_model(*args)
             return None
+        if op == "shm_register":
+            self.shm.register(*args)
+            return None
+        if op == "shm_unregister":
+            self.shm.unregister(*args)
+            return None
+        if op == "shm_status":
+            return self.shm.status()
         raise InternalError(f"unknown peer request '{op}'")
 
 
@@ -115,6 +136,12 @@ class Peers:
         paths = self.place.peer_paths()
         answers = await asyncio.gather(*(self._ask(str(p), op, args, timeout) for p in paths))
         return [a for a in answers if a is not _UNREACHED]
+
+    async def everywhere(self, op: str, *args: Any) -> None:
+        """Apply a change in every reachable peer, as long as it takes; the first peer's error."""
+        for answer in await self.ask_all(op, *args, timeout=None):
+            if isinstance(answer, InferdError):
+                raise answer
 
     async def _ask(self, path: str, op: str, args: tuple[Any, ...], timeout: float | None) -> Any:
         try:
@@ -172,9 +199,22 @@ class WorkersCore:
         texts = [self._metrics_text().decode(), *(a for a in answers if isinstance(a, str))]
         return merge_metrics(texts, once=MACHINE_FAMILIES, highest=HIGHEST_FAMILIES).encode()
 
-    async def catch_up(self) -> None:
-        """A process started again in explicit mode: load what the first peer to answer serves
-        (from the repository: a config given with a load is not replayed)."""
+    async def catch_up(self, shm: SharedMemoryManager, models: bool) -> None:
+        """A process started again: register the shared-memory regions the first peer to answer
+        holds, and with ``models`` (explicit mode) load the models it serves (from the repository:
+        a config given with a load is not replayed)."""
+        for regions in await self._peers.ask_all("shm_status"):
+            if isinstance(regions, list):
+                for r in regions:
+                    try:
+                        shm.register(r["name"], r["key"], r["offset"], r["byte_size"])
+                    except InferdError as e:
+                        log.warning(
+                            "could not map region '%s', which the other workers hold: %s", r["name"], e
+                        )
+                break
+        if not models:
+            return
         here = {e["name"] for e in self._core.repository_index(True)}
         for answer in await self._peers.ask_all("index"):
             if isinstance(answer, list):
@@ -189,14 +229,8 @@ class WorkersCore:
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         await self._core.load_model(name, config, files)
-        await self._everywhere("load", name, config, files)
+        await self._peers.everywhere("load", name, config, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         await self._core.unload_model(name, unload_dependents)
-        await self._everywhere("unload", name, unload_dependents)
-
-    async def _everywhere(self, op: str, *args: Any) -> None:
-        answers = await self._peers.ask_all(op, *args, timeout=None)
-        for answer in answers:
-            if isinstance(answer, InferdError):
-                raise answer
+        await self._peers.everywhere("unload", name, unload_dependents)

@@ -4,6 +4,7 @@ cores are fakes with statistics of their own."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,6 +13,7 @@ import pytest
 from inferd.core.server import ServerCore
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.options import ServerOptions
+from inferd.shm.system import SharedMemoryManager
 from inferd.workers.peers import Peers, PeerServer, WorkersCore
 from inferd.workers.place import WorkerPlace
 from inferd.workers.supervisor import _refusal
@@ -114,7 +116,7 @@ def test_model_control_reaches_every_process(tmp_path: Path) -> None:
         await servers[2].stop()
         fresh = _Core(0, loaded=set())
         view = WorkersCore(cast(ServerCore, fresh), Peers(WorkerPlace(tmp_path, 2)), lambda: b"")
-        await view.catch_up()
+        await view.catch_up(SharedMemoryManager(), models=True)
         assert fresh.loaded == {"m", "late"}
         for s in servers[:2]:
             await s.stop()
@@ -140,3 +142,39 @@ def test_the_supervisor_refuses_what_cannot_work() -> None:
     text = _refusal(ServerOptions(workers=3, grpc_port=0))
     assert text == "--workers 3 needs a fixed port: --grpc-port 0 would give each process its own"
     assert _refusal(ServerOptions(workers=3, grpc_port=0, allow_grpc=False)) is None
+
+
+def test_shared_memory_changes_reach_every_process(tmp_path: Path) -> None:
+    key = f"inferd_peers_{os.getpid()}"
+    path = Path("/dev/shm") / key
+    path.write_bytes(bytes(64))
+
+    async def main() -> None:
+        managers = [SharedMemoryManager() for _ in range(2)]
+        servers = []
+        for i, manager in enumerate(managers):
+            server = PeerServer(WorkerPlace(tmp_path, i), cast(ServerCore, _Core(0)), lambda: b"", manager)
+            await server.start()
+            servers.append(server)
+            manager.propagate = Peers(WorkerPlace(tmp_path, i)).everywhere
+        await managers[0].register_everywhere("r", key, 0, 64)
+        assert [m.status() for m in managers] == [
+            [{"name": "r", "key": key, "offset": 0, "byte_size": 64}]
+        ] * 2
+        with pytest.raises(InferdError, match="already in manager"):
+            await managers[1].register_everywhere("r", key, 0, 64)
+        # a process started again maps what the others hold
+        fresh = SharedMemoryManager()
+        view = WorkersCore(cast(ServerCore, _Core(0)), Peers(WorkerPlace(tmp_path, 5)), lambda: b"")
+        await view.catch_up(fresh, models=False)
+        assert [r["name"] for r in fresh.status()] == ["r"]
+        fresh.close()
+        await managers[1].unregister_everywhere("r")
+        assert [m.status() for m in managers] == [[], []]
+        for s in servers:
+            await s.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        path.unlink()

@@ -369,11 +369,11 @@ class InferenceServicer:
         return resp
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.shm.register(request.name, request.key, request.offset, request.byte_size)
+        await self.shm.register_everywhere(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.shm.unregister(request.name)
+        await self.shm.unregister_everywhere(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:

@@ -10,7 +10,7 @@ import gzip
 import logging
 import re
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from importlib import resources
 from typing import Any
 
@@ -240,6 +240,12 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (which answers its request) on the loop, held until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     @staticmethod
     def _json(resp: Responder, doc: Any) -> None:
         resp.send(200, orjson.dumps(doc), _JSON)
@@ -271,9 +277,7 @@ class HttpApp:
                 if check is None:
                     resp.send(200, _EMPTY, _TEXT)
                 else:  # the model's own is_ready(): bounded by core/readiness.py
-                    task = asyncio.get_running_loop().create_task(self._ready_answer(resp, check))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn(self._ready_answer(resp, check))
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
         elif action == "stats":
@@ -289,9 +293,7 @@ class HttpApp:
         if req.method != "GET":
             resp.send(405, _NOT_ALLOWED, _JSON)
             return
-        task = asyncio.get_running_loop().create_task(self._statistics_answer(resp, name, version))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._statistics_answer(resp, name, version))
 
     async def _statistics_answer(self, resp: Responder, name: str, version: str) -> None:
         try:
@@ -351,12 +353,11 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
             return
-        task = asyncio.get_running_loop().create_task(self._model_control(call, resp))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._when_done(call, resp))
 
-    async def _model_control(self, call: Awaitable[None], resp: Responder) -> None:
-        """A load or unload: answered when it is done (it may take a while; the loop serves on)."""
+    async def _when_done(self, call: Awaitable[None], resp: Responder) -> None:
+        """A load, an unload or a shared-memory change: answered when it is done (it may take a while,
+        or reach every --workers process; the loop serves on)."""
         try:
             await call
         except InferdError as e:
@@ -402,32 +403,23 @@ class HttpApp:
                 )
                 self._json(resp, mgr.status(region))
                 return
-            if action == "unregister":
-                (self.shm if kind == "system" else self.cuda_shm).unregister(region)
-            else:
-                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
-                if kind == "system":
-                    self._register_system(region, doc)
+            if kind == "system":  # applied in every serving process (--workers): answered when done
+                if action == "unregister":
+                    change = self.shm.unregister_everywhere(region)
                 else:
-                    self._register_cuda(region, doc)
+                    doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                    change = self.shm.register_everywhere(region, *_system_region(doc))
+                self._spawn(self._when_done(change, resp))
+                return
+            if action == "unregister":
+                self.cuda_shm.unregister(region)
+            else:
+                self._register_cuda(
+                    region, parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                )
             resp.send(200, _EMPTY, _JSON)
         except InferdError as e:
             _error(resp, e)
-
-    def _register_system(self, region: str, doc: Any) -> None:
-        if not isinstance(doc, dict):
-            raise InternalError("attempt to access JSON non-object as object")
-        if "byte_size" not in doc:  # the reference asks for byte_size first
-            raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
-        if "key" not in doc:
-            raise InvalidArgumentError("Shared memory register request has no 'key' field")
-        key, offset, size = doc["key"], doc.get("offset", 0), doc["byte_size"]
-        if not isinstance(key, str):
-            raise InternalError("attempt to access JSON non-string as string")
-        for v in (offset, size):
-            if type(v) is not int or v < 0:
-                raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
-        self.shm.register(region, key, offset, size)
 
     def _register_cuda(self, region: str, doc: Any) -> None:
         if not isinstance(doc, dict):
@@ -455,11 +447,7 @@ class HttpApp:
         at = received(resp) if self.tracing.on else None  # all that tracing costs while it is off
         encoding = _encoding(req)
         if encoding in WBITS and len(req.body) > OFF_LOOP_MIN:
-            task = asyncio.get_running_loop().create_task(
-                self._inflate_then_infer(req, resp, name, version, at)
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._inflate_then_infer(req, resp, name, version, at))
             return
         self._infer(req, resp, name, version, None, at)
 
@@ -599,3 +587,20 @@ class _InferCall:
         resp.send(
             200, body if len(body) > 1 else body[0] if isinstance(body[0], bytes) else body, ctype, headers
         )
+
+
+def _system_region(doc: Any) -> tuple[str, int, int]:
+    """A system region's (key, offset, byte_size) from its register body, checked as the reference does."""
+    if not isinstance(doc, dict):
+        raise InternalError("attempt to access JSON non-object as object")
+    if "byte_size" not in doc:  # the reference asks for byte_size first
+        raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
+    if "key" not in doc:
+        raise InvalidArgumentError("Shared memory register request has no 'key' field")
+    key, offset, size = doc["key"], doc.get("offset", 0), doc["byte_size"]
+    if not isinstance(key, str):
+        raise InternalError("attempt to access JSON non-string as string")
+    for v in (offset, size):
+        if type(v) is not int or v < 0:
+            raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return key, offset, size
