@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from inferd.options import ServerOptions
 
 #: logging levels of the verbose levels (below DEBUG's 10: nothing else logs there)
@@ -133,6 +135,8 @@ class LogSettings:
             self.logger = logging.getLogger("inferd")
         self.format = ""
         self.verbose_level = 0
+        #: ``--workers``: sends the switches to the other serving processes (None: one process)
+        self.propagate: Callable[..., None] | None = None
         self.set_format(log_format)
         self.set_verbose(verbose)
         self.set_severities(info=info, warning=warning, error=error)
@@ -157,6 +161,19 @@ class LogSettings:
         s.info = s.info if info is None else info
         s.warning = s.warning if warning is None else warning
         s.error = s.error if error is None else error
+
+    def changed(self) -> None:
+        """The logging extension changed the switches: the other ``--workers`` processes follow."""
+        if self.propagate is not None:
+            self.propagate("log_settings", self.settings())
+
+    def apply(self, settings: dict[str, Any]) -> None:
+        """Switches as ``settings()`` gives them (another ``--workers`` process's)."""
+        self.set_format(settings["log_format"])
+        self.set_verbose(settings["log_verbose_level"])
+        self.set_severities(
+            info=settings["log_info"], warning=settings["log_warning"], error=settings["log_error"]
+        )
 
     def settings(self) -> dict[str, Any]:
         """The extension's view, in the reference's member order."""

@@ -88,7 +88,7 @@ class Runtime:
         self.logs = logs if logs is not None else from_options(options, attach=False)
         parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
         #: the trace extension (settings, sampling, trace files or OpenTelemetry spans)
-        self.tracing = Tracing.from_flags(options.trace_config)
+        self.tracing = Tracing.from_flags(options.trace_config, "" if place is None else f".{place.index}")
         #: the custom metrics of the models (``pb_utils.MetricFamily``), rendered on /metrics
         self.custom_metrics = CustomMetricRegistry()
         #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
@@ -106,8 +106,11 @@ class Runtime:
 
             core, peers = self.core, Peers(place)
             self.front_core = WorkersCore(core, peers, lambda: render(core))
-            self.peer_server = PeerServer(place, core, lambda: render(core), self.shm)
+            self.peer_server = PeerServer(
+                place, core, lambda: render(core), self.shm, self.logs, self.tracing
+            )
             self.shm.propagate = peers.everywhere
+            self.logs.propagate = self.tracing.propagate = peers.soon
         keys = load_keys(options.api_keys_file)
         exempt = parse_categories(options.api_keys_exempt) if keys else frozenset()
         #: who may use which API, per front end (restrictions differ; the keys are the same)

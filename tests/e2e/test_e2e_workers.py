@@ -251,6 +251,59 @@ def test_a_shared_memory_region_serves_on_every_connection(workers: InferdProces
         shm.destroy_shared_memory_region(region)
 
 
+def _get_fresh(server: InferdProcess, path: str) -> object:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def _post(server: InferdProcess, path: str, doc: object) -> object:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", path, json.dumps(doc))
+        answer = conn.getresponse()
+        body = json.loads(answer.read())
+        assert answer.status == 200, body
+        return body
+    finally:
+        conn.close()
+
+
+def test_log_and_trace_settings_reach_every_process(workers: InferdProcess) -> None:
+    """Applied just after the answer in the other process: every new connection sees them soon."""
+    assert _post(workers, "/v2/logging", {"log_verbose_level": 1})["log_verbose_level"] == 1  # type: ignore[index]
+    _wait_for(
+        lambda: {_get_fresh(workers, "/v2/logging")["log_verbose_level"] for _ in range(12)} == {1},  # type: ignore[index]
+        "the verbose level everywhere",
+        30,
+    )
+    assert _post(workers, "/v2/trace/setting", {"trace_rate": "7"})["trace_rate"] == "7"  # type: ignore[index]
+    _wait_for(
+        lambda: {_get_fresh(workers, "/v2/trace/setting")["trace_rate"] for _ in range(12)} == {"7"},  # type: ignore[index]
+        "the trace rate everywhere",
+        30,
+    )
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{workers.grpc_port}")
+    try:
+        grpc_client.update_log_settings({"log_verbose_level": 0})
+        grpc_client.update_trace_settings(settings={"trace_rate": "9"})
+    finally:
+        grpc_client.close()
+    _wait_for(
+        lambda: {_get_fresh(workers, "/v2/logging")["log_verbose_level"] for _ in range(12)} == {0},  # type: ignore[index]
+        "the verbose level from gRPC everywhere",
+        30,
+    )
+    _wait_for(
+        lambda: {_get_fresh(workers, "/v2/trace/setting")["trace_rate"] for _ in range(12)} == {"9"},  # type: ignore[index]
+        "the trace rate from gRPC everywhere",
+        30,
+    )
+
+
 def test_sigkill_of_the_supervisor_stops_every_process(workers: InferdProcess) -> None:
     children = _serving_processes(workers)
     assert workers.proc is not None
@@ -278,3 +331,19 @@ def test_workers_need_fixed_ports(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert done.returncode == 1
     assert "--workers 2 needs a fixed port: --http-port 0 would give each process its own" in done.stderr
+
+
+def test_each_process_writes_its_own_trace_file(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    flags = ("--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS")
+    flags += ("--trace-config", "rate=1")
+    server = InferdProcess(_repository(tmp_path), tmp_path / "inferd.log", ("--workers", "2", *flags)).start()
+    try:
+        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        pids = {_whoami_fresh_connection(server) for _ in range(30)}
+        assert len(pids) == 2
+    finally:
+        assert server.stop() == 0
+    traces = [json.loads((tmp_path / f"trace.json.{i}").read_text()) for i in (0, 1)]
+    assert all(traces) and not trace.exists()
+    assert sum(1 for doc in traces for t in doc if t.get("model_name") == "whoami") == 30

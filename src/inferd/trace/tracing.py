@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from inferd.errors import InvalidArgumentError
@@ -24,7 +24,7 @@ from inferd.trace.config import (
     parse_trace_config,
 )
 from inferd.trace.record import Trace
-from inferd.trace.settings import NewSetting, Settings, TraceSetting, check_writable
+from inferd.trace.settings import UNSET, NewSetting, Settings, TraceSetting, check_writable
 from inferd.trace.sink import Writer
 
 log = logging.getLogger("inferd.trace")
@@ -65,12 +65,17 @@ class Tracing:
         #: whether any setting traces at all (the front ends' one check per request)
         self.on = self.settings.any_on()
         self._tensor_warned = False
+        #: ``--workers``: sends a settings update to the other serving processes (None: one process)
+        self.propagate: Callable[..., None] | None = None
 
     @classmethod
-    def from_flags(cls, flags: Sequence[str]) -> Tracing:
+    def from_flags(cls, flags: Sequence[str], file_suffix: str = "") -> Tracing:
         """From ``--trace-config`` flags (InvalidArgumentError: the reference's text, or a trace file
-        that cannot be written while tracing is on)."""
+        that cannot be written while tracing is on); ``file_suffix`` ends the trace file's name (each
+        ``--workers`` process writes its own file)."""
         config = parse_trace_config(flags)
+        if config.file:
+            config.file += file_suffix
         if config.level != LEVEL_OFF and config.mode == MODE_TRITON and config.file:
             why = check_writable(config.file)
             if why:
@@ -118,11 +123,17 @@ class Tracing:
             trace.release()
 
     # -- the settings endpoints -------------------------------------------------------------------
-    def update(self, model: str, new: NewSetting) -> None:
+    def update(self, model: str, new: NewSetting, share: bool = True) -> None:
+        """Apply a settings update (and, with ``share``, send it to the other ``--workers`` processes)."""
         try:
             self.settings.update(model, new)
         finally:
             self.on = self.settings.any_on()
+        if share and self.propagate is not None:
+            fields = {
+                f: getattr(new, f) for f in NewSetting.__dataclass_fields__ if getattr(new, f) is not UNSET
+            }
+            self.propagate("trace_update", model, fields)
 
     def describe(self, model: str = "") -> list[tuple[str, str | list[str]]]:
         """The settings answer, in the reference's order: the standard fields, then the mode's own

@@ -10,6 +10,9 @@ front ends of every process see the core through ``WorkersCore``, which asks the
   every other process; the first peer's error is answered too;
 - a system shared-memory region registered or unregistered here is so in every process too
   (``SharedMemoryManager.propagate``), so a client may register on one connection and infer on others;
+- the logging and trace settings the extensions change follow in every process, just after the
+  answer (``LogSettings.propagate``, ``Tracing.propagate``); each process writes its own trace file
+  (the flag's name with ``.<process number>`` added);
 - everything else (health, metadata, inference) is this process's own: the processes load the same
   repository with the same options, so their answers agree.
 
@@ -31,8 +34,11 @@ from typing import Any
 
 from inferd.core.server import ServerCore
 from inferd.errors import ErrorCode, InferdError, InternalError, error_for_code
+from inferd.logs import LogSettings
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, MACHINE_FAMILIES, merge_metrics, merge_statistics
 from inferd.shm.system import SharedMemoryManager
+from inferd.trace import Tracing
+from inferd.trace.settings import NewSetting
 from inferd.workers.place import WorkerPlace
 
 log = logging.getLogger("inferd.workers")
@@ -64,11 +70,15 @@ class PeerServer:
         core: ServerCore,
         metrics_text: Callable[[], bytes],
         shm: SharedMemoryManager | None = None,
+        logs: LogSettings | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.place = place
         self.core = core
         self.metrics_text = metrics_text
         self.shm = shm if shm is not None else SharedMemoryManager()
+        self.logs = logs
+        self.tracing = tracing
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -121,6 +131,13 @@ class PeerServer:
             return None
         if op == "shm_status":
             return self.shm.status()
+        if op == "log_settings" and self.logs is not None:
+            self.logs.apply(*args)
+            return None
+        if op == "trace_update" and self.tracing is not None:
+            model, fields = args
+            self.tracing.update(model, NewSetting(**fields), share=False)
+            return None
         raise InternalError(f"unknown peer request '{op}'")
 
 
@@ -129,6 +146,7 @@ class Peers:
 
     def __init__(self, place: WorkerPlace) -> None:
         self.place = place
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def ask_all(self, op: str, *args: Any, timeout: float | None = _QUERY_TIMEOUT_S) -> list[Any]:
         """Every reachable peer's answer, in process order; an InferdError for a peer that answered
@@ -136,6 +154,19 @@ class Peers:
         paths = self.place.peer_paths()
         answers = await asyncio.gather(*(self._ask(str(p), op, args, timeout) for p in paths))
         return [a for a in answers if a is not _UNREACHED]
+
+    def soon(self, op: str, *args: Any) -> None:
+        """Apply a change in every reachable peer without waiting (settings: the answer goes out
+        first); a peer's error is logged."""
+        task = asyncio.get_running_loop().create_task(self._logged(op, args))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _logged(self, op: str, args: tuple[Any, ...]) -> None:
+        try:
+            await self.everywhere(op, *args)
+        except InferdError as e:
+            log.warning("another worker refused '%s': %s", op, e)
 
     async def everywhere(self, op: str, *args: Any) -> None:
         """Apply a change in every reachable peer, as long as it takes; the first peer's error."""

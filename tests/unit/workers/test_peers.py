@@ -12,8 +12,11 @@ import pytest
 
 from inferd.core.server import ServerCore
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
+from inferd.logs import LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.system import SharedMemoryManager
+from inferd.trace import Tracing
+from inferd.trace.settings import NewSetting
 from inferd.workers.peers import Peers, PeerServer, WorkersCore
 from inferd.workers.place import WorkerPlace
 from inferd.workers.supervisor import _refusal
@@ -178,3 +181,30 @@ def test_shared_memory_changes_reach_every_process(tmp_path: Path) -> None:
         asyncio.run(main())
     finally:
         path.unlink()
+
+
+def test_log_and_trace_settings_follow_in_every_process(tmp_path: Path) -> None:
+    async def main() -> None:
+        logs = [LogSettings(attach=False) for _ in range(2)]
+        tracings = [Tracing() for _ in range(2)]
+        servers = []
+        for i in range(2):
+            place = WorkerPlace(tmp_path, i)
+            server = PeerServer(place, cast(ServerCore, _Core(0)), lambda: b"", None, logs[i], tracings[i])
+            await server.start()
+            servers.append(server)
+            logs[i].propagate = tracings[i].propagate = Peers(place).soon
+        logs[0].set_verbose(2)
+        logs[0].set_format("ISO8601")
+        logs[0].changed()
+        tracings[1].update("", NewSetting(rate=5, count=None))
+        for _ in range(200):  # sent without waiting: give the peers' answers the loop
+            if logs[1].settings() == logs[0].settings() and tracings[0].describe() == tracings[1].describe():
+                break
+            await asyncio.sleep(0.01)
+        assert logs[1].settings()["log_verbose_level"] == 2 and logs[1].settings()["log_format"] == "ISO8601"
+        assert dict(tracings[0].describe())["trace_rate"] == "5"
+        for s in servers:
+            await s.stop()
+
+    asyncio.run(main())

@@ -402,24 +402,10 @@ class InferenceServicer:
         settings = request.settings
         if "log_file" in settings:
             raise UnsupportedError("log file location can not be updated through network protocol")
-        for key in ("log_info", "log_warning", "log_error"):
-            if key in settings:
-                value = settings[key]
-                if value.WhichOneof("parameter_choice") != "bool_param":
-                    raise InvalidArgumentError(f"expect boolean for '{key}'")
-                logs.set_severities(**{key.removeprefix("log_"): value.bool_param})
-        if "log_verbose_level" in settings:
-            value = settings["log_verbose_level"]
-            if value.WhichOneof("parameter_choice") != "uint32_param":
-                raise InvalidArgumentError("expect int32 for 'log_verbose_level'")
-            logs.set_verbose(value.uint32_param)
-        if "log_format" in settings:
-            value = settings["log_format"]
-            if value.WhichOneof("parameter_choice") != "string_param":
-                raise InvalidArgumentError("expect string for 'log_format'")
-            if value.string_param not in LOG_FORMATS:
-                raise InvalidArgumentError(f"invalid argument for log_format, got: {value.string_param}")
-            logs.set_format(value.string_param)
+        try:
+            _apply_log_settings(logs, settings)
+        finally:  # what was applied, up to an error, in every --workers process
+            logs.changed()
         resp = pb.LogSettingsResponse()
         for key, current in logs.settings().items():
             field = (
@@ -572,3 +558,25 @@ def _parameter_value(p: Any) -> Any:
     """A ModelRepositoryParameter's value (bool, int, str or bytes)."""
     which = p.WhichOneof("parameter_choice")
     return None if which is None else getattr(p, which)
+
+
+def _apply_log_settings(logs: LogSettings, settings: Any) -> None:
+    """A LogSettings request's settings onto ``logs``, in the reference's order and with its checks."""
+    for key in ("log_info", "log_warning", "log_error"):
+        if key in settings:
+            value = settings[key]
+            if value.WhichOneof("parameter_choice") != "bool_param":
+                raise InvalidArgumentError(f"expect boolean for '{key}'")
+            logs.set_severities(**{key.removeprefix("log_"): value.bool_param})
+    if "log_verbose_level" in settings:
+        value = settings["log_verbose_level"]
+        if value.WhichOneof("parameter_choice") != "uint32_param":
+            raise InvalidArgumentError("expect int32 for 'log_verbose_level'")
+        logs.set_verbose(value.uint32_param)
+    if "log_format" in settings:
+        value = settings["log_format"]
+        if value.WhichOneof("parameter_choice") != "string_param":
+            raise InvalidArgumentError("expect string for 'log_format'")
+        if value.string_param not in LOG_FORMATS:
+            raise InvalidArgumentError(f"invalid argument for log_format, got: {value.string_param}")
+        logs.set_format(value.string_param)

@@ -378,7 +378,10 @@ class HttpApp:
             if req.method == "POST":
                 doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
                 if isinstance(doc, dict):
-                    _apply_log_settings(logs, doc)
+                    try:
+                        _apply_log_settings(logs, doc)
+                    finally:  # what was applied, up to an error, in every --workers process
+                        logs.changed()
             self._json(resp, logs.settings())
         except InferdError as e:
             _error(resp, e)
