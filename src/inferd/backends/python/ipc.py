@@ -6,6 +6,12 @@ writes them): small ones inside the message, large ones through a fresh POSIX sh
 that the sender fills (the one copy) and the receiver maps, then unlinks at once, so an object
 never outlives both sides. The receiver's arrays are views over its mapping (no second copy); the
 mapping goes when the last view does.
+
+A channel is read by one thread at a time, not always the same one: ``ReadRole`` says which.
+Each side lets the thread that waits for an answer read it itself (the server's execute thread its
+batch's end; the worker's reading thread runs the execute it read), so that a request crosses no
+thread hand-off in either process; a standby thread reads when nobody else does (see ``ReadRole``).
+Reads take what the socket holds at once (one system call for the usual message, or several).
 """
 
 from __future__ import annotations
@@ -17,18 +23,22 @@ import pickle
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
-from inferd.core.types import BY_WIRE
+from inferd.core.types import BY_WIRE, BYTES
 from inferd.errors import ErrorCode, InferdError, InternalError, error_for_code
 
 SHM_DIR = "/dev/shm"
 #: tensors this large or larger go through shared memory, smaller ones inside the message
 INLINE_MAX = 64 * 1024
 _LEN = struct.Struct(">Q")
+#: what one read asks the socket for at most (a message larger than this is read into its own buffer)
+_READ_SIZE = 256 * 1024
 
 #: (name, wire datatype, shape, bytes | ("shm", object name, byte size))
 PackedTensor = tuple[str, str, tuple[int, ...], Any]
@@ -40,11 +50,16 @@ class ChannelClosed(Exception):
 
 class Channel:
     """Length-prefixed pickled messages over a socket; ``send`` is thread-safe, ``recv`` is for one
-    reader thread."""
+    reader at a time (``ReadRole``)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._send_lock = threading.Lock()
+        #: what was read and not consumed yet: ``_in[_start:_end]``
+        self._in = bytearray(_READ_SIZE)
+        self._view = memoryview(self._in)
+        self._start = 0
+        self._end = 0
 
     def send(self, message: Any) -> None:
         data = pickle.dumps(message, protocol=5)
@@ -55,24 +70,52 @@ class Channel:
             raise ChannelClosed(str(e)) from e
 
     def recv(self) -> Any:
-        n = _LEN.unpack(self._exactly(_LEN.size))[0]
-        return pickle.loads(self._exactly(n))
+        """The next message: from what an earlier read brought, else read (blocking)."""
+        if self._end - self._start < _LEN.size:
+            self._fill(_LEN.size)
+        n = _LEN.unpack_from(self._in, self._start)[0]
+        need = _LEN.size + n
+        if need > _READ_SIZE:
+            return pickle.loads(self._large(need))
+        if self._end - self._start < need:
+            self._fill(need)
+        begin = self._start + _LEN.size
+        self._start = begin + n
+        if self._start == self._end:
+            self._start = self._end = 0
+        with self._view[begin : begin + n] as body:
+            return pickle.loads(body)
 
-    def _exactly(self, n: int) -> bytearray:
-        buf = bytearray(n)
+    def _fill(self, need: int) -> None:
+        """Read until ``need`` bytes are buffered (``need`` <= the buffer's size)."""
+        have = self._end - self._start
+        if self._start + need > _READ_SIZE:  # no room after what is buffered: move it to the front
+            self._in[:have] = bytes(self._view[self._start : self._end])
+            self._start, self._end = 0, have
+        while self._end - self._start < need:
+            self._end += self._read_into(self._view[self._end :])
+
+    def _large(self, need: int) -> memoryview:
+        """A message larger than the buffer: read into its own (what is buffered is its start)."""
+        buf = bytearray(need)
+        have = self._end - self._start
+        buf[:have] = self._view[self._start : self._end]
+        self._start = self._end = 0
         view = memoryview(buf)
-        got = 0
-        while got < n:
-            try:
-                k = self.sock.recv_into(view[got:], n - got)
-            except TimeoutError:
-                raise
-            except OSError as e:
-                raise ChannelClosed(str(e)) from e
-            if k == 0:
-                raise ChannelClosed("the other side closed the channel")
-            got += k
-        return buf
+        while have < need:
+            have += self._read_into(view[have:])
+        return view[_LEN.size :]
+
+    def _read_into(self, view: memoryview) -> int:
+        try:
+            k = self.sock.recv_into(view)
+        except TimeoutError:
+            raise
+        except OSError as e:
+            raise ChannelClosed(str(e)) from e
+        if k == 0:
+            raise ChannelClosed("the other side closed the channel")
+        return k
 
     def close(self) -> None:
         try:
@@ -80,6 +123,65 @@ class Channel:
         except OSError:
             pass
         self.sock.close()
+
+
+class ReadRole:
+    """Which thread reads a channel: the one holding the role, at most one at a time.
+
+    A thread that waits for an answer (an execute's end) takes the role if it is free and reads
+    the answer itself, which saves a hand-off between threads; it releases the role when it has
+    it, without waking anyone. A standby thread waits in ``wait_turn`` and takes the role when it
+    is free and its ``due`` check says someone must read (others wait for answers nobody reads, or
+    the role has been free for a while); it checks when woken (``wake``) and every ``poll_s``.
+    """
+
+    __slots__ = ("_cond", "closed", "held", "released_at")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.held = False
+        self.closed = False
+        #: when the role was last released (monotonic seconds)
+        self.released_at = time.monotonic()
+
+    def take(self) -> bool:
+        """Take the role if it is free, never waiting; whether it was taken."""
+        with self._cond:
+            if self.held or self.closed:
+                return False
+            self.held = True
+            return True
+
+    def release(self, wake: bool = False) -> None:
+        """Give the role up; ``wake``: have a waiting thread check at once whether it should read."""
+        with self._cond:
+            self.held = False
+            self.released_at = time.monotonic()
+            if wake:
+                self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Have the waiting threads check at once whether they should read."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Nobody reads any more (the channel ended): waiting threads return."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def wait_turn(self, due: Callable[[float], bool], poll_s: float) -> bool:
+        """Wait until the role is free and ``due(now)`` is true, then take it: True; False once the
+        role is closed. ``due`` runs under the role's lock: it must only read state."""
+        with self._cond:
+            while True:
+                if self.closed:
+                    return False
+                if not self.held and due(time.monotonic()):
+                    self.held = True
+                    return True
+                self._cond.wait(poll_s)
 
 
 class ShmNames:
@@ -138,6 +240,14 @@ def _map(name: str, size: int) -> memoryview:
 
 # -- tensors -----------------------------------------------------------------------------------------
 def pack_tensor(t: Tensor, shm: ShmNames) -> PackedTensor:
+    raw = t.raw
+    if raw is None:
+        if t.datatype is not BYTES:  # the usual small output: its bytes in one call
+            arr = t.array
+            if arr.nbytes < INLINE_MAX and arr.dtype.byteorder != ">":
+                return (t.name, t.datatype.wire, t.shape, arr.tobytes())
+    elif type(raw) is bytes and len(raw) < INLINE_MAX:
+        return (t.name, t.datatype.wire, t.shape, raw)
     data = t.to_bytes()
     size = len(data) if isinstance(data, bytes) else data.nbytes
     if size >= INLINE_MAX:
@@ -147,8 +257,8 @@ def pack_tensor(t: Tensor, shm: ShmNames) -> PackedTensor:
 
 def unpack_tensor(packed: PackedTensor) -> Tensor:
     name, wire, shape, payload = packed
-    raw: bytes | memoryview = _map(payload[1], payload[2]) if isinstance(payload, tuple) else payload
-    return Tensor(name, BY_WIRE[wire], tuple(shape), raw=raw)
+    raw: bytes | memoryview = payload if type(payload) is bytes else _map(payload[1], payload[2])
+    return Tensor(name, BY_WIRE[wire], shape if type(shape) is tuple else tuple(shape), None, raw)
 
 
 def release_unmapped(packed: list[PackedTensor]) -> None:

@@ -6,8 +6,11 @@ crashes (``os._exit``, a segfault in an extension) would take the server with it
 process an instance has a core of its own, and its death fails only the requests it held.
 
 The server side of one instance is a ``ProcessInstance``: ``execute`` (in the pool's worker thread)
-sends the batch and waits; a reader thread takes what the worker sends: each request's responses
-(response senders, decoupled models; delivered on the request's ResponseStream at once), the
+sends the batch and reads what the worker sends until the execute's end comes, so a batch crosses
+no hand-off between the server's threads; a reader thread reads when no execute does (``ipc.
+ReadRole``): at once while requests still wait for responses (decoupled models, response senders)
+or a readiness check waits, else once the channel has been left unread ``IDLE_READ_S``. What the
+worker sends: each request's responses (delivered on the request's ResponseStream at once), the
 execute's end (its responses and timings, or its error), BLS requests (``relay.py``: submitted to
 the server, each response relayed back as it comes) and calls of the server's links (``FORWARDED``,
 run on a small thread pool, answered back). A cancelled request is told to the worker, where the
@@ -47,6 +50,7 @@ from inferd.backends.base import InstanceSpec, LoadContext, MetricError
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
+    ReadRole,
     ShmNames,
     pack_error,
     pack_request,
@@ -67,6 +71,9 @@ _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="inferd-spawner")
 #: a worker that failed to start is not tried again sooner than this
 RESTART_BACKOFF_S = 1.0
 STOP_TIMEOUT_S = 5.0
+#: the reader thread reads once no execute has read the channel for this long (what a model sends
+#: outside any request: BLS and calls from threads of its own, its death)
+IDLE_READ_S = 0.05
 
 
 @dataclass(slots=True)
@@ -152,6 +159,8 @@ class ProcessInstance:
         self._proc: subprocess.Popen[bytes] | None = None
         #: the BLS requests of the current worker
         self._relay: BlsRelay | None = None
+        #: which thread reads the current worker's channel
+        self._role: ReadRole | None = None
         self._stopping = False
         self._failed_at = 0.0
         self._failure: InferdError | None = None
@@ -165,6 +174,8 @@ class ProcessInstance:
         self.has_is_ready = False
         #: readiness checks sent to the worker: id -> [event, answer]
         self._ready_asks: dict[int, list[Any]] = {}
+        #: the execute in flight waits for its end without reading the channel itself
+        self._unread = False
         #: told once this instance unloaded (ProcessModel counts its live instances)
         self.on_unload: Callable[[], None] | None = None
         self._start()
@@ -183,9 +194,13 @@ class ProcessInstance:
         return self._last_timings
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        chan = self._chan if self._chan is not None else self._restart()
-        relay = self._relay
-        if relay is not None and relay.loop is None and requests and requests[0].stream is not None:
+        if self._chan is None:
+            self._restart()
+        with self._lock:
+            chan, proc, relay, role = self._chan, self._proc, self._relay, self._role
+        if chan is None or proc is None or relay is None or role is None:  # died meanwhile
+            raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
+        if relay.loop is None and requests and requests[0].stream is not None:
             relay.loop = requests[0].stream.loop
         pending = _Pending()
         keys = []
@@ -203,20 +218,54 @@ class ProcessInstance:
             chan.send(("exec", next(self._exec_ids), packed))
         except ChannelClosed:
             pass  # the reader sees the death and ends ``pending``
-        pending.done.wait()
-        with self._lock:
-            self._pending = None
-        if pending.error is not None:
-            if isinstance(pending.error, UnavailableError):  # died: the worker never mapped them
-                for p in packed:
-                    release_unmapped(p[11])
-            raise pending.error
-        self._last_timings = pending.timings
-        if pending.responses is not None:  # answered by returning: nothing more comes for them
+        self._unread = True
+        reading = role.take()  # read the answer here: no hand-off from the reader thread
+        if not reading:
+            role.wake()  # the reader thread reads it (``_expecting``)
+        elif not self._read_until(pending, chan, relay):
+            reading = False
+            self._ended(chan, proc, relay, role)
+        try:
+            pending.done.wait()
             with self._lock:
-                for key in keys:
-                    self._open.pop(key, None)
-        return pending.responses
+                self._pending = None
+            if pending.error is not None:
+                if isinstance(pending.error, UnavailableError):  # died: the worker never mapped them
+                    for p in packed:
+                        release_unmapped(p[11])
+                raise pending.error
+            self._last_timings = pending.timings
+            if pending.responses is not None:  # answered by returning: nothing more comes for them
+                with self._lock:
+                    for key in keys:
+                        self._open.pop(key, None)
+            return pending.responses
+        finally:
+            if reading:  # the reader thread reads at once if responses or answers are still due
+                role.release(wake=self._expecting())
+            elif self._expecting():
+                role.wake()
+
+    def _read_until(self, pending: _Pending, chan: Channel, relay: BlsRelay) -> bool:
+        """The execute's thread reads until its end comes: True; False: the worker ended first."""
+        try:
+            while not pending.done.is_set():
+                if self._dispatch(chan.recv(), chan, relay):
+                    return False
+        except ChannelClosed:
+            return False
+        return True
+
+    def _expecting(self) -> bool:
+        """Whether something waits for what the worker sends next and does not read it (the reader
+        thread reads at once): an execute whose thread did not get the role, requests answered after
+        their execute ended (decoupled models, response senders), a readiness check, "stopped"."""
+        return (
+            self._unread
+            or (self._pending is None and bool(self._open))
+            or bool(self._ready_asks)
+            or self._stopping
+        )
 
     def abort(self, reason: str) -> None:
         """The execute watchdog gave up on the execute in flight: the worker is killed, and the next
@@ -230,10 +279,12 @@ class ProcessInstance:
     def unload(self) -> None:
         """``finalize`` in the worker, then its exit (killed if it takes longer than a few seconds)."""
         self._stopping = True
-        chan, proc = self._chan, self._proc
+        chan, proc, role = self._chan, self._proc, self._role
         if chan is not None and proc is not None:
             try:
                 chan.send(("stop",))
+                if role is not None:
+                    role.wake()  # the reader thread reads its "stopped"
                 proc.wait(STOP_TIMEOUT_S)
             except (ChannelClosed, subprocess.TimeoutExpired):
                 log.warning("the process of %s did not stop: killing it", self._who())
@@ -294,9 +345,11 @@ class ProcessInstance:
         self.has_is_ready = bool(reply[3])
         log.info("%s runs in process %d (started in %.0f ms)", self._who(), self.pid, reply[2] * 1000)
         relay = BlsRelay(ctx, chan, self._shm, self._pool, spec.name)
-        self._chan, self._proc, self._relay = chan, proc, relay
+        role = ReadRole()
+        with self._lock:
+            self._chan, self._proc, self._relay, self._role = chan, proc, relay, role
         threading.Thread(
-            target=self._read, args=(chan, proc, relay), name=f"inferd-{spec.name}-reader", daemon=True
+            target=self._read, args=(chan, proc, relay, role), name=f"inferd-{spec.name}-reader", daemon=True
         ).start()
         return chan
 
@@ -329,6 +382,8 @@ class ProcessInstance:
         self._ready_asks[ask_id] = ask
         try:
             chan.send(("is_ready", ask_id))
+            if (role := self._role) is not None:
+                role.wake()  # the reader thread reads the answer
             if not ask[0].wait(timeout_s):
                 return False
         except ChannelClosed:
@@ -346,41 +401,62 @@ class ProcessInstance:
         except ChannelClosed:
             pass
 
-    # -- reader thread -------------------------------------------------------------------------------
-    def _read(self, chan: Channel, proc: subprocess.Popen[bytes], relay: BlsRelay) -> None:
+    # -- reading ---------------------------------------------------------------------------------------
+    def _read(self, chan: Channel, proc: subprocess.Popen[bytes], relay: BlsRelay, role: ReadRole) -> None:
+        """The reader thread: reads when no execute does (``_expecting``, or nobody read for
+        ``IDLE_READ_S``) until an execute's end comes (the next execute's thread reads its own)."""
+        due = partial(self._due, role)
         try:
-            while True:
-                msg = chan.recv()
-                kind = msg[0]
-                if kind == "resp":
-                    self._response(msg[1], msg[2], msg[3])
-                elif kind == "done":
-                    self._end(
-                        responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],
-                        timings=msg[3],
-                    )
-                elif kind == "exec_error":
-                    code, message = msg[2]
-                    self._end(error=error_for_code(ErrorCode[code], message))
-                elif kind == "bls":
-                    self._uses_bls = True
-                    relay.start(msg[1], msg[2], msg[3])
-                elif kind == "bls_cancel":
-                    relay.cancel(msg[1], msg[2])
-                elif kind == "call":
-                    self._pool().submit(self._call, chan, msg[1], msg[2], msg[3])
-                elif kind == "is_ready_resp":
-                    ask = self._ready_asks.pop(msg[1], None)
-                    if ask is not None:
-                        ask[1] = msg[2]
-                        ask[0].set()
-                elif kind == "stopped":
-                    return
+            while role.wait_turn(due, IDLE_READ_S):
+                while True:  # holding the role
+                    msg = chan.recv()
+                    if self._dispatch(msg, chan, relay):
+                        raise ChannelClosed("the worker stopped")
+                    if msg[0] == "done" or msg[0] == "exec_error":
+                        break
+                role.release()
+            return  # an execute's thread saw the worker end
         except ChannelClosed:
             pass
-        finally:
-            chan.close()
-            relay.close()
+        self._ended(chan, proc, relay, role)
+
+    def _due(self, role: ReadRole, now: float) -> bool:
+        return self._expecting() or now - role.released_at >= IDLE_READ_S
+
+    def _dispatch(self, msg: Any, chan: Channel, relay: BlsRelay) -> bool:
+        """One message from the worker, read by whoever holds the role; True: it stopped."""
+        kind = msg[0]
+        if kind == "resp":
+            self._response(msg[1], msg[2], msg[3])
+        elif kind == "done":
+            self._end(
+                responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],
+                timings=msg[3],
+            )
+        elif kind == "exec_error":
+            code, message = msg[2]
+            self._end(error=error_for_code(ErrorCode[code], message))
+        elif kind == "bls":
+            self._uses_bls = True
+            relay.start(msg[1], msg[2], msg[3])
+        elif kind == "bls_cancel":
+            relay.cancel(msg[1], msg[2])
+        elif kind == "call":
+            self._pool().submit(self._call, chan, msg[1], msg[2], msg[3])
+        elif kind == "is_ready_resp":
+            ask = self._ready_asks.pop(msg[1], None)
+            if ask is not None:
+                ask[1] = msg[2]
+                ask[0].set()
+        elif kind == "stopped":
+            return True
+        return False
+
+    def _ended(self, chan: Channel, proc: subprocess.Popen[bytes], relay: BlsRelay, role: ReadRole) -> None:
+        """The worker stopped or died (seen by whoever held the role): nobody reads any more."""
+        role.close()
+        chan.close()
+        relay.close()
         if not self._stopping:
             self._died(proc)
 
@@ -400,6 +476,7 @@ class ProcessInstance:
             pending = self._pending
         if pending is None:
             return
+        self._unread = False  # before the role is released: the reader thread need not read on
         pending.responses, pending.timings, pending.error = responses, timings, error
         pending.done.set()
 
@@ -423,6 +500,8 @@ class ProcessInstance:
         with self._lock:
             self._chan = None
             self._proc = None
+            self._relay = None
+            self._role = None
             reason, self._abort_reason = self._abort_reason, ""
         if reason:
             error = UnavailableError(f"the process of {self._who()} was killed: {reason}")

@@ -13,8 +13,11 @@ both modes; only the edges differ:
   model abandons is cancelled there (``relay.py`` is the server's half);
 - the server's ``cancel`` makes ``is_cancelled()`` true.
 
-The main thread reads the channel; executes run one at a time on an execute thread, so BLS
-answers and cancellations are read while a model executes. The worker dies with the server
+Two threads read the channel, one at a time (``ipc.ReadRole``), and an execute runs on the thread
+that read it: a request crosses no hand-off between threads here. While it runs, the other thread
+takes over reading when the model waits for an answer (BLS, a server link), asks ``is_cancelled()``,
+or when the execute has run ``TAKE_OVER_S``: then readiness checks and cancellations are read while
+a model executes. Executes run one at a time. The worker dies with the server
 (``PR_SET_PDEATHSIG``; and the channel's end of file).
 
 What the worker asks of the server (``_ask``, ``_send_ask``) is ``(kind, id, *payload)``; each
@@ -24,6 +27,7 @@ answer for a link call, one per response for BLS (``("bls_resp", id, response, f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -49,6 +53,7 @@ from inferd.backends.base import (
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
+    ReadRole,
     ShmNames,
     pack_error,
     pack_request,
@@ -64,14 +69,18 @@ from inferd.errors import ErrorCode, error_for_code
 
 log = logging.getLogger("inferd.python.worker")
 _PR_SET_PDEATHSIG = 1
+#: an execute running this long has the other thread read meanwhile (readiness checks, cancellations)
+TAKE_OVER_S = 0.25
 
 
 class ProxyStream(ResponseStream):
     """A request's ResponseStream in the worker: what the model sends goes to the server."""
 
-    __slots__ = ("_channel", "_key", "_shm")
+    __slots__ = ("_channel", "_key", "_need_reader", "_shm")
 
-    def __init__(self, channel: Channel, key: int, shm: ShmNames) -> None:
+    def __init__(
+        self, channel: Channel, key: int, shm: ShmNames, need_reader: Callable[[], None] | None = None
+    ) -> None:
         self._loop = None  # type: ignore[assignment]  # no event loop here: senders call deliver
         self._done = False
         self._cancel_reason = None
@@ -82,6 +91,14 @@ class ProxyStream(ResponseStream):
         self._channel = channel
         self._key = key
         self._shm = shm
+        self._need_reader = need_reader
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the server cancelled the request: asking has its cancellation read promptly."""
+        if self._cancel_reason is None and self._need_reader is not None:
+            self._need_reader()
+        return self._cancel_reason is not None
 
     def send(self, response: InferResponse | None, final: bool = False) -> None:
         if self._done:
@@ -133,7 +150,15 @@ class Worker:
         self.shm = ShmNames("w")
         self.instance: BackendInstance | None = None
         self.streams: dict[int, ProxyStream] = {}
-        self.execs: queue.Queue[tuple[int, list[InferRequest]] | None] = queue.Queue()
+        #: which of the two reading threads reads now (``serve``)
+        self.role = ReadRole()
+        self._exec_lock = threading.Lock()
+        #: when the execute running now began (monotonic seconds; 0: none runs)
+        self._busy_since = 0.0
+        #: the execute running now waits for something read from the channel
+        self._want_reader = False
+        #: the server closed the channel
+        self.lost = False
         self._ask_ids = iter(range(1, 1 << 62))
         self._ask_lock = threading.Lock()
         #: what waits for the answers of each request sent to the server: (answer, final) -> None
@@ -219,7 +244,14 @@ class Worker:
             self._asks[ask_id] = handler
             self._ask_kinds[ask_id] = kind
         self.channel.send((kind, ask_id, *payload))
+        self.need_reader()
         return ask_id
+
+    def need_reader(self) -> None:
+        """Something waits for what the server sends: while an execute runs, the other thread reads."""
+        if self._busy_since and not self._want_reader:
+            self._want_reader = True
+            self.role.wake()
 
     def fail_asks(self, message: str) -> None:
         """The server went away: every request still waiting for answers ends with an UNAVAILABLE
@@ -274,34 +306,62 @@ class Worker:
         return True
 
     # -- the loops -----------------------------------------------------------------------------------
-    def read(self) -> None:
-        """The main thread: messages from the server until it stops us or goes away."""
-        self.reading = True
-        while True:
-            msg = self.channel.recv()
-            if self._reply(msg):
-                continue
-            kind = msg[0]
-            if kind == "exec":
-                _, exec_id, packed = msg
-                requests = []
-                for p in packed:
-                    key, request = unpack_request(p)
-                    stream = ProxyStream(self.channel, key, self.shm)
-                    self.streams[key] = stream
-                    request.stream = stream
-                    requests.append(request)
-                self.execs.put((exec_id, requests))
-            elif kind == "is_ready":
-                threading.Thread(target=self.answer_ready, args=(msg[1],), daemon=True).start()
-            elif kind == "cancel":
-                target = self.streams.get(msg[1])
-                if target is not None:
-                    target.cancel(msg[2])
-            elif kind == "stop":
-                self.execs.put(None)
-                self.reading = False
-                return
+    def _due(self, now: float) -> bool:
+        """Whether a thread waiting to read should read now (the role is free)."""
+        busy = self._busy_since
+        return not busy or self._want_reader or now - busy >= TAKE_OVER_S
+
+    def serve(self) -> None:
+        """Each of the two reading threads: messages from the server until it stops us or goes away.
+        An execute runs on the thread that read it; the other one reads meanwhile when needed."""
+        role = self.role
+        try:
+            self._serve(role)
+        except ChannelClosed:
+            self.lost = True
+        except BaseException:
+            self.lost = True
+            raise
+        finally:
+            role.close()  # the other thread returns too
+
+    def _serve(self, role: ReadRole) -> None:
+        while role.wait_turn(self._due, TAKE_OVER_S):
+            while True:  # holding the role
+                msg = self.channel.recv()
+                if self._reply(msg):
+                    continue
+                kind = msg[0]
+                if kind == "exec":
+                    requests = self._requests(msg[2])
+                    with self._exec_lock:
+                        self._want_reader = False
+                        self._busy_since = time.monotonic()
+                        role.release()
+                        try:
+                            self._execute(msg[1], requests)
+                        finally:
+                            self._busy_since = 0.0
+                    del msg, requests  # not held while this thread waits: inputs may map shared memory
+                    break
+                if kind == "is_ready":
+                    threading.Thread(target=self.answer_ready, args=(msg[1],), daemon=True).start()
+                elif kind == "cancel":
+                    target = self.streams.get(msg[1])
+                    if target is not None:
+                        target.cancel(msg[2])
+                elif kind == "stop":
+                    return
+
+    def _requests(self, packed: list[Any]) -> list[InferRequest]:
+        requests = []
+        for p in packed:
+            key, request = unpack_request(p)
+            stream = ProxyStream(self.channel, key, self.shm, self.need_reader)
+            self.streams[key] = stream
+            request.stream = stream
+            requests.append(request)
+        return requests
 
     def answer_ready(self, ask_id: int) -> None:
         """The model's ``is_ready()`` (core/readiness.py), in a thread of its own: it may block."""
@@ -315,29 +375,24 @@ class Worker:
         except ChannelClosed:
             return
 
-    def run_executes(self) -> None:
-        """The execute thread: one batch at a time, answered with ``done`` or ``exec_error``."""
+    def _execute(self, exec_id: int, requests: list[InferRequest]) -> None:
+        """One batch, answered with ``done`` or ``exec_error``."""
         inst = self.instance
         assert inst is not None
-        while True:
-            item = self.execs.get()
-            if item is None:
-                return
-            exec_id, requests = item
-            try:
-                responses = inst.execute(requests)
-                packed = None if responses is None else [pack_response(r, self.shm) for r in responses]
-                self.channel.send(("done", exec_id, packed, inst.last_timings))
-            except ChannelClosed:
-                return
-            except BaseException as e:  # SystemExit from a model included: answer, serve on
+        try:
+            responses = inst.execute(requests)
+            packed = None if responses is None else [pack_response(r, self.shm) for r in responses]
+            self.channel.send(("done", exec_id, packed, inst.last_timings))
+        except ChannelClosed:
+            return
+        except BaseException as e:  # SystemExit from a model included: answer, serve on
+            with contextlib.suppress(ChannelClosed):
                 self.channel.send(("exec_error", exec_id, pack_error(e)))
-            finally:
-                for r in requests:  # streams of decoupled requests live until their final flag
-                    s = r.stream
-                    if isinstance(s, ProxyStream) and s.done:
-                        self.streams.pop(s._key, None)
-                del requests, item
+        finally:
+            for r in requests:  # streams of decoupled requests live until their final flag
+                s = r.stream
+                if isinstance(s, ProxyStream) and s.done:
+                    self.streams.pop(s._key, None)
 
 
 def _die_with_parent() -> None:
@@ -374,14 +429,15 @@ def main(argv: list[str]) -> int:
             return 1
         has_is_ready = hasattr(getattr(worker.instance, "obj", None), "is_ready")
         channel.send(("ready", os.getpid(), time.monotonic() - t0, has_is_ready))
-        executor = threading.Thread(target=worker.run_executes, name="inferd-execute", daemon=True)
-        executor.start()
         threading.Thread(target=worker.run_cancels, name="inferd-bls-cancel", daemon=True).start()
-        try:
-            worker.read()
-        except ChannelClosed:
+        worker.reading = True
+        other = threading.Thread(target=worker.serve, name="inferd-read", daemon=True)
+        other.start()
+        worker.serve()
+        if worker.lost:
             return 0  # the server went away
-        executor.join()
+        other.join()  # it read "stop", or it ends now: nobody reads any more
+        worker.reading = False
         worker.cancels.put(None)
         inst = worker.instance
         if inst is not None:
