@@ -220,10 +220,12 @@ def test_unload_answers_once_the_requests_in_flight_are_done(explicit: InferdPro
         _until((explicit.repository / "sleeper" / "executing").exists)
         t0 = time.monotonic()
         client.unload_model("sleeper")
-        assert done == [[800]], done  # answered before the unload returned
-        assert time.monotonic() - t0 > 0.1
+        assert time.monotonic() - t0 > 0.1  # the unload waited for the execute in flight
         assert not client.is_model_ready("sleeper")
+        # the request in flight was answered, not failed (its client thread may read the answer a
+        # moment after the unload's: both go out, in that order, on two connections)
         t.join(10)
+        assert done == [[800]], done
     finally:
         client.close()
 
