@@ -31,7 +31,6 @@ moving instances), or the workers would be killed when it did.
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import logging
 import signal
@@ -46,18 +45,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from inferd.backends.base import InstanceSpec, LoadContext, MetricError
+from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
     ShmNames,
-    pack_error,
     pack_request,
     release_unmapped,
     unpack_response,
 )
-from inferd.backends.python.relay import BlsRelay
+from inferd.backends.python.relay import BlsRelay, answer, answer_call
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, error_for_code
@@ -95,46 +93,6 @@ def _how_it_ended(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit status {code}"
-
-
-#: what a worker's model may call on the server besides BLS: ServerLinks.model_ready and the
-#: MetricRegistry's calls (plain values in and out). release_owner is not forwarded: a model's
-#: processes share one owner, released by ProcessModel when its last instance unloads.
-FORWARDED = frozenset(
-    {
-        "model_ready",
-        *(
-            f"metrics.{m}"
-            for m in ("family_new", "family_delete", "metric_new", "metric_delete", "metric_op")
-        ),
-    }
-)
-
-
-def answer_call(ctx: LoadContext, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
-    """``(kind, value)``: "ok" with the result, "metric_error" with (message, stub), or "error"
-    with a packed InferdError."""
-    links = ctx.links
-    try:
-        if name not in FORWARDED:
-            raise InvalidArgumentError(f"'{name}' cannot be called from a worker process")
-        if name == "model_ready":
-            fn = links.model_ready
-        else:
-            fn = None if links.metrics is None else getattr(links.metrics, name.removeprefix("metrics."))
-        if fn is None:
-            raise UnavailableError(f"'{name}' is not available: the model is not served by a server")
-        return "ok", fn(*args)
-    except MetricError as e:
-        return "metric_error", (str(e), e.stub)
-    except Exception as e:
-        return "error", pack_error(e)
-
-
-def _answer(chan: Channel, message: tuple[Any, ...]) -> None:
-    """Send an answer to the worker; one that died meanwhile is the reader's to report."""
-    with contextlib.suppress(ChannelClosed):
-        chan.send(message)
 
 
 def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
@@ -488,7 +446,7 @@ class ProcessInstance:
 
     def _call(self, chan: Channel, call_id: int, name: str, args: tuple[Any, ...]) -> None:
         """One of the server's links the worker's model called (``FORWARDED``), answered back."""
-        _answer(chan, ("call_resp", call_id, answer_call(self._ctx, name, args)))
+        answer(chan, ("call_resp", call_id, answer_call(self._ctx, name, args)))
 
     def _died(self, proc: subprocess.Popen[bytes]) -> None:
         try:

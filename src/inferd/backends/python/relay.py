@@ -15,11 +15,15 @@ from then on only its final flag goes back, empty. When the worker ends (it stop
 restarted) its open requests are cancelled the same way: nobody reads their responses any more.
 What the relay holds is its open requests; the responses a model has not consumed yet are the
 worker's, as a thread instance's are its own.
+
+The worker's other calls on the server (``FORWARDED``: ``model_ready``, the custom-metric registry)
+are answered by ``answer_call``, with plain values in and out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,21 +31,62 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from inferd.backends.base import LoadContext
+from inferd.backends.base import LoadContext, MetricError
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
     ShmNames,
+    pack_error,
     pack_response,
     release_unmapped,
     unpack_request,
 )
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.errors import InferdError, InternalError, UnavailableError
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
 #: why a worker's open BLS requests are cancelled when it ends
 WORKER_ENDED = "the calling model's worker process ended"
+
+
+#: what a worker's model may call on the server besides BLS: ServerLinks.model_ready and the
+#: MetricRegistry's calls (plain values in and out). release_owner is not forwarded: a model's
+#: processes share one owner, released by ProcessModel when its last instance unloads.
+FORWARDED = frozenset(
+    {
+        "model_ready",
+        *(
+            f"metrics.{m}"
+            for m in ("family_new", "family_delete", "metric_new", "metric_delete", "metric_op")
+        ),
+    }
+)
+
+
+def answer_call(ctx: LoadContext, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """``(kind, value)``: "ok" with the result, "metric_error" with (message, stub), or "error"
+    with a packed InferdError."""
+    links = ctx.links
+    try:
+        if name not in FORWARDED:
+            raise InvalidArgumentError(f"'{name}' cannot be called from a worker process")
+        if name == "model_ready":
+            fn = links.model_ready
+        else:
+            fn = None if links.metrics is None else getattr(links.metrics, name.removeprefix("metrics."))
+        if fn is None:
+            raise UnavailableError(f"'{name}' is not available: the model is not served by a server")
+        return "ok", fn(*args)
+    except MetricError as e:
+        return "metric_error", (str(e), e.stub)
+    except Exception as e:
+        return "error", pack_error(e)
+
+
+def answer(chan: Channel, message: tuple[Any, ...]) -> None:
+    """Send an answer to the worker; one that died meanwhile is the reader's to report."""
+    with contextlib.suppress(ChannelClosed):
+        chan.send(message)
 
 
 @dataclass(slots=True)

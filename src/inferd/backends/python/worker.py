@@ -228,7 +228,7 @@ class Worker:
                 return
 
     def call(self, name: str, *args: Any) -> Any:
-        """One of the server's links (process.FORWARDED), answered by the server."""
+        """One of the server's links (relay.FORWARDED), answered by the server."""
         kind, value = self._ask("call", name, args)
         if kind == "ok":
             return value

@@ -24,6 +24,7 @@ from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Denial
 from inferd.frontends.forward import forwarded
+from inferd.frontends.http.bodies import apply_log_settings, system_region
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
@@ -40,7 +41,6 @@ from inferd.frontends.http.status import serve_status
 from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
-from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
 from inferd.shm.system import CUDA_IPC_HANDLE_SIZE, CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Trace, Tracing
@@ -379,7 +379,7 @@ class HttpApp:
                 doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
                 if isinstance(doc, dict):
                     try:
-                        _apply_log_settings(logs, doc)
+                        apply_log_settings(logs, doc)
                     finally:  # what was applied, up to an error, in every --workers process
                         logs.changed()
             self._json(resp, logs.settings())
@@ -411,7 +411,7 @@ class HttpApp:
                     change = self.shm.unregister_everywhere(region)
                 else:
                     doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
-                    change = self.shm.register_everywhere(region, *_system_region(doc))
+                    change = self.shm.register_everywhere(region, *system_region(doc))
                 self._spawn(self._when_done(change, resp))
                 return
             if action == "unregister":
@@ -487,30 +487,6 @@ class HttpApp:
             return
         resp.on_close = stream.cancel_on_close
         stream.set_callback(call.answer)
-
-
-def _apply_log_settings(logs: LogSettings, doc: dict[str, Any]) -> None:
-    """A logging POST body onto ``logs`` (``null`` leaves a setting as it is), with TritonJson's texts."""
-    if doc.get("log_file") is not None:
-        raise UnsupportedError("log file location can not be updated through network protocol")
-    for key in ("log_info", "log_warning", "log_error"):
-        value = doc.get(key)
-        if value is not None:
-            if type(value) is not bool:
-                raise InternalError("attempt to access JSON non-boolean as boolean")
-            logs.set_severities(**{key.removeprefix("log_"): value})
-    level = doc.get("log_verbose_level")
-    if level is not None:
-        if type(level) is not int or level < 0:
-            raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
-        logs.set_verbose(level)
-    fmt = doc.get("log_format")
-    if fmt is not None:
-        if not isinstance(fmt, str):
-            raise InternalError("attempt to access JSON non-string as string")
-        if fmt not in LOG_FORMATS:
-            raise UnavailableError(f"invalid argument for --log_format, got: {fmt}")
-        logs.set_format(fmt)
 
 
 class _InferCall:
@@ -590,20 +566,3 @@ class _InferCall:
         resp.send(
             200, body if len(body) > 1 else body[0] if isinstance(body[0], bytes) else body, ctype, headers
         )
-
-
-def _system_region(doc: Any) -> tuple[str, int, int]:
-    """A system region's (key, offset, byte_size) from its register body, checked as the reference does."""
-    if not isinstance(doc, dict):
-        raise InternalError("attempt to access JSON non-object as object")
-    if "byte_size" not in doc:  # the reference asks for byte_size first
-        raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
-    if "key" not in doc:
-        raise InvalidArgumentError("Shared memory register request has no 'key' field")
-    key, offset, size = doc["key"], doc.get("offset", 0), doc["byte_size"]
-    if not isinstance(key, str):
-        raise InternalError("attempt to access JSON non-string as string")
-    for v in (offset, size):
-        if type(v) is not int or v < 0:
-            raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
-    return key, offset, size
