@@ -100,6 +100,8 @@ class InferdProcess:
         log_path: Path,
         extra_args: tuple[str, ...] = (),
         command: Callable[[int, int, int], list[str]] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.repository = repository
         self.log_path = log_path
@@ -107,6 +109,8 @@ class InferdProcess:
         # the whole command line after `python -m inferd` for the (HTTP, gRPC, metrics) ports picked,
         # in place of serving ``repository`` (the Helm chart's test runs the container's arguments)
         self.command = command
+        self.env = env or {}  # set on top of this process's environment
+        self.cwd = cwd or REPO_ROOT
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = self.grpc_port = self.metrics_port = 0
 
@@ -138,11 +142,9 @@ class InferdProcess:
                     "inferd",
                     *self.command(self.port, self.grpc_port, self.metrics_port),
                 ]
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
             with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
-                )
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
             _STARTED.append(self)
             if self._wait_live():
                 return self

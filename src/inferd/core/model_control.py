@@ -105,19 +105,26 @@ def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
+OVERRIDE_PREFIX = "inferd-override-"
+
+
 def write_overrides(name: str, files: dict[str, bytes]) -> Path:
-    """``file:<path>`` overrides written to a fresh private folder (the model's folder for this load)."""
-    root = Path(tempfile.mkdtemp(prefix="inferd-override-"))
-    folder = root / name  # a model's folder bears its name
+    """``file:<path>`` overrides written to a fresh private folder, which is the model's folder for
+    this load. The model's name never becomes part of a path (a client sends any string: ``..``,
+    ``a/../../b``), as in the reference, whose override folder is its temporary folder itself;
+    every file is checked against the folder's resolved path before it is written."""
+    root = Path(tempfile.mkdtemp(prefix=OVERRIDE_PREFIX)).resolve()
     try:
         for rel, data in files.items():
             pure = PurePosixPath(rel)
-            target = (folder / pure).resolve()
+            target = (root / pure).resolve()
             if (
-                pure.is_absolute()
+                not rel
+                or "\0" in rel
+                or pure.is_absolute()
                 or ".." in pure.parts
-                or not rel
-                or not target.is_relative_to(folder.resolve())
+                or target == root
+                or not target.is_relative_to(root)
             ):
                 raise _poll_failed(
                     name,
@@ -126,9 +133,22 @@ def write_overrides(name: str, files: dict[str, bytes]) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
     except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_override_folder(root)
         raise
-    return folder
+    return root
+
+
+def remove_override_folder(folder: Path) -> None:
+    """Remove ``folder``, a folder ``write_overrides`` made, and nothing else: a path that is not
+    such a folder (not named so, not directly in the temporary folder, a link) is left alone."""
+    if (
+        folder.name.startswith(OVERRIDE_PREFIX)
+        and folder.parent == Path(tempfile.gettempdir()).resolve()
+        and not folder.is_symlink()
+    ):
+        shutil.rmtree(folder, ignore_errors=True)
+    else:  # never expected: a bug, said loudly rather than a tree removed
+        log.error("not removing '%s': it is not an override folder of this server", folder)
 
 
 class ModelControl:
@@ -270,7 +290,7 @@ class ModelControl:
             if override is None:
                 raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
             folder = write_overrides(name, files)
-            return scan_model_dir(folder, folder.parent), override
+            return scan_model_dir(folder, folder.parent, name=name), override
         entry = self._sources.find(name)
         if entry is None:
             raise _poll_failed(name, "model not found in any model repository")
@@ -339,7 +359,7 @@ class ModelControl:
         for m in old.values():
             await self._stop(m)
         if old_dir is not None:
-            shutil.rmtree(old_dir.parent, ignore_errors=True)
+            remove_override_folder(old_dir)
         if self.budget is not None:
             self.budget.touch(name)
             await self.budget.fit(loading, self._evict, why=name)
@@ -358,7 +378,7 @@ class ModelControl:
 
     def _drop_override(self, md: ModelDir, files: dict[str, bytes]) -> None:
         if files:
-            shutil.rmtree(md.path.parent, ignore_errors=True)
+            remove_override_folder(md.path)
 
     async def _unload(self, name: str, unload_dependents: bool) -> None:
         registry = self._registry
@@ -377,7 +397,7 @@ class ModelControl:
             await self._stop(m)
         folder = self._override_dirs.pop(name, None)
         if folder is not None:
-            shutil.rmtree(folder.parent, ignore_errors=True)
+            remove_override_folder(folder)
         if live:
             log.info("successfully unloaded '%s'", name)
         if self.budget is not None:

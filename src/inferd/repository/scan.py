@@ -61,8 +61,9 @@ def parse_version_dir_name(name: str) -> int | None:
     return version if version <= _INT64_MAX else None
 
 
-def scan_model_dir(path: Path, repository: Path | None = None) -> ModelDir:
-    """Describe one model directory (its version subdirectories)."""
+def scan_model_dir(path: Path, repository: Path | None = None, name: str | None = None) -> ModelDir:
+    """Describe one model directory (its version subdirectories); the model is named after the
+    folder unless ``name`` says otherwise (a load's file overrides live in a temporary folder)."""
     versions: dict[int, Path] = {}
     ignored: list[str] = []
     try:
@@ -78,7 +79,7 @@ def scan_model_dir(path: Path, repository: Path | None = None) -> ModelDir:
         else:
             versions[version] = entry
     return ModelDir(
-        name=path.name,
+        name=path.name if name is None else name,
         path=path,
         repository=repository if repository is not None else path.parent,
         versions=dict(sorted(versions.items())),

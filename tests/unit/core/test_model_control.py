@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from inferd.core.model_control import fingerprint, load_parameters, write_overrides
+from inferd.core.model_control import (
+    OVERRIDE_PREFIX,
+    fingerprint,
+    load_parameters,
+    remove_override_folder,
+    write_overrides,
+)
 from inferd.errors import InternalError, InvalidArgumentError
 
 
@@ -46,14 +52,34 @@ def test_load_parameters_over_grpc_want_bytes() -> None:
         load_parameters({"file:1/model.py": "text"}, base64_files=False)
 
 
-def test_file_overrides_go_to_a_private_folder_named_for_the_model() -> None:
+def test_file_overrides_go_to_a_private_folder_that_is_the_models_folder() -> None:
     folder = write_overrides("m", {"1/model.py": b"x = 1", "config.pbtxt": b""})
     try:
-        assert folder.name == "m"
+        assert folder.name.startswith(OVERRIDE_PREFIX)  # the name is never part of the path
         assert (folder / "1" / "model.py").read_bytes() == b"x = 1"
-        assert oct(folder.parent.stat().st_mode & 0o777) == "0o700"  # mkdtemp: this user's only
+        assert oct(folder.stat().st_mode & 0o777) == "0o700"  # mkdtemp: this user's only
     finally:
-        shutil.rmtree(folder.parent)
+        remove_override_folder(folder)
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("name", ["..", "../..", "a/../../b", "/", ".", "x\\..", "m"])
+def test_a_model_name_never_places_the_files(name: str) -> None:
+    folder = write_overrides(name, {"1/model.py": b"x = 1"})
+    try:
+        assert folder.parent == Path(tempfile.gettempdir()).resolve()
+        assert [p.name for p in folder.iterdir()] == ["1"]
+    finally:
+        remove_override_folder(folder)
+
+
+def test_only_override_folders_are_removed(tmp_path: Path) -> None:
+    victim = tmp_path / f"{OVERRIDE_PREFIX}lookalike"  # named so, but not in the temporary folder
+    victim.mkdir()
+    (victim / "f").write_text("keep")
+    remove_override_folder(victim)
+    remove_override_folder(tmp_path)
+    assert (victim / "f").read_text() == "keep"
 
 
 @pytest.mark.parametrize("name", ["../x", "1/../../x", "/etc/passwd", ""])

@@ -264,7 +264,7 @@ def unpack_tensor(packed: PackedTensor) -> Tensor:
 def release_unmapped(packed: list[PackedTensor]) -> None:
     """Unlink the shared-memory objects of tensors the other side will never map."""
     for _, _, _, payload in packed:
-        if isinstance(payload, tuple):
+        if isinstance(payload, tuple) and "/" not in payload[1] and payload[1].startswith("inferd-"):
             try:
                 os.unlink(os.path.join(SHM_DIR, payload[1]))
             except OSError:
