@@ -148,6 +148,17 @@ class ServerOptions:
     http_max_url_size: int = option(16384, "bytes: the longest request URL (414 over it)")
     http_max_header_size: int = option(65536, "bytes: all header fields of a request together (431 over it)")
     http_max_header_count: int = option(100, "header fields of one request (431 over it)")
+    openai_max_prompts: int = option(
+        256, "prompts in one /v1/completions request, each a model request (400 over it)"
+    )
+    openai_max_messages: int = option(2048, "messages in one /v1/chat/completions request (400 over it)")
+    openai_max_embedding_inputs: int = option(
+        2048, "texts in one /v1/embeddings request (OpenAI's own limit; 400 over it)"
+    )
+    openai_max_stop_sequences: int = option(
+        16,
+        "stop sequences in one completions or chat request, each matched against every token (400 over it)",
+    )
     http_header_timeout_secs: float = option(
         30.0,
         "seconds a request may take to send its headers (408 and close after: slowloris), and a gRPC "

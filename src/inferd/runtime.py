@@ -204,6 +204,7 @@ class Runtime:
         """The HTTP routes over this server's core (or ``core``, a view of it), transport-free: the
         HTTP front end serves it, and so does a Ray Serve replica (``inferd.rayserve``)."""
         from inferd.frontends.http.app import HttpApp
+        from inferd.frontends.http.openai_schema import OpenAILimits
 
         options = self.options
         return HttpApp(
@@ -216,6 +217,12 @@ class Runtime:
             tracing=self.tracing,
             header_forward=compile_forward_pattern(
                 options.http_header_forward_pattern, "--http-header-forward-pattern"
+            ),
+            openai_limits=OpenAILimits(
+                prompts=options.openai_max_prompts,
+                messages=options.openai_max_messages,
+                embedding_inputs=options.openai_max_embedding_inputs,
+                stop_sequences=options.openai_max_stop_sequences,
             ),
         )
 

@@ -267,6 +267,40 @@ def test_malformed_requests_get_openai_errors_and_serving_goes_on(
     assert client.completions.create(model="zen_lm", prompt="errors").choices[0].text == expected("errors")[0]
 
 
+def _rss_kib(server: InferdProcess) -> int:
+    assert server.proc is not None
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def _inference_count(server: InferdProcess, model: str) -> int:
+    stats = server.request("GET", f"/v2/models/{model}/stats").json()
+    return int(stats["model_stats"][0]["inference_count"])
+
+
+def test_a_hundred_thousand_prompts_are_refused_at_once(client: openai.OpenAI, server: InferdProcess) -> None:
+    """Issue 25: 100,000 prompts in one 2 MB body were 100,000 model requests (197 s, 1.1 GB)."""
+    count, rss = _inference_count(server, "zen_lm"), _rss_kib(server)
+    t0 = time.monotonic()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="zen_lm", prompt=["a prompt of some words"] * 100_000)
+    assert time.monotonic() - t0 < 10  # refused while reading the body, not after any work
+    assert e.value.param == "prompt"
+    assert "at most 256 in one request (--openai-max-prompts)" in e.value.message
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(model="zen_lm", messages=[{"role": "user", "content": "x"}] * 2049)
+    assert chat.value.param == "messages" and "--openai-max-messages" in chat.value.message
+    with pytest.raises(openai.BadRequestError) as emb:  # refused before the model's type is looked at
+        client.embeddings.create(model="zen_lm", input=["x"] * 2049)
+    assert emb.value.param == "input" and "--openai-max-embedding-inputs" in emb.value.message
+    with pytest.raises(openai.BadRequestError) as stop:
+        client.completions.create(model="zen_lm", prompt="x", stop=[f"s{i}" for i in range(17)])
+    assert stop.value.param == "stop" and "--openai-max-stop-sequences" in stop.value.message
+    assert _inference_count(server, "zen_lm") == count  # no model request was made
+    assert _rss_kib(server) - rss < 32 * 1024  # memory flat (was +1.1 GB)
+    assert client.completions.create(model="zen_lm", prompt="on").choices[0].text == expected("on")[0]
+
+
 # -- cancellation ---------------------------------------------------------------------------------------
 def _cancelled(server: InferdProcess) -> float:
     """zen_lm's count of generations stopped because their client went away (its custom metric)."""

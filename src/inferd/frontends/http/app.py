@@ -33,6 +33,7 @@ from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.openai import OpenAIRoutes
+from inferd.frontends.http.openai_schema import OpenAILimits
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.routes import MODEL_RE as _MODEL_RE
 from inferd.frontends.http.routes import route_category
@@ -142,6 +143,7 @@ class HttpApp:
         logs: LogSettings | None = None,
         tracing: Tracing | None = None,
         header_forward: re.Pattern[str] | None = None,
+        openai_limits: OpenAILimits = OpenAILimits(),
     ) -> None:
         self.core = core
         #: --http-header-forward-pattern: matching headers reach the model as parameters
@@ -154,7 +156,7 @@ class HttpApp:
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.headers = HeaderCache(shm=self.shm)
         self._generate = GenerateRoutes(core)
-        self._openai = OpenAIRoutes(core, self.access, max_input_size)
+        self._openai = OpenAIRoutes(core, self.access, max_input_size, limits=openai_limits)
         #: bytes a body may inflate to (the HTTP protocol caps the body as sent)
         self.max_input_size = max_input_size
         #: inflations under way on worker threads (owned until they end)

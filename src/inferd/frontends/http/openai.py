@@ -40,6 +40,7 @@ from inferd.frontends.http.openai_schema import (
     SERVER_ERROR,
     EmbeddingsBody,
     OpenAIError,
+    OpenAILimits,
     StopMatcher,
     TextBody,
     from_inferd,
@@ -79,8 +80,11 @@ class OpenAIRoutes:
         access: AccessPolicy | None = None,
         max_input_size: int = 1 << 26,
         clock: Callable[[], float] = time.time,
+        limits: OpenAILimits = OpenAILimits(),
     ) -> None:
         self.core = core
+        #: how many prompts, messages, inputs and stop sequences one request may hold
+        self.limits = limits
         self.access = access if access is not None and access.enabled else None
         self.max_input_size = max_input_size
         self.clock = clock
@@ -108,9 +112,10 @@ class OpenAIRoutes:
                     raise _not_allowed(req)
                 doc = parse_body(self._body(req))
                 if path == "/v1/embeddings":
-                    self._embeddings(resp, parse_embeddings(doc))
+                    self._embeddings(resp, parse_embeddings(doc, self.limits))
                 else:
-                    body = parse_chat(doc) if path == "/v1/chat/completions" else parse_completions(doc)
+                    parse = parse_chat if path == "/v1/chat/completions" else parse_completions
+                    body = parse(doc, self.limits)
                     self._text(resp, body)
             else:
                 raise OpenAIError(404, f"Invalid URL ({req.method} {req.path})", code="unknown_url")

@@ -110,10 +110,44 @@ def parse_body(body: bytes) -> dict[str, Any]:
     return doc
 
 
-def _texts(value: Any, param: str) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class OpenAILimits:
+    """How much one request may ask for: each entry multiplies the work one body makes (a prompt is
+    a model request, a stop sequence is matched against every token). Over a limit: 400 naming it."""
+
+    prompts: int = 256
+    messages: int = 2048
+    embedding_inputs: int = 2048  # OpenAI's own limit for an embeddings input array
+    stop_sequences: int = 16
+
+
+#: the option each limit comes from, named in its error
+_LIMIT_FLAGS = {
+    "prompt": ("prompts", "--openai-max-prompts"),
+    "input": ("embedding_inputs", "--openai-max-embedding-inputs"),
+    "messages": ("messages", "--openai-max-messages"),
+    "stop": ("stop_sequences", "--openai-max-stop-sequences"),
+}
+
+
+def _bounded(value: Any, param: str, limits: OpenAILimits) -> None:
+    """Refuse an array longer than its limit, before anything is done with its entries."""
+    if isinstance(value, list):
+        field_name, flag = _LIMIT_FLAGS[param]
+        limit: int = getattr(limits, field_name)
+        if len(value) > limit:
+            raise invalid(
+                f"'{param}' has {len(value)} entries: this server takes at most {limit} in one request "
+                f"({flag})",
+                param,
+            )
+
+
+def _texts(value: Any, param: str, limits: OpenAILimits) -> list[str]:
     """A string or a non-empty list of strings (token ids are refused: the model tokenizes)."""
     if isinstance(value, str):
         return [value]
+    _bounded(value, param, limits)
     if isinstance(value, list) and value:
         if all(isinstance(v, str) for v in value):
             return value
@@ -134,8 +168,8 @@ class EmbeddingsBody:
     dimensions: int | None
 
 
-def parse_embeddings(doc: dict[str, Any]) -> EmbeddingsBody:
-    texts = _texts(doc.get("input"), "input")
+def parse_embeddings(doc: dict[str, Any], limits: OpenAILimits = OpenAILimits()) -> EmbeddingsBody:
+    texts = _texts(doc.get("input"), "input", limits)
     fmt = doc.get("encoding_format")
     if fmt is not None and fmt not in ("float", "base64"):
         raise invalid("'encoding_format' must be 'float' or 'base64'", "encoding_format")
@@ -159,18 +193,20 @@ class TextBody:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_completions(doc: dict[str, Any]) -> TextBody:
-    body = TextBody(doc["model"], False, _texts(doc.get("prompt"), "prompt"))
-    _common(doc, body)
+def parse_completions(doc: dict[str, Any], limits: OpenAILimits = OpenAILimits()) -> TextBody:
+    body = TextBody(doc["model"], False, _texts(doc.get("prompt"), "prompt", limits))
+    _common(doc, body, limits)
     return body
 
 
-def parse_chat(doc: dict[str, Any]) -> TextBody:
-    body = TextBody(doc["model"], True, [render_chat(doc.get("messages"))])
+def parse_chat(doc: dict[str, Any], limits: OpenAILimits = OpenAILimits()) -> TextBody:
+    messages = doc.get("messages")
+    _bounded(messages, "messages", limits)
+    body = TextBody(doc["model"], True, [render_chat(messages)])
     fmt = doc.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise invalid("only the 'text' response_format is supported", "response_format")
-    _common(doc, body)
+    _common(doc, body, limits)
     return body
 
 
@@ -213,7 +249,7 @@ def _content(content: Any, param: str) -> str:
     raise invalid(f"'{param}' must be a string or an array of text parts", param)
 
 
-def _common(doc: dict[str, Any], body: TextBody) -> None:
+def _common(doc: dict[str, Any], body: TextBody, limits: OpenAILimits) -> None:
     """What completions and chat share: streaming, n, stop, refused features, forwarded parameters."""
     stream = doc.get("stream")
     if stream is not None and not isinstance(stream, bool):
@@ -232,7 +268,9 @@ def _common(doc: dict[str, Any], body: TextBody) -> None:
     n = doc.get("n")
     if n is not None and n != 1:
         raise invalid("only n=1 is supported (one choice per prompt)", "n")
-    body.stop = _stop(doc.get("stop"))
+    stop = doc.get("stop")
+    _bounded(stop, "stop", limits)
+    body.stop = _stop(stop)
     for name, (defaults, why) in _REFUSED.items():
         value = doc.get(name)
         if value is not None and not any(value == d and type(value) is type(d) for d in defaults):

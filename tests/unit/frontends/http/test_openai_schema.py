@@ -16,6 +16,7 @@ from inferd.errors import (
 )
 from inferd.frontends.http.openai_schema import (
     OpenAIError,
+    OpenAILimits,
     StopMatcher,
     from_inferd,
     parse_body,
@@ -215,3 +216,28 @@ def test_stop_sequences_cut_the_text_across_pieces() -> None:
     assert m.feed("xa") == ("x", False)  # "a" may begin "abc"
     assert m.feed("b") == ("", False)
     assert m.feed("d") == ("abd", False)
+
+
+@pytest.mark.parametrize(
+    ("parse", "field", "limit_name", "flag"),
+    [
+        (parse_completions, "prompt", "prompts", "--openai-max-prompts"),
+        (parse_embeddings, "input", "embedding_inputs", "--openai-max-embedding-inputs"),
+        (parse_chat, "messages", "messages", "--openai-max-messages"),
+        (parse_completions, "stop", "stop_sequences", "--openai-max-stop-sequences"),
+    ],
+)
+def test_arrays_are_bounded(parse: Any, field: str, limit_name: str, flag: str) -> None:
+    limits = OpenAILimits(**{limit_name: 3})
+    entry: Any = {"role": "user", "content": "x"} if field == "messages" else "x"
+    doc: dict[str, Any] = {"model": "m", "prompt": "p", "input": "i", "messages": [entry]}
+    parse({**doc, field: [entry] * 3}, limits)  # at the limit: taken
+    with pytest.raises(OpenAIError) as e:
+        parse({**doc, field: [entry] * 4}, limits)
+    assert (e.value.status, e.value.param) == (400, field)
+    assert f"'{field}' has 4 entries: this server takes at most 3 in one request ({flag})" in str(e.value)
+
+
+def test_the_default_limits_refuse_a_hundred_thousand_prompts() -> None:
+    with pytest.raises(OpenAIError, match="at most 256"):
+        parse_completions({"model": "m", "prompt": ["x"] * 100_000})
