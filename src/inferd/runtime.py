@@ -248,6 +248,7 @@ class Runtime:
             self._http_tls(),
             gather,
             reuse_port=self.place is not None,
+            access=self.http_access,
         )
         try:
             await metrics.start()

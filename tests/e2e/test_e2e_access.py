@@ -3,6 +3,7 @@ gRPC), and API keys from the environment (tritonclient sending ``Authorization: 
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Callable
 from typing import Any
 
@@ -17,11 +18,32 @@ def _inputs(module: Any) -> list[Any]:
     return [module.InferInput("INPUT0", [2], "FP32").set_data_from_numpy(np.array([1, 2], np.float32))]
 
 
+def _metrics_port_get(server: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
 def test_restricted_apis_answer_as_the_reference(start_server: Callable[..., Any]) -> None:
     server = start_server(
         "--http-restricted-api=inference:infer-key=s3cret",
+        "--http-restricted-api=statistics:stats-key=st4ts",
         "--grpc-restricted-protocol=inference,health:grpc-key=0th3r",
     )
+    # the status page names every model, its state and its failures (with paths): on every port it is
+    # served from, it is the statistics category's (issue 25: the metrics port answered 200 to anyone)
+    for path in ("/", "/v2/status"):
+        on_http = server.request("GET", path)
+        for status, body in ((on_http.status, on_http.body), _metrics_port_get(server, path)):
+            assert status == 403, (path, status)
+            assert b"expecting header 'stats-key'" in body and b"identity_fp32" not in body
+    status, body = _metrics_port_get(server, "/v2/status", {"stats-key": "st4ts"})
+    assert status == 200 and b"identity_fp32" in body
+    assert _metrics_port_get(server, "/metrics")[0] == 200  # metrics stay open, as the reference's
     r = server.infer(
         "identity_fp32", {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1]}]}
     )
@@ -61,6 +83,9 @@ def test_api_keys_from_the_environment(
     server = start_server()
     bare = server.request("GET", "/v2/models/identity_fp32")
     assert bare.status == 401 and "API key" in bare.error
+    assert _metrics_port_get(server, "/v2/status")[0] == 401
+    assert _metrics_port_get(server, "/", {"Authorization": "Bearer k-infer"})[0] == 403
+    assert _metrics_port_get(server, "/v2/status", {"Authorization": "Bearer k-admin"})[0] == 200
     assert server.request("GET", "/v2/health/live").status == 200  # health stays open for probes
     http = httpclient.InferenceServerClient(server.url)
     try:

@@ -7,7 +7,10 @@ import ssl
 from collections.abc import Awaitable, Callable
 
 from inferd.core.server import ServerCore
+from inferd.frontends.access import AccessPolicy
+from inferd.frontends.http.errors import refused
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
+from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
 from inferd.metrics.collector import render
 
@@ -16,15 +19,25 @@ CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
 class MetricsApp:
-    """``GET /metrics``: Prometheus text (and the status page); other methods 405, other paths 404."""
+    """``GET /metrics``: Prometheus text (and the status page, under the HTTP port's access rules:
+    it names every model, its state and why it failed); other methods 405, other paths 404.
+    ``/metrics`` itself stays open, as the reference's."""
 
-    def __init__(self, core: ServerCore, gather: Callable[[], Awaitable[bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        core: ServerCore,
+        gather: Callable[[], Awaitable[bytes]] | None = None,
+        access: AccessPolicy | None = None,
+    ) -> None:
         self.core = core
+        self.access = access if access is not None and access.enabled else None
         #: the whole server's text when this process is one of several (``--workers``)
         self.gather = gather
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
+        if req.path in STATUS_PATHS and self.access is not None and refused(self.access, req, resp):
+            return
         if serve_status(self.core, req, resp):  # the live status page, here too
             return
         if req.path != "/metrics":
@@ -50,7 +63,9 @@ def metrics_server(
     tls: ssl.SSLContext | None = None,
     gather: Callable[[], Awaitable[bytes]] | None = None,
     reuse_port: bool = False,
+    access: AccessPolicy | None = None,
 ) -> HttpServer:
     """An HttpServer serving ``/metrics`` for ``core`` (over TLS with ``tls``; the whole server's
-    text from ``gather`` when given; the port shared by several processes with ``reuse_port``)."""
-    return HttpServer(MetricsApp(core, gather), host, port, ssl=tls, reuse_port=reuse_port)
+    text from ``gather`` when given; the port shared by several processes with ``reuse_port``; the
+    status page under ``access``, the HTTP port's rules)."""
+    return HttpServer(MetricsApp(core, gather, access), host, port, ssl=tls, reuse_port=reuse_port)

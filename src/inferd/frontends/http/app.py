@@ -22,13 +22,13 @@ from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.frontends.access import AccessPolicy, Denial
+from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
 from inferd.frontends.http.bodies import apply_log_settings, system_region
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
-from inferd.frontends.http.errors import send_error
+from inferd.frontends.http.errors import refused, send_error
 from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
@@ -36,7 +36,6 @@ from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.openai_schema import OpenAILimits
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.routes import MODEL_RE as _MODEL_RE
-from inferd.frontends.http.routes import route_category
 from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
 from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
@@ -164,7 +163,7 @@ class HttpApp:
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
-        if self.access is not None and not self._allowed(req, resp):
+        if self.access is not None and refused(self.access, req, resp):
             return
         if path.startswith("/v2/models/"):
             if path == "/v2/models/stats":
@@ -208,28 +207,6 @@ class HttpApp:
             self._openai.handle(req, resp)
         else:
             resp.send(404, _NOT_FOUND, _TEXT)
-
-    # -- access ----------------------------------------------------------------------------------
-    def _allowed(self, req: HttpRequest, resp: Responder) -> bool:
-        """Whether the request may go on; if not, it was answered (401/403)."""
-        assert self.access is not None
-        category = route_category(req.path)
-        if category is None:
-            return True  # no such route: 404 as for anyone
-        denied = self.access.check(category, req.headers)
-        if denied is None:
-            return True
-        why, header = denied
-        if why is Denial.RESTRICTED:  # the reference's answer
-            body = orjson.dumps({"error": f"This API is restricted, expecting header '{header}'"})
-            resp.send(403, body, _TEXT)
-        elif why is Denial.UNAUTHENTICATED:
-            body = orjson.dumps({"error": "this API needs an API key: 'Authorization: Bearer <key>'"})
-            resp.send(401, body, _JSON, [("WWW-Authenticate", 'Bearer realm="inferd"')])
-        else:
-            body = orjson.dumps({"error": f"the API key does not grant the '{category.value}' APIs"})
-            resp.send(403, body, _JSON)
-        return False
 
     # -- helpers ---------------------------------------------------------------------------------
     @staticmethod

@@ -7,7 +7,9 @@ import logging
 import orjson
 
 from inferd.errors import InferdError
-from inferd.frontends.http.protocol import Responder
+from inferd.frontends.access import AccessPolicy, Denial
+from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.routes import route_category
 from inferd.logs import VERBOSE1
 
 JSON = "application/json"
@@ -28,6 +30,29 @@ def send_error(resp: Responder, e: InferdError, content_type: str = JSON) -> Non
     if log.isEnabledFor(VERBOSE1):  # verbose level 1: every failed request, with its reason
         log.log(VERBOSE1, "HTTP %d: %s", e.code.http_status, e.message)
     resp.send(e.code.http_status, error_body(e), content_type)
+
+
+def refused(access: AccessPolicy, req: HttpRequest, resp: Responder) -> bool:
+    """Whether ``access`` refuses ``req``, which is then answered: 403 as the reference for a
+    restriction, 401 / 403 for API keys. A path that is no route is let through (404 for anyone).
+    Every port serving the HTTP routes or the status page asks here."""
+    category = route_category(req.path)
+    if category is None:
+        return False
+    denied = access.check(category, req.headers)
+    if denied is None:
+        return False
+    why, header = denied
+    if why is Denial.RESTRICTED:  # the reference's answer
+        body = orjson.dumps({"error": f"This API is restricted, expecting header '{header}'"})
+        resp.send(403, body, TEXT)
+    elif why is Denial.UNAUTHENTICATED:
+        body = orjson.dumps({"error": "this API needs an API key: 'Authorization: Bearer <key>'"})
+        resp.send(401, body, JSON, [("WWW-Authenticate", 'Bearer realm="inferd"')])
+    else:
+        body = orjson.dumps({"error": f"the API key does not grant the '{category.value}' APIs"})
+        resp.send(403, body, JSON)
+    return True
 
 
 log = logging.getLogger("inferd.http")
