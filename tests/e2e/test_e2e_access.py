@@ -3,14 +3,17 @@ gRPC), and API keys from the environment (tritonclient sending ``Authorization: 
 
 from __future__ import annotations
 
-import http.client
+import json
 from collections.abc import Callable
+from http.client import HTTPConnection
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 
@@ -19,7 +22,7 @@ def _inputs(module: Any) -> list[Any]:
 
 
 def _metrics_port_get(server: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+    conn = HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
     try:
         conn.request("GET", path, headers=headers or {})
         r = conn.getresponse()
@@ -74,6 +77,32 @@ def test_restricted_apis_answer_as_the_reference(start_server: Callable[..., Any
         g.close()
     ok = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1]}]}
     assert server.infer("identity_fp32", ok, {"infer-key": "s3cret"}).status == 200
+    # a repeated restriction header counts by its first value, as the reference's (HTTP and gRPC)
+    for values, status in ((["s3cret", "s3cret"], 200), (["s3cret", "x"], 200), (["x", "s3cret"], 403)):
+        conn = HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.putrequest("POST", "/v2/models/identity_fp32/infer")
+            body = json.dumps(ok).encode()
+            conn.putheader("Content-Length", str(len(body)))
+            for v in values:
+                conn.putheader("infer-key", v)
+            conn.endheaders(body)
+            assert conn.getresponse().status == status, values
+        finally:
+            conn.close()
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        key = "triton-grpc-protocol-grpc-key"
+        assert g.is_server_live(headers={key: "0th3r"})
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(service_pb2.ServerLiveRequest(), metadata=[(key, "0th3r"), (key, "x")]).live
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ServerLive(service_pb2.ServerLiveRequest(), metadata=[(key, "x"), (key, "0th3r")])
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        channel.close()
+    finally:
+        g.close()
 
 
 def test_api_keys_from_the_environment(

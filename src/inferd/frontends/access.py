@@ -87,7 +87,7 @@ class AccessPolicy:
         if restriction is not None:
             header, value = restriction
             actual = headers.get(header)
-            if actual is None or not hmac.compare_digest(actual.encode(), value.encode()):
+            if actual is None or not _first_value_is(actual, value):
                 return Denial.RESTRICTED, header
         return None
 
@@ -99,6 +99,14 @@ class AccessPolicy:
             if hmac.compare_digest(key.encode(), token.encode()):
                 found = categories
         return found
+
+
+def _first_value_is(actual: str, value: str) -> bool:
+    """Whether a header's first value is ``value``, in constant time. HTTP joins a repeated header's
+    values with commas; the reference reads the first (a client repeating the header, or a proxy
+    adding one after it, is let through as there)."""
+    n = len(value)
+    return hmac.compare_digest(actual[:n].encode(), value.encode()) and (len(actual) == n or actual[n] == ",")
 
 
 def _bearer(value: str) -> str:

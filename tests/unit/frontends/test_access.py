@@ -76,6 +76,16 @@ def test_policy_checks() -> None:
 
 
 @pytest.mark.parametrize(
+    ("joined", "allowed"),
+    # HTTP joins a repeated header's values with commas; the reference reads the first value
+    [("v", True), ("v,v", True), ("v,other", True), ("other,v", False), ("vv", False), ("", False)],
+)
+def test_a_repeated_restriction_header_counts_by_its_first_value(joined: str, allowed: bool) -> None:
+    policy = AccessPolicy({Category.INFERENCE: ("x-key", "v")})
+    assert (policy.check(Category.INFERENCE, {"x-key": joined}) is None) is allowed
+
+
+@pytest.mark.parametrize(
     ("path", "category"),
     [
         ("/v2/health/live", Category.HEALTH),
@@ -122,6 +132,11 @@ def test_grpc_answers(core: Any) -> None:
     assert code("ModelInfer", (("authorization", "Bearer key"),)) is grpc.StatusCode.PERMISSION_DENIED
     assert code("ServerLive", (("authorization", "Bearer key"),)) is grpc.StatusCode.UNAVAILABLE
     assert code("ServerLive", (("authorization", "Bearer key"), ("triton-grpc-protocol-k", "v"))) is None
+    key = ("authorization", "Bearer key")  # repeated metadata: the first value counts, as the reference's
+    assert code("ServerLive", (key, ("triton-grpc-protocol-k", "v"), ("triton-grpc-protocol-k", "x"))) is None
+    assert code("ServerLive", (key, ("triton-grpc-protocol-k", "x"), ("triton-grpc-protocol-k", "v"))) is (
+        grpc.StatusCode.UNAVAILABLE
+    )
     with pytest.raises(
         RpcError, match="This protocol is restricted, expecting header 'triton-grpc-protocol-k'"
     ):

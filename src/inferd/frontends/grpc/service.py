@@ -183,7 +183,9 @@ class InferenceServicer:
         if access is None:
             return
         category = RPC_CATEGORY[rpc]
-        headers = {k.lower(): v if isinstance(v, str) else v.decode("latin-1") for k, v in (metadata or ())}
+        headers: dict[str, str] = {}
+        for k, v in metadata or ():  # a repeated key: its first value, as the reference reads it
+            headers.setdefault(k.lower(), v if isinstance(v, str) else v.decode("latin-1"))
         denied = access.check(category, headers)
         if denied is None:
             return
