@@ -11,7 +11,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test azurite browser lint typecheck unit e2e bench bench-quick fuzz soak models clean
+.PHONY: install install-run run test azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -70,6 +70,12 @@ bench: install
 # one short round: checks that the benchmark runs, leaves BENCHMARKS.md alone
 bench-quick: install
 	$(BIN)/python benchmarks/run.py --quick --repeat 1 --no-cores $(ARGS)
+
+# the working tree against BASE (a commit) in alternating rounds: throughput and the server's CPU per
+# request of the request path's scenarios (benchmarks/ab.py --help); before landing a request-path change
+BASE ?= HEAD
+bench-ab: install
+	$(BIN)/python benchmarks/ab.py --base $(BASE) $(ARGS)
 
 # reliability suites (issue 10): they rewrite their sections of RELIABILITY.md; ARGS passes options
 # (python -m reliability.fuzz --help); make test runs a short version of each

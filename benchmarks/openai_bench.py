@@ -31,7 +31,6 @@ import base64
 import http.client
 import json
 import math
-import os
 import statistics
 import struct
 import subprocess
@@ -43,6 +42,7 @@ from pathlib import Path
 
 import servers
 from bench_paths import ROOT
+from cpu import cpu_seconds
 
 SENTENCE = "A man is eating a piece of bread in the kitchen while the radio plays."
 BATCHES = (1, 8)
@@ -135,28 +135,6 @@ def check_same_work(port: int) -> None:
             assert len(rows) == n, (kind, len(rows))
             worst = min(cosine(a, b) for a, b in zip(rows, want, strict=True))
             assert worst >= MIN_COSINE, f"{kind} (batch {n}) differs from kserve_binary: cosine {worst}"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` and its descendants (worker processes), from /proc."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += times.get(p, 0.0)
-        todo += [c for c, parent in parents.items() if parent == p]
-    return total
 
 
 def load(port: int, c: Call, concurrency: int, seconds: float, warmup: float, pid: int) -> dict[str, float]:

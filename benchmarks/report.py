@@ -151,9 +151,12 @@ class ScenarioSection(Section):
             f"{a} p50 / p99 (us)",
             f"{b} p50 / p99 (us)",
             "p99 ratio",
+            f"{a} / {b} CPU per request (us)",
+            "CPU ratio",
         ]
         if multi:
             header.append(f"infer/s per round ({a} ; {b})")
+            header.append(f"CPU per request per round ({a} ; {b})")
         header.append("notes")
         rows = []
         for sid in ids:
@@ -166,18 +169,27 @@ class ScenarioSection(Section):
                 f"{fmt(x.p50_us)} / {fmt(x.p99_us)}",
                 f"{fmt(y.p50_us)} / {fmt(y.p99_us)}",
                 fmt_ratio(ratio(x.p99_us, y.p99_us)),
+                f"{fmt(x.cpu_us)} / {fmt(y.cpu_us)}",
+                fmt_ratio(ratio(x.cpu_us, y.cpu_us)),
             ]
             if multi:
                 row.append(
                     " ".join(fmt(v) for v in x.per_round) + " ; " + " ".join(fmt(v) for v in y.per_round)
+                )
+                row.append(
+                    " ".join(fmt(v) for v in x.cpu_per_round)
+                    + " ; "
+                    + " ".join(fmt(v) for v in y.cpu_per_round)
                 )
             row.append(self._notes(data, sid))
             rows.append(row)
         return (
             f"## {self.title}\n\n"
             f"perf_analyzer, sync mode, batch 1. ratio > 1: {a} has more throughput; "
-            f"p99 ratio < 1: {a} has the lower tail latency.\n\n"
-            + md_table(header, rows, "l" + "r" * 6 + "l" * (len(header) - 7))
+            f"p99 ratio < 1: {a} has the lower tail latency. CPU per request: the server's process "
+            "tree's CPU time over the successes its statistics counted during the row (warm-up and "
+            f"every trial; benchmarks/cpu.py); CPU ratio < 1: {a} spends less.\n\n"
+            + md_table(header, rows, "l" + "r" * 8 + "l" * (len(header) - 9))
         )
 
     def _notes(self, data: RunData, sid: str) -> str:

@@ -49,6 +49,14 @@ HTTP_SCENARIOS = [
     "ensemble_add_sub_http_c8",
 ]
 GRPC_SCENARIOS = ["add_sub_grpc_c1", "add_sub_grpc_c8", "add_sub_grpc_c32"]
+
+
+def scenario_model(sid: str) -> str:
+    """The model a bench.sh scenario id runs: ``identity_fp32_1MiB_http_c4`` -> ``identity_fp32``."""
+    head = re.split(r"_(?:http|grpc)_c\d+$", sid)[0]
+    return re.sub(r"_\d+[KMG]iB$", "", head)
+
+
 # run by the harness itself (shm_bench.py), after bench.sh, against the same server
 SHM_SCENARIOS = list(shm_bench.IDS)
 # every scenario id (orders the tables)
@@ -66,6 +74,8 @@ class BenchRow:
     p50_us: float | None
     p99_us: float | None
     spread_pct: float | None
+    #: the server's process-tree CPU over the successes its statistics counted (benchmarks/cpu.py)
+    cpu_us: float | None = None
 
 
 @dataclass
@@ -186,6 +196,8 @@ class BenchAgg:
     p99_us: float | None
     per_round: list[float | None]
     statuses: list[str]
+    cpu_us: float | None = None
+    cpu_per_round: list[float | None] = field(default_factory=list)
 
 
 @dataclass
@@ -243,6 +255,8 @@ class RunData:
             p99_us=median([x.p99_us if x else None for x in rows]),
             per_round=[x.infer_per_s if x else None for x in rows],
             statuses=[x.status if x else "missing" for x in rows],
+            cpu_us=median([x.cpu_us if x else None for x in rows]),
+            cpu_per_round=[x.cpu_us if x else None for x in rows],
         )
 
     def measures(self, server: str) -> list[Measure]:

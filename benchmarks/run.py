@@ -32,6 +32,7 @@ import cache_bench  # benchmarks/cache_bench.py: the response cache rows
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
 from bench_paths import BENCH_SH, MEASURE_SH, ROOT, SETUP_SH
+from cpu import CpuMeter
 from goals import DEFAULT_GOALS, GoalsSection
 from report import (
     AsyncSection,
@@ -69,6 +70,7 @@ from results import (
     parse_bench_csv,
     parse_measure,
     read_json,
+    scenario_model,
     write_json,
 )
 from servers import (
@@ -163,7 +165,7 @@ def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> Server
             try:
                 only = matching(opts.bench_only, BENCH_SH_SCENARIOS)
                 if only:
-                    run_bench_sh(server, ports, opts, outdir, tag, sr)
+                    run_bench_sh(server, ports, opts, outdir, tag, sr, only)
                 shm = matching(opts.bench_only, SHM_SCENARIOS) if opts.shm else []
                 if shm and server.alive():
                     run_shm(server, ports, opts, outdir, tag, sr, shm)
@@ -204,23 +206,33 @@ def matching(bench_only: str, ids: Sequence[str]) -> list[str]:
 
 
 def run_bench_sh(
-    server: Server, ports: Ports, opts: Options, outdir: Path, tag: str, sr: ServerRound
+    server: Server, ports: Ports, opts: Options, outdir: Path, tag: str, sr: ServerRound, ids: Sequence[str]
 ) -> None:
-    env = dict(os.environ, BENCH_ONLY=opts.bench_only)
+    """bench.sh once per scenario, so that each row gets the server's CPU per request around it."""
+    env = dict(os.environ)
     if opts.quick:
         env["BENCH_SCALE"] = "0.3"
-    csv_path = outdir / f"{tag}-bench.csv"
-    rc = run_logged(
-        ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
-        outdir / f"{tag}-bench.log",
-        env=env,
-    )
-    if not server.alive():
-        sr.bench_error = f"{server.name} was not running any more after bench.sh"
-    if csv_path.exists():
-        sr.bench.update(parse_bench_csv(csv_path))
-    if rc != 0 or not sr.bench:
-        sr.bench_error = (sr.bench_error or "") + f" bench.sh exited {rc}, {len(sr.bench)} rows"
+    failed = []
+    for sid in ids:
+        env["BENCH_ONLY"] = f"^{sid}$"
+        csv_path = outdir / f"{tag}-bench-{sid}.csv"
+        meter = CpuMeter(server.pid, ports.http, scenario_model(sid))
+        rc = run_logged(
+            ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
+            outdir / f"{tag}-bench.log",
+            env=env,
+        )
+        rows = parse_bench_csv(csv_path) if csv_path.exists() else {}
+        if sid in rows:
+            rows[sid].cpu_us = meter.us_per_success()
+            sr.bench[sid] = rows[sid]
+        if rc != 0 or sid not in rows:
+            failed.append(f"{sid} (rc {rc})")
+        if not server.alive():
+            sr.bench_error = f"{server.name} was not running any more after bench.sh's {sid}"
+            return
+    if failed:
+        sr.bench_error = (sr.bench_error or "") + f" bench.sh failed: {', '.join(failed)}"
 
 
 def run_shm(

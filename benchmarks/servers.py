@@ -159,6 +159,11 @@ class Server(ABC):
     @abstractmethod
     def describe(self) -> str: ...
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (its process tree's CPU time is read from /proc)."""
+        return None
+
 
 class ReferenceServer(Server):
     """Real Triton through scripts/reference/triton.sh start/stop."""
@@ -215,6 +220,16 @@ class ReferenceServer(Server):
 
     def foreground_cmd(self, ports: Ports) -> str:
         return f"bash {TRITON_SH} run {self.models} {ports.http} {ports.grpc} {ports.metrics}"
+
+    @property
+    def pid(self) -> int | None:
+        """tritonserver's own pid (triton.sh's pid file: 'run' execs it)."""
+        if self._ports is None:
+            return None
+        try:
+            return int((anchor_run_dir() / f"triton-{self._ports.http}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     def describe(self) -> str:
         return f"`{rel(TRITON_SH)} start|run <models> <http> <grpc> <metrics>`"
@@ -367,8 +382,8 @@ class BenchServer:
 
     @property
     def pid(self) -> int | None:
-        """The server's process id while it runs (inferd's; None for the reference)."""
-        return self.server.pid if isinstance(self.server, CommandServer) else None
+        """The server's process id while it runs."""
+        return self.server.pid
 
     def start(self) -> Ports:
         self.ports = free_ports()

@@ -1,0 +1,256 @@
+"""``make bench-ab BASE=<rev>``: the working tree against a base commit, in alternating rounds.
+
+Every change to the request path is compared with its base before it lands (issue 26). This runs
+bench.sh's perf_analyzer scenarios (default: add_sub HTTP and gRPC c8, ensemble_add_sub HTTP c8)
+against inferd built from BASE (a ``git worktree`` of it, served with this venv and the worktree's
+``src`` first on ``PYTHONPATH``) and against the working tree, optionally the reference too, one
+server at a time on the same machine, the order turned round every round. Per round and scenario
+it prints throughput and the server's CPU per request (its process tree's CPU over the successes
+its statistics counted, benchmarks/cpu.py) with the ratios head/base, then the medians; the whole
+table goes to ``benchmarks/results/ab-<UTC>/ab.md`` and ``summary.json``.
+
+    .venv/bin/python benchmarks/ab.py --base a4de798                 # 3 rounds, the default scenarios
+    .venv/bin/python benchmarks/ab.py --base HEAD --rounds 5 --reference --scenarios 'add_sub_http_c(1|8)$'
+
+Throughput shares the 2 cores with perf_analyzer and swings with the machine; CPU per request is the
+steadier figure. Start on an idle machine (load under 0.5: the header says what it was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench_paths import BENCH_SH, ROOT
+from cpu import CpuMeter
+from results import BENCH_SH_SCENARIOS, RESULTS_ROOT, loadavg, parse_bench_csv, scenario_model
+from servers import INFERD_TEMPLATE, BenchServer, CommandServer, ReferenceServer, log, run_logged
+
+DEFAULT_SCENARIOS = r"^(add_sub_http_c8|add_sub_grpc_c8|ensemble_add_sub_http_c8)$"
+MODELS = ROOT / "tests" / "fixtures" / "reference_models"
+
+
+@dataclass
+class Cell:
+    """One scenario of one server in one round."""
+
+    infer_per_s: float | None = None
+    p99_us: float | None = None
+    cpu_us: float | None = None
+    status: str = "missing"
+
+
+@dataclass
+class Round:
+    number: int
+    order: list[str]
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # server -> scenario -> cell
+
+
+def base_worktree(rev: str, where: Path) -> tuple[Path, str]:
+    """A detached worktree of ``rev`` in ``where``; (its path, the full commit id)."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if sha.returncode != 0:
+        raise SystemExit(f"bench-ab: '{rev}' is not a commit here: {sha.stderr.strip()}")
+    path = where / f"base-{sha.stdout.strip()[:12]}"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "--force", str(path), sha.stdout.strip()],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return path, sha.stdout.strip()
+
+
+def remove_worktree(path: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def servers(base_src: Path, with_reference: bool, out: Path) -> dict[str, BenchServer]:
+    head = INFERD_TEMPLATE.format(python=sys.executable)
+    made = {
+        "base": BenchServer(
+            CommandServer("base", "inferd (BASE)", f"env PYTHONPATH={base_src} {head}", models=MODELS),
+            out / "base.log",
+        ),
+        "head": BenchServer(
+            CommandServer(
+                "head", "inferd (working tree)", f"env PYTHONPATH={ROOT / 'src'} {head}", models=MODELS
+            ),
+            out / "head.log",
+        ),
+    }
+    if with_reference:
+        made["reference"] = BenchServer(ReferenceServer(models=MODELS), out / "reference.log")
+    return made
+
+
+def measure(server: BenchServer, ids: list[str], out: Path, tag: str, quick: bool) -> dict[str, Cell]:
+    """bench.sh once per scenario against ``server`` (started and stopped here)."""
+    cells: dict[str, Cell] = {}
+    ports = server.start()
+    try:
+        for sid in ids:
+            env = {"BENCH_ONLY": f"^{sid}$"}
+            if quick:
+                env["BENCH_SCALE"] = "0.3"
+            csv_path = out / f"{tag}-{sid}.csv"
+            meter = CpuMeter(server.pid, ports.http, scenario_model(sid))
+            run_logged(
+                ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
+                out / f"{tag}-bench.log",
+                env={**os.environ, **env},
+                echo=False,
+            )
+            row = parse_bench_csv(csv_path).get(sid) if csv_path.exists() else None
+            cell = Cell(cpu_us=meter.us_per_success())
+            if row is not None:
+                cell.infer_per_s, cell.p99_us, cell.status = row.infer_per_s, row.p99_us, row.status
+            cells[sid] = cell
+    finally:
+        server.stop()
+    return cells
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _f(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _median(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| round | scenario | "
+        + " | ".join(f"{n} infer/s | {n} CPU/req (us)" for n in names)
+        + " | head/base infer/s | head/base CPU |",
+        "|" + "---|" * (2 + 2 * len(names) + 2),
+    ]
+    for r in rounds:
+        for sid in ids:
+            c = {n: r.cells.get(n, {}).get(sid, Cell()) for n in names}
+            lines.append(
+                f"| {r.number} ({'/'.join(r.order)}) | `{sid}` | "
+                + " | ".join(f"{_f(c[n].infer_per_s, 1)} | {_f(c[n].cpu_us, 1)}" for n in names)
+                + f" | {_f(_ratio(c['head'].infer_per_s, c['base'].infer_per_s), 3)}"
+                + f" | {_f(_ratio(c['head'].cpu_us, c['base'].cpu_us), 3)} |"
+            )
+    lines += ["", "Medians over the rounds (ratios of the medians):", ""]
+    lines.append(
+        "| scenario | "
+        + " | ".join(f"{n} infer/s | {n} CPU/req (us)" for n in names)
+        + " | head/base infer/s | head/base CPU | head/base infer/s per round |"
+    )
+    lines.append("|" + "---|" * (1 + 2 * len(names) + 3))
+    for sid in ids:
+        med = {
+            n: (
+                _median([r.cells.get(n, {}).get(sid, Cell()).infer_per_s for r in rounds]),
+                _median([r.cells.get(n, {}).get(sid, Cell()).cpu_us for r in rounds]),
+            )
+            for n in names
+        }
+        per_round = [
+            _ratio(r.cells["head"][sid].infer_per_s, r.cells["base"][sid].infer_per_s)
+            for r in rounds
+            if sid in r.cells.get("head", {}) and sid in r.cells.get("base", {})
+        ]
+        lines.append(
+            f"| `{sid}` | "
+            + " | ".join(f"{_f(med[n][0], 1)} | {_f(med[n][1], 1)}" for n in names)
+            + f" | {_f(_ratio(med['head'][0], med['base'][0]), 3)}"
+            + f" | {_f(_ratio(med['head'][1], med['base'][1]), 3)}"
+            + f" | {' '.join(_f(v, 3) for v in per_round)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--base", required=True, help="the commit to compare with (a revision git knows)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; the order of the servers turns every round")
+    p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="regex over bench.sh's scenario ids")
+    p.add_argument("--reference", action="store_true", help="the reference in every round too")
+    p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
+    p.add_argument("--output", type=Path, help="results folder (default benchmarks/results/ab-<UTC>)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    ids = [s for s in BENCH_SH_SCENARIOS if re.search(a.scenarios, s)]
+    if not ids:
+        raise SystemExit(
+            f"bench-ab: no scenario matches {a.scenarios!r} (of {', '.join(BENCH_SH_SCENARIOS)})"
+        )
+    out = a.output or RESULTS_ROOT / time.strftime("ab-%Y%m%d-%H%M%S", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True, text=True
+    )
+    head_rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    head_desc = head_rev.stdout.strip() + (" + uncommitted changes in src/" if dirty.stdout.strip() else "")
+    load_start = loadavg()
+    with tempfile.TemporaryDirectory(prefix="inferd-ab-") as tmp:
+        wt, sha = base_worktree(a.base, Path(tmp))
+        try:
+            made = servers(wt / "src", a.reference, out)
+            names = list(made)
+            log(
+                f"bench-ab: base {sha[:12]} ({a.base}) against the working tree ({head_desc}); load {load_start}"
+            )
+            rounds: list[Round] = []
+            for n in range(1, a.rounds + 1):
+                order = names if n % 2 else names[::-1]
+                r = Round(n, order)
+                for name in order:
+                    log(f"round {n}: {name}")
+                    r.cells[name] = measure(made[name], ids, out, f"r{n}-{name}", a.quick)
+                    for sid, c in r.cells[name].items():
+                        log(
+                            f"  {sid}: {_f(c.infer_per_s, 1)} infer/s, {_f(c.cpu_us, 1)} us CPU/request ({c.status})"
+                        )
+                rounds.append(r)
+        finally:
+            remove_worktree(wt)
+    header = (
+        f"# bench-ab: BASE {sha[:12]} (`{a.base}`) against the working tree ({head_desc})\n\n"
+        f"{a.rounds} rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{load_start} at the start and {loadavg()} at the end; perf_analyzer shares the machine's cores. "
+        "CPU/req: the server's process tree's CPU over the successes its statistics counted."
+    )
+    text = render(rounds, ids, names, header)
+    (out / "ab.md").write_text(text)
+    (out / "summary.json").write_text(
+        json.dumps({"base": sha, "head": head_desc, "rounds": [asdict(r) for r in rounds]}, indent=1)
+    )
+    print(text)
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
