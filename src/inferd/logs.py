@@ -2,9 +2,10 @@
 
 One ``LogSettings`` per server owns the handler of the ``inferd`` loggers (the root logger under
 ``inferd serve``, so the frameworks' warnings read the same): where lines go (stderr or
-``--log-file``), their format (``default``: ``I1121 22:25:21.857837 8959 file.py:13] message``;
-``ISO8601``: ``2024-11-21T22:25:21Z I 8959 file.py:13] message``; beyond the reference, ``json``: one
-JSON object a line for log shippers), which severities pass (``log_info``, ``log_warning``,
+``--log-file``), their format (``default``: ``I1121 22:25:21.857837 8959 file.py:13] "message"``;
+``ISO8601``: ``2024-11-21T22:25:21Z I 8959 file.py:13] "message"``; beyond the reference, ``json``: one
+JSON object a line for log shippers; the message escaped as a JSON string unless
+``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``, as the reference's), which severities pass (``log_info``, ``log_warning``,
 ``log_error``) and the verbose level. Verbose lines are logged at ``VERBOSE1`` (model load steps
 with their timings, every failed request with its reason) and ``VERBOSE2`` (every request);
 ``verbose(n)`` tells whether level n is on, so the hot path asks once and pays nothing when off.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
@@ -29,22 +31,38 @@ VERBOSE2 = 5
 logging.addLevelName(VERBOSE2, "VERBOSE2")
 
 FORMATS = ("default", "ISO8601", "json")
+#: the reference's environment variable: 0 writes messages unescaped (the json format always escapes)
+ESCAPE_ENV = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
 
 
 def _severity(record: logging.LogRecord) -> str:
     return "I" if record.levelno < logging.WARNING else record.levelname[0]
 
 
+def escape_from_environment() -> bool:
+    """The reference's switch: messages are escaped unless ``TRITON_SERVER_ESCAPE_LOG_MESSAGES`` is 0."""
+    return os.environ.get(ESCAPE_ENV) != "0"
+
+
 class TritonFormatter(logging.Formatter):
-    """``I1121 22:25:21.857837 8959 file.py:13] message`` as tritonserver logs."""
+    """``I1121 22:25:21.857837 8959 file.py:13] "message"`` as tritonserver logs (the time in UTC).
+
+    ``escape`` (default: from the environment, as the reference): the message is written as a JSON
+    string, quoted, with quotes, backslashes and control characters escaped, so that a client's or a
+    model's text (an input name, an exception's message, an ANSI sequence) can never start a line of
+    its own or rewrite the terminal; a traceback goes inside the same string."""
+
+    def __init__(self, escape: bool | None = None) -> None:
+        super().__init__()
+        self.escape = escape_from_environment() if escape is None else escape
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = datetime.fromtimestamp(record.created)
+        ts = datetime.fromtimestamp(record.created, UTC)
         return f"{_severity(record)}{ts:%m%d %H:%M:%S.%f} {record.process} {_where(record)}] {_message(self, record)}"
 
 
-class Iso8601Formatter(logging.Formatter):
-    """``2024-11-21T22:25:21Z I 8959 file.py:13] message`` (tritonserver's ``--log-format ISO8601``)."""
+class Iso8601Formatter(TritonFormatter):
+    """``2024-11-21T22:25:21Z I 8959 file.py:13] "message"`` (tritonserver's ``--log-format ISO8601``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         ts = datetime.fromtimestamp(record.created, UTC)
@@ -74,11 +92,13 @@ def _where(record: logging.LogRecord) -> str:
     return f"{record.filename}:{record.lineno}"
 
 
-def _message(fmt: logging.Formatter, record: logging.LogRecord) -> str:
+def _message(fmt: TritonFormatter, record: logging.LogRecord) -> str:
     msg = record.getMessage()
     if record.exc_info:
         msg += "\n" + fmt.formatException(record.exc_info)
-    return msg
+    # rapidjson's escaping, as the reference's TritonJson::SerializeString: '"', '\\' and the control
+    # characters; other text (non-ASCII included) as it is
+    return json.dumps(msg, ensure_ascii=False) if fmt.escape else msg
 
 
 _FORMATTERS: dict[str, type[logging.Formatter]] = {
@@ -142,8 +162,9 @@ class LogSettings:
         self.set_severities(info=info, warning=warning, error=error)
 
     def close(self) -> None:
-        if self.log_file:
+        if self.log_file:  # the file this opened (a StreamHandler's close leaves its stream open)
             self.handler.close()
+            self.handler.stream.close()
 
     # -- switches ----------------------------------------------------------------------------------
     def set_format(self, name: str) -> None:

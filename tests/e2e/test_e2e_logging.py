@@ -113,3 +113,24 @@ def test_grpc_errors_are_the_references(
         assert (info.value.code().name, info.value.details()) == (code, error)
     finally:
         channel.close()
+
+
+FORGED_NAME = 'IN"\nE1127 17:00:00.000000 1 server.cc:1] "model add_sub was deleted"\x1b[31m'
+
+
+def test_a_clients_text_cannot_forge_a_log_record(start_server: Callable[..., Any], tmp_path: Path) -> None:
+    """Issue 29: an input name holding a newline and a whole record, refused at --log-verbose 1, was
+    logged verbatim (the forged record became its own line). As the reference (escaping on unless
+    TRITON_SERVER_ESCAPE_LOG_MESSAGES=0), every message is one JSON string on its own line."""
+    log = tmp_path / "server.log"
+    server = start_server(f"--log-file={log}", "--log-verbose=1")
+    doc = {"inputs": [{"name": FORGED_NAME, "shape": [1], "datatype": "FP32", "data": [1]}]}
+    r = server.infer("identity_fp32", doc)
+    assert r.status == 400 and FORGED_NAME in r.error  # the client is told, as before
+    lines = _wait_for_line(log, "model add_sub was deleted")
+    assert not [line for line in lines if line.startswith("E1127")]  # no forged record
+    assert "\x1b" not in log.read_text()  # the ANSI sequence stays text (\u001b)
+    forged = [line for line in lines if "model add_sub was deleted" in line]
+    assert len(forged) == 1 and '\\"model add_sub was deleted\\"\\u001b[31m' in forged[0]
+    message = json.loads(forged[0].split("] ", 1)[1])
+    assert FORGED_NAME in message

@@ -129,7 +129,7 @@ def test_format_table_without_rows() -> None:
 def test_log_lines_look_like_tritonservers(level: int, letter: str) -> None:
     record = logging.LogRecord("inferd", level, "/x/model.py", 13, "hello %s", ("there",), None)
     line = TritonFormatter().format(record)
-    assert re.fullmatch(rf"{letter}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ model\.py:13\] hello there", line), (
+    assert re.fullmatch(rf'{letter}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ model\.py:13\] "hello there"', line), (
         line
     )
 
@@ -142,8 +142,10 @@ def test_log_line_with_an_exception() -> None:
 
         record = logging.LogRecord("inferd", logging.ERROR, "/x/a.py", 1, "failed", (), sys.exc_info())
     line = TritonFormatter().format(record)
-    assert line.splitlines()[0].endswith("a.py:1] failed")
-    assert "ValueError: bad" in line
+    assert line.startswith("E") and '] "failed\\nTraceback (most recent call last):' in line
+    assert line.endswith('ValueError: bad"') and "\n" not in line
+    raw = TritonFormatter(escape=False).format(record)
+    assert raw.splitlines()[0].endswith("a.py:1] failed") and "ValueError: bad" in raw
 
 
 def test_serve_refuses_a_missing_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,8 +36,8 @@ def test_formats(tmp_path: Path, logger: logging.Logger) -> None:
         logger.exception("failed")
     logs.close()
     default, iso, js = _lines(path)[:3]
-    assert re.fullmatch(r"I\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ test_logs\.py:\d+\] hello there", default)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ W \d+ test_logs\.py:\d+\] careful", iso)
+    assert re.fullmatch(r'I\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ test_logs\.py:\d+\] "hello there"', default)
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ W \d+ test_logs\.py:\d+\] "careful"', iso)
     doc = json.loads(js)
     assert (doc["level"], doc["message"], doc["file"]) == ("ERROR", "failed", "test_logs.py")
     assert "ValueError: boom" in doc["exception"] and doc["time"].endswith("+00:00")
@@ -66,8 +66,46 @@ def test_severities_and_verbose_levels(tmp_path: Path, logger: logging.Logger) -
     logger.warning("warning shown")
     logger.error("error hidden")
     logs.close()
-    messages = [line.split("] ", 1)[1] for line in _lines(path)]
+    messages = [json.loads(line.split("] ", 1)[1]) for line in _lines(path)]
     assert messages == ["v1 shown", "v2 shown", "warning shown"]
+
+
+FORGED = 'x"\nE1127 17:00:00.000000 1 server.py:1] "the server is compromised"\x1b[2J\\'
+
+
+def test_messages_are_escaped_as_the_references_so_no_record_can_be_forged(
+    tmp_path: Path, logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton 2.51 writes every message as a JSON string (TritonJson::SerializeString) unless
+    TRITON_SERVER_ESCAPE_LOG_MESSAGES=0: a client's text with a newline and a whole record in it
+    (an input name, say) stays inside its own line, and an ANSI sequence stays text."""
+    path = tmp_path / "log"
+    logs = LogSettings(log_file=str(path), logger=logger)
+    logger.warning("input '%s' is unknown", FORGED)
+    try:
+        raise ValueError(FORGED)
+    except ValueError:
+        logger.exception("the model failed")
+    logs.set_format("ISO8601")
+    logger.warning("%s", "é 東京 \t")
+    logs.close()
+    lines = _lines(path)
+    assert len(lines) == 3  # nothing a message held started a line of its own
+    assert lines[0].endswith(
+        '] "input \'x\\"\\nE1127 17:00:00.000000 1 server.py:1] \\"the server is compromised\\"'
+        "\\u001b[2J\\\\' is unknown\""
+    )
+    assert json.loads(lines[0].split("] ", 1)[1]) == f"input '{FORGED}' is unknown"
+    traceback = json.loads(lines[1].split("] ", 1)[1])
+    assert traceback.startswith("the model failed\nTraceback") and traceback.endswith(f"ValueError: {FORGED}")
+    assert lines[2].endswith('] "é 東京 \\t"')  # non-ASCII as it is, as rapidjson writes it
+
+    monkeypatch.setenv("TRITON_SERVER_ESCAPE_LOG_MESSAGES", "0")  # the reference's switch, read at start
+    raw = tmp_path / "raw"
+    logs = LogSettings(log_file=str(raw), logger=logger)
+    logger.warning("plain %s", "text")
+    logs.close()
+    assert _lines(raw)[0].endswith("] plain text")
 
 
 def test_verbose_asks_the_inferd_logger() -> None:
