@@ -154,6 +154,47 @@ def test_an_ensemble_loads_its_steps_and_unload_dependents_takes_it_down(explici
         client.close()
 
 
+def test_unload_dependents_takes_the_steps_loaded_only_for_the_ensemble(explicit: InferdProcess) -> None:
+    """As the reference's dependency graph (checked on Triton 2.51): unload_dependents on an ensemble
+    unloads the steps its load brought in, not the steps loaded by name; unloading a step unloads the
+    ensembles using it, whose ready check then answers 400 and whose requests 404."""
+    client = httpclient.InferenceServerClient(explicit.url)
+    try:
+        for name in ("ensemble_add_sub", "add_sub", "mul_fp32"):
+            client.unload_model(name)
+        client.load_model("ensemble_add_sub")  # brings add_sub and mul_fp32 in
+        client.unload_model("ensemble_add_sub", unload_dependents=True)
+        index = _index(client)
+        assert [index[m]["state"] for m in ("ensemble_add_sub", "add_sub", "mul_fp32")] == ["UNAVAILABLE"] * 3
+        assert index["add_sub"]["reason"] == "unloaded"
+
+        client.load_model("add_sub")  # by name: not the ensemble's to take along
+        client.load_model("ensemble_add_sub")
+        client.unload_model("ensemble_add_sub", unload_dependents=True)
+        index = _index(client)
+        assert (index["add_sub"]["state"], index["mul_fp32"]["state"]) == ("READY", "UNAVAILABLE")
+
+        client.load_model("ensemble_add_sub")
+        client.unload_model("ensemble_add_sub")  # without the parameter: the steps stay
+        assert client.is_model_ready("add_sub") and client.is_model_ready("mul_fp32")
+
+        client.load_model("ensemble_add_sub")
+        client.unload_model("mul_fp32")  # a step goes: the ensemble cannot serve and goes too
+        index = _index(client)
+        assert index["ensemble_add_sub"]["state"] == "UNAVAILABLE"
+        assert index["ensemble_add_sub"]["reason"] == "unloaded"
+        ready = explicit.request("GET", "/v2/models/ensemble_add_sub/ready")
+        assert ready.status == 400
+        inputs, _ = _add_sub_inputs(httpclient, batch=True)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("ensemble_add_sub", inputs)
+        assert e.value.status() == "404"
+        assert "Request for unknown model: 'ensemble_add_sub' has no available versions" in e.value.message()
+        assert client.is_model_ready("add_sub")
+    finally:
+        client.close()
+
+
 def test_config_and_file_overrides(explicit: InferdProcess) -> None:
     client = httpclient.InferenceServerClient(explicit.url)
     gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{explicit.grpc_port}")

@@ -174,6 +174,9 @@ class ModelControl:
         self._seen: dict[str, tuple[tuple[str, int, int], ...]] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
+        #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
+        #: ``unload_dependents`` takes them along with the last ensemble that used them
+        self._implicit: set[str] = set()
         #: ``--model-memory-budget`` (core/on_demand.py): loads measured, idle models unloaded to fit
         self.budget: MemoryBudget | None = None
 
@@ -300,6 +303,10 @@ class ModelControl:
 
     async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
         settings, registry = self._settings, self._registry
+        if loading:  # a step an ensemble's load needs, not a model asked for by name
+            self._implicit.add(name)
+        else:
+            self._implicit.discard(name)
         loading.add(name)
         md, override = await asyncio.to_thread(self._model_dir, name, config, files)
         try:
@@ -381,15 +388,22 @@ class ModelControl:
             remove_override_folder(md.path)
 
     async def _unload(self, name: str, unload_dependents: bool) -> None:
+        """Unload ``name``, as the reference's dependency graph does: the ensembles using it cannot
+        serve without it and are unloaded too; with ``unload_dependents`` so are the models it
+        uses (an ensemble's steps) that were loaded only for it and that no other ensemble uses."""
         registry = self._registry
-        if unload_dependents:
-            for other, versions in list(registry.models.items()):
-                if other != name and any(
-                    _uses(m, name) for m in versions.values() if m.scheduler is not None
-                ):
-                    await self._unload(other, False)
+        for other, versions in list(registry.models.items()):
+            if other != name and any(_uses(m, name) for m in versions.values() if m.scheduler is not None):
+                log.info("unloading '%s': its step '%s' is being unloaded", other, name)
+                await self._unload(other, False)
         versions = registry.models.get(name, {})
         live = [m for m in versions.values() if m.scheduler is not None]
+        steps = {
+            s.model_name
+            for m in live
+            if m.config.platform == "ensemble"
+            for s in m.config.ensemble_scheduling.step
+        }
         for m in live:
             m.state = ModelState.UNLOADING  # no new requests
         registry.refresh_defaults()
@@ -398,14 +412,25 @@ class ModelControl:
         folder = self._override_dirs.pop(name, None)
         if folder is not None:
             remove_override_folder(folder)
+        self._implicit.discard(name)
         if live:
             log.info("successfully unloaded '%s'", name)
         if self.budget is not None:
             self.budget.forget(name)
+        if unload_dependents:
+            for step in sorted(steps & self._implicit):
+                still_used = any(
+                    _uses(m, step)
+                    for ms in registry.models.values()
+                    for m in ms.values()
+                    if m.scheduler is not None
+                )
+                if not still_used:
+                    await self._unload(step, True)
 
     async def _evict(self, name: str) -> None:
-        """Unload ``name`` and the ensembles using it, to fit the memory budget (lock held)."""
-        await self._unload(name, True)
+        """Unload ``name`` (and the ensembles using it), to fit the memory budget (lock held)."""
+        await self._unload(name, False)
 
     async def _stop(self, model: Model) -> None:
         """Drain ``model`` (in-flight requests finish) and release it."""
