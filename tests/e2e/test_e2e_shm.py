@@ -91,6 +91,12 @@ def test_shared_memory_errors_match_the_reference(
     assert (r.status, r.error) == (500, "Unable to open shared memory region: '/inferd_no_such_key'")
     r = server.request("POST", reg.format("big"), {"key": kout, "offset": 0, "byte_size": 1 << 20})
     assert (r.status, r.error) == (400, "failed to register shared memory region 'big': invalid args")
+    for offset, size in ((3, 8), (8, 64), (0, 0)):  # what mmap refuses in the reference (Triton 2.51)
+        r = server.request("POST", reg.format("odd"), {"key": kout, "offset": offset, "byte_size": size})
+        assert (r.status, r.error) == (
+            400,
+            "failed to register shared memory region 'odd': unable to process address spaceInvalid argument",
+        )
     r = server.request("POST", reg.format("mf"), {"key": kout})
     assert (r.status, r.error) == (400, "Shared memory register request has no 'byte_size' field")
     r = server.request("POST", reg.format("mk"), {"offset": 0, "byte_size": 4})

@@ -112,8 +112,13 @@ class SharedMemoryManager:
             if not stat.S_ISREG(st.st_mode):  # a FIFO, a device, a directory: not a shm object
                 raise InternalError(f"Invalid shared memory region: '{key}'")
             size = st.st_size
-            if offset < 0 or byte_size <= 0 or offset + byte_size > size:
+            if offset < 0 or byte_size < 0 or offset + byte_size > size:
                 raise InvalidArgumentError(f"failed to register shared memory region '{name}': invalid args")
+            if byte_size == 0 or offset % mmap.ALLOCATIONGRANULARITY:  # what mmap(2) refuses there: EINVAL
+                raise InvalidArgumentError(
+                    f"failed to register shared memory region '{name}': unable to process address space"
+                    "Invalid argument"
+                )
             mapping = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)

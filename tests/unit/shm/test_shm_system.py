@@ -20,12 +20,14 @@ from inferd.errors import (
 )
 from inferd.shm.system import SHM_DIR, CudaSharedMemoryManager, SharedMemoryManager
 
+PAGE = mmap.ALLOCATIONGRANULARITY
+
 
 @pytest.fixture
 def key() -> Iterator[str]:
     name = f"inferd_unit_{uuid.uuid4().hex[:10]}"
     path = Path(SHM_DIR) / name
-    path.write_bytes(bytes(256))
+    path.write_bytes(bytes(PAGE + 256))
     try:
         yield "/" + name
     finally:
@@ -34,8 +36,8 @@ def key() -> Iterator[str]:
 
 def test_register_status_unregister(key: str) -> None:
     m = SharedMemoryManager()
-    m.register("r", key, 16, 128)
-    assert m.status() == [{"name": "r", "key": key, "offset": 16, "byte_size": 128}]
+    m.register("r", key, PAGE, 128)
+    assert m.status() == [{"name": "r", "key": key, "offset": PAGE, "byte_size": 128}]
     assert m.status("r") == m.status()
     with pytest.raises(AlreadyExistsError, match="shared memory region 'r' already in manager"):
         m.register("r", key, 0, 8)
@@ -53,7 +55,17 @@ def test_register_errors(key: str) -> None:
     with pytest.raises(
         InvalidArgumentError, match="failed to register shared memory region 'a': invalid args"
     ):
-        m.register("a", key, 200, 100)
+        m.register("a", key, PAGE + 200, 100)
+    # what mmap(2) refuses, in the reference's words (Triton 2.51 over HTTP: 400): an offset that is
+    # not a multiple of the page size, an empty window; past the object's end is 'invalid args' first
+    for offset, size in ((16, 8), (PAGE + 8, 8), (0, 0)):
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"^failed to register shared memory region 'a': unable to process address spaceInvalid argument$",
+        ):
+            m.register("a", key, offset, size)
+    with pytest.raises(InvalidArgumentError, match="'a': invalid args"):
+        m.register("a", key, 16, PAGE + 256)
     with pytest.raises(InternalError):
         m.register("a", "/../etc/passwd", 0, 8)
     assert m.status() == []
@@ -61,15 +73,15 @@ def test_register_errors(key: str) -> None:
 
 def test_resolve_is_a_window_over_the_mapping(key: str) -> None:
     m = SharedMemoryManager()
-    m.register("r", key, 16, 128)
+    m.register("r", key, PAGE, 128)
     view = m.resolve("r", 8, 16)
     arr = np.frombuffer(view, dtype=np.float32)
     path = Path(SHM_DIR) / key.lstrip("/")
-    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 256) as mm:
-        mm[16 + 8 : 16 + 24] = np.arange(4, dtype=np.float32).tobytes()
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), PAGE + 256) as mm:
+        mm[PAGE + 8 : PAGE + 24] = np.arange(4, dtype=np.float32).tobytes()
     np.testing.assert_array_equal(arr, np.arange(4, dtype=np.float32))  # no copy: sees the write
     view[:4] = b"\x00\x00\x80\x3f"  # writes reach the object
-    assert Path(path).read_bytes()[24:28] == b"\x00\x00\x80\x3f"
+    assert Path(path).read_bytes()[PAGE + 8 : PAGE + 12] == b"\x00\x00\x80\x3f"
     del arr, view
     m.close()
 
