@@ -237,3 +237,66 @@ def test_first_response_histogram(model_repository: Any, tmp_path: Any) -> None:
 
 def test_no_histogram_by_default(server: InferdProcess) -> None:
     assert "nv_inference_first_response_histogram_ms" not in _scrape(server)[2]
+
+
+SLOW_STEP = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            time.sleep(0.3)
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
+"""
+TENSORS = """
+input [{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }]
+"""
+ENSEMBLE = (
+    'platform: "ensemble"\nmax_batch_size: 0\n'
+    + TENSORS
+    + """
+ensemble_scheduling { step [{ model_name: "slow_step" model_version: -1
+  input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } }] }
+"""
+)
+
+
+def test_an_ensembles_requests_pend_under_its_steps(tmp_path: Any) -> None:
+    """As the reference: the ensemble reports 0 pending requests, its step counts them."""
+    import threading
+
+    (tmp_path / "m" / "slow_step" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "slow_step" / "1" / "model.py").write_text(SLOW_STEP)
+    (tmp_path / "m" / "slow_step" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n' + TENSORS
+    )
+    (tmp_path / "m" / "slow_ens" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "slow_ens" / "config.pbtxt").write_text(ENSEMBLE)
+    proc = InferdProcess(tmp_path / "m", tmp_path / "inferd.log").start()
+    doc = {"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [1]}]}
+    try:
+        clients = [threading.Thread(target=proc.infer, args=("slow_ens", doc)) for _ in range(4)]
+        for c in clients:
+            c.start()
+        step = (("model", "slow_step"), ("version", "1"))
+        ens = (("model", "slow_ens"), ("version", "1"))
+        pending = "nv_inference_pending_request_count"
+        seen = None
+        for _ in range(200):  # until the step has requests waiting (4 x 0.3 s of work in one instance)
+            samples = _samples(_scrape(proc)[2])
+            if samples[(pending, step)] >= 2:
+                seen = samples
+                break
+        for c in clients:
+            c.join()
+        assert seen is not None, "the step never had requests waiting"
+        assert seen[(pending, ens)] == 0
+    finally:
+        assert proc.stop() == 0

@@ -145,7 +145,9 @@ def render(server: ServerCore) -> bytes:
     for name, version, model, _ in rows:
         sched = model.scheduler
         queued = 0
-        if sched is not None:
+        # an ensemble queues nothing itself: its requests wait in its steps' queues, where they are
+        # counted (the reference reports 0 for the ensemble)
+        if sched is not None and model.config.platform != "ensemble":
             stats_fn = getattr(sched, "stats", None)
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
