@@ -56,6 +56,9 @@ class MetricRegistry(Protocol):
     def release_owner(self, owner: str) -> None: ...
 
 
+ModelControlLink = Callable[[str, str, str, str, "dict[str, bytes] | None", bool], None]
+
+
 @dataclass(slots=True, frozen=True)
 class ServerLinks:
     """What a loaded model may call back into: its server (None outside one)."""
@@ -71,6 +74,10 @@ class ServerLinks:
     model_ready: Callable[[str, str], bool] | None = None
     #: the server's custom metrics
     metrics: MetricRegistry | None = None
+    #: the repository API for a model's pb_utils.load_model / unload_model, from a worker thread:
+    #: (calling model, "load" | "unload", model name, config JSON, file overrides, unload_dependents);
+    #: waits until done and raises InferdError as the API answers
+    model_control: ModelControlLink | None = None
 
 
 @dataclass(slots=True)

@@ -177,6 +177,9 @@ class ModelControl:
         #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
         #: ``unload_dependents`` takes them along with the last ensemble that used them
         self._implicit: set[str] = set()
+        #: models whose load is under way (lock held): one of them may load another from its
+        #: ``initialize`` (pb_utils.load_model) while the lock's holder waits for it
+        self._busy: set[str] = set()
         #: ``--model-memory-budget`` (core/on_demand.py): loads measured, idle models unloaded to fit
         self.budget: MemoryBudget | None = None
 
@@ -241,6 +244,31 @@ class ModelControl:
         async with self._lock:
             await self._unload(name, unload_dependents)
 
+    # -- from a model (pb_utils.load_model / unload_model) -------------------------------------------
+    async def load_from_model(
+        self, caller: str, name: str, config: str | None, files: dict[str, bytes]
+    ) -> None:
+        """A load a model asks for, as the API's. From a model that is being loaded (its
+        ``initialize``, as the reference's example does), without the lock: its holder waits
+        for that model, so nothing else holding it runs meanwhile."""
+        self._check_mode()
+        if caller in self._busy:
+            await self._load(name, config, files, set())
+        else:
+            async with self._lock:
+                await self._load(name, config, files, set())
+
+    async def unload_from_model(self, caller: str, name: str, unload_dependents: bool) -> None:
+        """An unload a model asks for (see ``load_from_model``)."""
+        self._check_mode()
+        if name in self._busy:
+            raise UnavailableError(f"'{name}' is being loaded: it cannot be unloaded meanwhile")
+        if caller in self._busy:
+            await self._unload(name, unload_dependents)
+        else:
+            async with self._lock:
+                await self._unload(name, unload_dependents)
+
     # -- poll mode -----------------------------------------------------------------------------------
     def _scan_fingerprints(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
         return self._sources.fingerprints(fingerprint)
@@ -302,6 +330,15 @@ class ModelControl:
         return entry, override
 
     async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
+        self._busy.add(name)
+        try:
+            await self._load_busy(name, config, files, loading)
+        finally:
+            self._busy.discard(name)
+
+    async def _load_busy(
+        self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]
+    ) -> None:
         settings, registry = self._settings, self._registry
         if loading:  # a step an ensemble's load needs, not a model asked for by name
             self._implicit.add(name)

@@ -20,7 +20,7 @@ from inferd.core.classification import classify
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
-from inferd.core.model_control import ModelControl
+from inferd.core.model_control import ModelControl, load_parameters
 from inferd.core.on_demand import MemoryBudget, budget_from_options
 from inferd.core.readiness import ReadinessCheck
 from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
@@ -117,7 +117,13 @@ class ServerCore:
         settings = LoadSettings(
             loop=self.loop,
             submit_step=self.submit_step,
-            links=ServerLinks(self.infer_blocking, self.infer_async, self.model_ready, self.custom_metrics),
+            links=ServerLinks(
+                self.infer_blocking,
+                self.infer_async,
+                self.model_ready,
+                self.custom_metrics,
+                self.model_control_blocking,
+            ),
             strict_model_config=options.strict_model_config,
             config_name=options.model_config_name,
             default_max_batch_size=int(default_mbs) if default_mbs else options.default_max_batch_size,
@@ -431,6 +437,32 @@ class ServerCore:
             raise InternalError("BLS request issued from the event loop thread; retry the request")
         future = asyncio.run_coroutine_threadsafe(self._infer_catching(request), self.loop)
         return [future.result()]
+
+    def model_control_blocking(
+        self,
+        caller: str,
+        action: str,
+        name: str,
+        config: str,
+        files: dict[str, bytes] | None,
+        unload_dependents: bool,
+    ) -> None:
+        """A model's ``pb_utils.load_model`` / ``unload_model`` from a worker thread: the repository
+        API's load or unload, waited for (core/model_control.py lets a model that is loading, the
+        reference's example loads in ``initialize``, load another meanwhile)."""
+        assert self.loop is not None
+        if self._loop_thread == threading.get_ident():
+            raise InternalError("model control issued from the event loop thread; retry the request")
+        if self.control is None:
+            raise UnavailableError("the server has not started")
+        if action == "load":  # the files' keys are load parameters ("file:<path>"), as the API's
+            cfg, overrides = load_parameters(
+                {**({"config": config} if config else {}), **(files or {})}, False
+            )
+            work = self.control.load_from_model(caller, name, cfg, overrides)
+        else:
+            work = self.control.unload_from_model(caller, name, unload_dependents)
+        asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
     def infer_async(
         self, request: InferRequest, callback: ResponseCallback, decoupled_error: str | None = None

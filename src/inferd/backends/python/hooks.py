@@ -21,7 +21,7 @@ from inferd.backends.python.pb_bls import BlsStream, ResponseIterator
 from inferd.backends.python.pb_metrics import MetricsTarget
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.errors import ErrorCode, InternalError
+from inferd.errors import ErrorCode, InferdError, InternalError, UnavailableError
 
 if TYPE_CHECKING:
     from inferd.backends.python.backend import PythonInstance
@@ -242,11 +242,29 @@ class InstanceHooks(pb_utils._Hooks):
             )
         return ready(model_name, model_version)
 
-    def control(self, prefix: str) -> None:
-        raise pb_utils.TritonModelException(
-            f"{prefix}Failed to process the request for model '{self.instance.name}', message: explicit model "
-            "load / unload is not allowed if polling is enabled"
-        )
+    def control(
+        self,
+        prefix: str,
+        action: str,
+        name: str,
+        config: str,
+        files: dict[str, bytes] | None,
+        dependents: bool,
+    ) -> None:
+        inst = self.instance
+        link = inst.model.ctx.links.model_control
+        server_loop = inst.server_loop
+        inst.uses_bls = True  # it waits for the server: the pool runs it in its threads, never inline
+        try:
+            if server_loop is not None and asyncio._get_running_loop() is server_loop:
+                raise InternalError("model control issued from the event loop thread; retry the request")
+            if link is None:
+                raise UnavailableError("model control is not available: the model is not served by a server")
+            link(inst.model.ctx.model_name, action, name, config, files, dependents)
+        except InferdError as e:  # the reference's words: the stub's prefix, the backend's wrapper
+            raise pb_utils.TritonModelException(
+                f"{prefix}Failed to process the request for model '{inst.name}', message: {e.message}"
+            ) from None
 
     def module(self) -> Any:
         return self.instance.model.module

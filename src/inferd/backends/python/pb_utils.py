@@ -491,13 +491,40 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 
 def load_model(model_name: str, config: str = "", files: Any = None) -> None:
-    """Load a model (needs ``--model-control-mode=explicit``)."""
-    _hooks().control("Failed to load model: ")
+    """Load (or reload) a model with an optional config override (JSON) and ``file:<path>``
+    overrides, as the repository API does (needs ``--model-control-mode=explicit``); returns once
+    it is READY."""
+    if not isinstance(model_name, str) or not isinstance(config, str):
+        raise incompatible(
+            "load_model",
+            "(model_name: str, config: str = '', files: dict = None) -> None",
+            (model_name, config),
+            {},
+        )
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file paths and file contents"
+        )
+    for key, value in (files or {}).items():  # the reference's binding casts each to str and bytes
+        for item, kind in ((key, str), (value, bytes)):
+            if not isinstance(item, kind):
+                raise TypeError(
+                    f"Object of type '{type(item).__name__}' is not an instance of '{kind.__name__}'"
+                )
+    _hooks().control("Failed to load model: ", "load", model_name, config, files, False)
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    """Unload a model (needs ``--model-control-mode=explicit``)."""
-    _hooks().control("Failed to unload model: ")
+    """Unload a model (and with ``unload_dependents`` the steps its load brought in), as the
+    repository API does (needs ``--model-control-mode=explicit``)."""
+    if not isinstance(model_name, str) or not isinstance(unload_dependents, bool):
+        raise incompatible(
+            "unload_model",
+            "(model_name: str, unload_dependents: bool = False) -> None",
+            (model_name, unload_dependents),
+            {},
+        )
+    _hooks().control("Failed to unload model: ", "unload", model_name, "", None, unload_dependents)
 
 
 # -- the server side ---------------------------------------------------------------------------
@@ -528,7 +555,15 @@ class _Hooks:
     def model_ready(self, model_name: str, model_version: str) -> bool:
         raise TritonModelException("model readiness is not known outside a model instance")
 
-    def control(self, prefix: str) -> None:
+    def control(
+        self,
+        prefix: str,
+        action: str,
+        name: str,
+        config: str,
+        files: dict[str, bytes] | None,
+        dependents: bool,
+    ) -> None:
         raise TritonModelException(f"{prefix}model control is not available outside a model instance")
 
     def module(self) -> Any:

@@ -55,6 +55,7 @@ WORKER_ENDED = "the calling model's worker process ended"
 FORWARDED = frozenset(
     {
         "model_ready",
+        "model_control",
         *(
             f"metrics.{m}"
             for m in ("family_new", "family_delete", "metric_new", "metric_delete", "metric_op")
@@ -70,8 +71,11 @@ def answer_call(ctx: LoadContext, name: str, args: tuple[Any, ...]) -> tuple[str
     try:
         if name not in FORWARDED:
             raise InvalidArgumentError(f"'{name}' cannot be called from a worker process")
+        fn: Callable[..., Any] | None
         if name == "model_ready":
             fn = links.model_ready
+        elif name == "model_control":
+            fn = links.model_control
         else:
             fn = None if links.metrics is None else getattr(links.metrics, name.removeprefix("metrics."))
         if fn is None:

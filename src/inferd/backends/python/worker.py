@@ -186,6 +186,7 @@ class Worker:
             ServerLinks(
                 infer_async=self.infer_async,
                 model_ready=lambda name, version: bool(self.call("model_ready", name, version)),
+                model_control=lambda *args: self.call("model_control", *args),
                 metrics=ForwardedMetrics(self.call),
             ),
             {IN_WORKER: "1"},  # here the instance is a thread of this process
