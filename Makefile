@@ -11,18 +11,18 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models clean
+.PHONY: install install-run run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install --progress-bar on -e '.[examples,torch]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[examples,torch,fil]'
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,openvino,tensorflow,s3,azure,otel,deploy,ray]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,fil,openvino,tensorflow,s3,azure,gcs,otel,deploy,ray]'
 	touch $(STAMP)
 
 install-run: $(RUN_STAMP)
@@ -55,6 +55,18 @@ browser:
 	  echo "no Chromium here: the status page's browser test will skip"
 
 test: lint typecheck azurite browser
+	$(BIN)/pytest -q -n 2
+
+# make test on a busy machine: the same suite with BURNERS processes (default 2) spinning on the CPU
+# beside it, the load a shared 2-core machine has; run it before a stop. The burners are killed at
+# the end whatever happens (a failure, Ctrl-C); the exit status is pytest's.
+BURNERS ?= 2
+test-stress: lint typecheck azurite browser
+	@burners=""; \
+	trap 'kill $$burners 2>/dev/null' EXIT; \
+	trap 'exit 130' INT TERM; \
+	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while True: pass' & burners="$$burners $$!"; done; \
+	echo "test-stress: $(BURNERS) CPU burners (pids$$burners) beside pytest"; \
 	$(BIN)/pytest -q -n 2
 
 unit: install

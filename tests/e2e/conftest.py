@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,8 +37,12 @@ REFERENCE_MODEL_NAMES = (
     "mul_fp32",
 )
 
-#: generous: a loaded 2-core machine takes long to start every test model in worker processes
-START_TIMEOUT_S = 90.0
+#: A starting server shows its progress: its log grows (each model's "loading:" and "successfully
+#: loaded" lines) and it, or its worker processes, use CPU. A start is waited for while it moves; one
+#: that shows neither for START_STALL_S hangs. START_LIMIT_S bounds a start whatever it shows: a
+#: loaded 2-core machine takes minutes to start every test model in worker processes, never that long.
+START_STALL_S = 60.0
+START_LIMIT_S = 600.0
 STOP_TIMEOUT_S = 15.0
 
 
@@ -91,6 +96,86 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _STARTED.clear()
 
 
+#: the running test's pytest-timeout timer (the test, the plugin's settings for it), while it runs
+_TIMER: tuple[pytest.Item, Any] | None = None
+
+
+@pytest.hookimpl(hookwrapper=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Iterator[None]:
+    global _TIMER
+    _TIMER = (item, settings)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> Iterator[None]:
+    global _TIMER
+    _TIMER = None
+    yield
+
+
+@contextlib.contextmanager
+def timeout_paused() -> Iterator[None]:
+    """The running test's pytest-timeout stopped while a server starts, then started again for its
+    whole length: a start has limits of its own, by its progress (``InferdProcess.wait_starting``),
+    which hold on a loaded machine where a share of a fixed test timeout does not."""
+    timer = _TIMER
+    if timer is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    item, settings = timer
+    hook = item.config.pluginmanager.hook
+    hook.pytest_timeout_cancel_timer(item=item)
+    try:
+        yield
+    finally:
+        hook.pytest_timeout_set_timer(item=item, settings=settings)
+
+
+def _cpu_ticks(pid: int) -> int:
+    """The CPU time (clock ticks) of process ``pid`` and of its children, live and reaped."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+            if int(entry) == pid:
+                total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+            elif int(fields[1]) == pid:  # ppid
+                total += int(fields[11]) + int(fields[12])
+    return total
+
+
+class StartProgress:
+    """Whether a starting server still moves: its log grew or its processes used CPU within the last
+    START_STALL_S, and START_LIMIT_S has not passed."""
+
+    def __init__(self, pid: int, log_path: Path) -> None:
+        self.pid = pid
+        self.log_path = log_path
+        now = time.monotonic()
+        self.until = now + START_LIMIT_S
+        self.moved = self.looked = now
+        self.mark = self._mark()
+
+    def _mark(self) -> tuple[int, int]:
+        try:
+            size = self.log_path.stat().st_size
+        except OSError:
+            size = -1
+        return size, _cpu_ticks(self.pid)
+
+    def moving(self) -> bool:
+        now = time.monotonic()
+        if now - self.looked >= 1.0:  # reading /proc is not free: once a second
+            self.looked = now
+            mark = self._mark()
+            if mark != self.mark:
+                self.mark, self.moved = mark, now
+        return now < self.until and now - self.moved < START_STALL_S
+
+
 class InferdProcess:
     """``python -m inferd serve`` in a subprocess; ``stop()`` sends SIGTERM and returns the exit code."""
 
@@ -102,6 +187,7 @@ class InferdProcess:
         command: Callable[[int, int, int], list[str]] | None = None,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        launcher: list[str] | None = None,
     ) -> None:
         self.repository = repository
         self.log_path = log_path
@@ -109,6 +195,8 @@ class InferdProcess:
         # the whole command line after `python -m inferd` for the (HTTP, gRPC, metrics) ports picked,
         # in place of serving ``repository`` (the Helm chart's test runs the container's arguments)
         self.command = command
+        # what runs ``command``: ``python -m inferd``, or e.g. the ``tritonserver`` console script
+        self.launcher = launcher or [sys.executable, "-m", "inferd"]
         self.env = env or {}  # set on top of this process's environment
         self.cwd = cwd or REPO_ROOT
         self.proc: subprocess.Popen[bytes] | None = None
@@ -116,7 +204,7 @@ class InferdProcess:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> InferdProcess:
-        last = ""
+        last = why = ""
         for _attempt in range(3):  # another process may take a port between picking and binding it
             self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
             cmd = [
@@ -136,12 +224,7 @@ class InferdProcess:
                 *self.extra_args,
             ]
             if self.command is not None:
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "inferd",
-                    *self.command(self.port, self.grpc_port, self.metrics_port),
-                ]
+                cmd = [*self.launcher, *self.command(self.port, self.grpc_port, self.metrics_port)]
             env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
@@ -149,23 +232,34 @@ class InferdProcess:
             if self._wait_live():
                 return self
             last = self.log()
-            if self.proc.poll() is None:
+            code = self.proc.poll()
+            why = f"it exited with {code}" if code is not None else "its start stalled (StartProgress)"
+            if code is None:
                 self.kill()
             if "failed to start HTTP service" not in last:
                 break
-        raise RuntimeError(f"inferd did not become live; log:\n{last}")
+        raise RuntimeError(f"inferd did not become live: {why}; log:\n{last}")
 
     def _wait_live(self) -> bool:
-        assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
+        def live() -> bool:
             with contextlib.suppress(OSError, http.client.HTTPException):
-                if self.request("GET", "/v2/health/live", timeout=1).status == 200:
-                    return True
-            time.sleep(0.05)
-        return False
+                return self.request("GET", "/v2/health/live", timeout=1).status == 200
+            return False
+
+        return self.wait_starting(live)
+
+    def wait_starting(self, predicate: Callable[[], bool]) -> bool:
+        """Wait until ``predicate()`` holds (the server live, or all its processes serving) for as
+        long as the server is alive and its start moves (``StartProgress``): True when it held, False
+        when the server exited or its start stalled. The test's own timeout is paused meanwhile."""
+        assert self.proc is not None
+        progress = StartProgress(self.proc.pid, self.log_path)
+        with timeout_paused():
+            while not predicate():
+                if self.proc.poll() is not None or not progress.moving():
+                    return False
+                time.sleep(0.05)
+        return True
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM, then wait up to ``timeout``; the exit code, or None when it had to be killed."""

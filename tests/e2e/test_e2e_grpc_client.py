@@ -5,8 +5,6 @@ perf_analyzer ``-i grpc``."""
 from __future__ import annotations
 
 import asyncio
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.utils.shared_memory as shm
-from conftest import REPO_ROOT, InferdProcess
-from test_e2e_perf_analyzer import perf_analyzer  # noqa: F401  (the fixture, shared)
+from conftest import InferdProcess
+from test_e2e_perf_analyzer import perf_analyzer, run_perf_analyzer  # noqa: F401  (the fixture, shared)
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
@@ -305,18 +303,4 @@ def test_header_forwarding(start_server: Any) -> None:
 
 # -- perf_analyzer -i grpc -----------------------------------------------------------------------------------
 def test_perf_analyzer_grpc(perf_analyzer: Path, server: InferdProcess) -> None:  # noqa: F811
-    cmd = [
-        str(perf_analyzer), "-m", "add_sub", "-i", "grpc", "-u", f"127.0.0.1:{server.grpc_port}",
-        "--concurrency-range", "2", "--measurement-mode", "count_windows",
-        "--measurement-request-count", "200", "-s", "50", "-r", "10",
-    ]  # fmt: skip
-    for _attempt in range(4):
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=80, check=False)
-        text = out.stdout + out.stderr
-        if out.returncode == 0 or "Failed to obtain stable measurement" not in text:
-            break
-    assert out.returncode == 0, text
-    m = re.search(r"Concurrency: 2, throughput: ([0-9.]+) infer/sec", text)
-    assert m is not None and float(m.group(1)) > 0, text
-    assert re.search(r"Server: \n\s+Inference count: [1-9]", text), text  # from ModelStatistics
-    assert REPO_ROOT.exists()
+    run_perf_analyzer(perf_analyzer, f"127.0.0.1:{server.grpc_port}", "grpc", "-m", "add_sub")

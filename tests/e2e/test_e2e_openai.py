@@ -281,10 +281,11 @@ def _inference_count(server: InferdProcess, model: str) -> int:
 def test_a_hundred_thousand_prompts_are_refused_at_once(client: openai.OpenAI, server: InferdProcess) -> None:
     """Issue 25: 100,000 prompts in one 2 MB body were 100,000 model requests (197 s, 1.1 GB)."""
     count, rss = _inference_count(server, "zen_lm"), _rss_kib(server)
-    t0 = time.monotonic()
+    # refused while reading the body, not after any work: no model request (the count below) and no
+    # memory for them (the RSS below); not timed, as the client's own encoding of 2 MB is not quick
+    # on a busy machine
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="zen_lm", prompt=["a prompt of some words"] * 100_000)
-    assert time.monotonic() - t0 < 10  # refused while reading the body, not after any work
     assert e.value.param == "prompt"
     assert "at most 256 in one request (--openai-max-prompts)" in e.value.message
     with pytest.raises(openai.BadRequestError) as chat:

@@ -1,4 +1,6 @@
-"""NVIDIA perf_analyzer (2.41.1, HTTP) against inferd: it must run to the end and measure throughput.
+"""NVIDIA perf_analyzer (2.41.1, HTTP) against inferd: it must run to the end, measure throughput,
+and read from inferd's statistics extension the counts its own client counted. A check that it
+works, not a benchmark (make bench measures): nothing here depends on the machine's speed.
 
 The wrapper comes from $PERF_ANALYZER, else .tools/perf_analyzer, which scripts/get_perf_analyzer.sh
 installs when it is missing (PyPI and apt needed the first time).
@@ -6,97 +8,71 @@ installs when it is missing (PyPI and apt needed the first time).
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import re
 import subprocess
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, InferdProcess
+from conftest import REPO_ROOT, InferdProcess, timeout_paused
 
 pytestmark = pytest.mark.timeout(300)
 
+# windows of at least 200 requests; stable when the 3 windows' figures are within 100,000 % of each
+# other (max / min under 1,001: always, however busy the machine), so that perf_analyzer never gives
+# up on an unstable measurement and its time does not depend on the machine's speed
 COMMON = ("--concurrency-range", "2", "--measurement-mode", "count_windows")
-COMMON += ("--measurement-request-count", "200", "-s", "50", "-r", "3")
+COMMON += ("--measurement-request-count", "200", "-s", "100000", "-r", "3")
+#: a run takes a few seconds (three windows of about a second); the bound is for a hang
+RUN_TIMEOUT_S = 100
 
 
 @pytest.fixture(scope="session")
 def perf_analyzer() -> Path:
     env = os.environ.get("PERF_ANALYZER")
     path = Path(env) if env else REPO_ROOT / ".tools" / "perf_analyzer"
-    if not path.exists():
+    if not path.exists():  # installed once (a clean clone): bounded here, not by the first test's timeout
         script = REPO_ROOT / "scripts" / "get_perf_analyzer.sh"
-        out = subprocess.run(
-            ["bash", str(script), str(path.parent)], capture_output=True, text=True, timeout=280, check=False
-        )
+        with timeout_paused():
+            out = subprocess.run(
+                ["bash", str(script), str(path.parent)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
         assert out.returncode == 0, out.stderr
         path = Path(out.stdout.strip().splitlines()[-1])
     assert os.access(path, os.X_OK), path
     return path
 
 
-def _warm_up(server: InferdProcess, model: str, doc: dict[str, Any]) -> None:
-    """Requests at concurrency 2 before measuring: the server settles how it runs the model
-    (inline or on its instance thread) over its first executes, and perf_analyzer's 3 windows must
-    agree within 50 %."""
-    body = json.dumps(doc).encode()
-
-    def worker() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        try:
-            for _ in range(150):
-                conn.request("POST", f"/v2/models/{model}/infer", body=body)
-                r = conn.getresponse()
-                r.read()
-                assert r.status == 200
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def _run(perf_analyzer: Path, server: InferdProcess, *args: str) -> float:
-    cmd = [str(perf_analyzer), "-u", server.url, "-i", "http", *COMMON, *args]
-    for _attempt in range(4):
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=80, check=False)
-        text = out.stdout + out.stderr
-        # 3 windows within 50 % of each other: on a busy 2-core machine (perf_analyzer shares it
-        # with the server and the other test worker) an unlucky run may miss that; try again
-        if out.returncode == 0 or "Failed to obtain stable measurement" not in text:
-            break
+def run_perf_analyzer(perf_analyzer: Path, url: str, protocol: str, *args: str) -> str:
+    """One perf_analyzer run (``COMMON`` and ``args``) against ``url``; its report. It must end well,
+    with a throughput, and the server side of its report (read from inferd's statistics extension
+    before and after each window) must count what its client counted, but for the requests in
+    flight at a window's edges (concurrency 2: a few of at least 200)."""
+    cmd = [str(perf_analyzer), "-u", url, "-i", protocol, *COMMON, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    text = out.stdout + out.stderr
     assert out.returncode == 0, text
     m = re.search(r"Concurrency: 2, throughput: ([0-9.]+) infer/sec", text)
-    assert m is not None, text
-    # the server side of the report comes from inferd's statistics extension
-    assert re.search(r"Server: \n\s+Inference count: [1-9]", text), text
-    return float(m.group(1))
+    assert m is not None and float(m.group(1)) > 0, text
+    client = re.search(r"Client: \n\s+Request count: (\d+)", text)
+    served = re.search(r"Server: \n\s+Inference count: (\d+)", text)
+    assert client is not None and served is not None, text
+    assert int(client.group(1)) >= 200, text
+    assert abs(int(served.group(1)) - int(client.group(1))) <= 0.1 * int(client.group(1)), text
+    return text
 
 
 def test_perf_analyzer_add_sub(perf_analyzer: Path, server: InferdProcess) -> None:
-    inputs = [
-        {"name": n, "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16} for n in ("INPUT0", "INPUT1")
-    ]
-    _warm_up(server, "add_sub", {"inputs": inputs})
-    assert _run(perf_analyzer, server, "-m", "add_sub") > 0
+    run_perf_analyzer(perf_analyzer, server.url, "http", "-m", "add_sub")
 
 
 def test_perf_analyzer_identity_fp32(perf_analyzer: Path, server: InferdProcess) -> None:
-    _warm_up(
-        server,
-        "identity_fp32",
-        {"inputs": [{"name": "INPUT0", "shape": [1024], "datatype": "FP32", "data": [0.5] * 1024}]},
-    )
-    assert _run(perf_analyzer, server, "-m", "identity_fp32", "--shape", "INPUT0:1024") > 0
+    run_perf_analyzer(perf_analyzer, server.url, "http", "-m", "identity_fp32", "--shape", "INPUT0:1024")
 
 
 def test_perf_analyzer_system_shared_memory_over_workers(
@@ -106,18 +82,5 @@ def test_perf_analyzer_system_shared_memory_over_workers(
     ``--workers 2`` the regions must reach both processes, and the server-side counts it reads from
     the statistics extension are the whole server's (about its own request count)."""
     server = start_server("--workers", "2")
-    deadline = time.monotonic() + 90
-    while "all 2 workers serving" not in server.log():
-        assert time.monotonic() < deadline, server.log()[-3000:]
-        time.sleep(0.05)
-    cmd = [str(perf_analyzer), "-u", server.url, "-i", "http", *COMMON, "-m", "add_sub"]
-    for _attempt in range(4):  # as _run: an unstable measurement on a busy machine is tried again
-        out = subprocess.run([*cmd, "--shared-memory", "system"], capture_output=True, text=True, timeout=80)
-        text = out.stdout + out.stderr
-        if out.returncode == 0 or "Failed to obtain stable measurement" not in text:
-            break
-    assert out.returncode == 0, text
-    client = re.search(r"Client: \n\s+Request count: (\d+)", text)
-    served = re.search(r"Server: \n\s+Inference count: (\d+)", text)
-    assert client is not None and served is not None, text
-    assert abs(int(served.group(1)) - int(client.group(1))) <= 0.1 * int(client.group(1)), text
+    assert server.wait_starting(lambda: "all 2 workers serving" in server.log()), server.log()[-3000:]
+    run_perf_analyzer(perf_analyzer, server.url, "http", "-m", "add_sub", "--shared-memory", "system")

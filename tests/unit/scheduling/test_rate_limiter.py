@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -201,7 +202,11 @@ def test_priority_weights_the_turns_over_many_grants() -> None:
     """Two instances always wanting one resource of count 1: priority 1 gets twice the turns of 2."""
     limiter = RateLimiter()
     one, two = slot("one", {0: {"R": 1}}, priority=1), slot("two", {0: {"R": 1}}, priority=2)
-    limiter.register([one, two])
+    gate = slot("gate", {0: {"R": 1}})
+    limiter.register([one, two, gate])
+    # the resource held until both threads wait for it: a thread that starts late (a busy machine)
+    # would find the other thousands of turns ahead (it then takes turns in a row to catch up)
+    assert limiter.acquire(gate)
     turns: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -219,6 +224,12 @@ def test_priority_weights_the_turns_over_many_grants() -> None:
     threads = [threading.Thread(target=worker, args=(s,)) for s in (one, two)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + WAIT_S
+    while not (one.staged and two.staged):  # both wait for the resource
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    limiter.release(gate, executed=False)
+    limiter.withdraw(gate)
     assert stop.wait(60)
     limiter.withdraw(one)
     limiter.withdraw(two)

@@ -4,7 +4,6 @@ tasks a model leaves running, unload; and execute errors the reference answers (
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,15 @@ class TritonPythonModel:
     async def initialize(self, args):
         self.loop_thread = threading.current_thread().name
         self.started = 0
+        self.all_started = asyncio.Event()
 
     async def execute(self, requests):
         self.started += 1
         params = json.loads(requests[0].parameters())
+        if params.get("together"):  # on until that many executes started: only if they overlap
+            if self.started >= params["together"]:
+                self.all_started.set()
+            await asyncio.wait_for(self.all_started.wait(), 30)
         await asyncio.sleep(params.get("sleep", 0))
         if params.get("raise"):
             raise ValueError("wait_secs cannot be negative")
@@ -44,17 +48,15 @@ def test_executes_of_one_instance_overlap(tmp_path: Path) -> None:
     inst = instance(write_model(tmp_path, "sleepy", SLEEPY))
     assert inst.is_async
 
-    async def main() -> tuple[float, list[list[Any]]]:
-        reqs = [request(i, sleep=0.3) for i in range(6)]
-        t0 = time.monotonic()
+    async def main() -> list[list[Any]]:
+        # each execute waits until all 6 started (SLEEPY's "together"): they end only if they overlap
+        reqs = [request(i, together=6) for i in range(6)]
         for r in reqs:  # each execute hands its batch over and returns at once
             assert await execute(inst, r) is None
-        got = [outs(await drain(r.stream)) for r in reqs]
-        return time.monotonic() - t0, got
+        return [outs(await drain(r.stream)) for r in reqs]
 
-    elapsed, got = asyncio.run(main())
+    got = asyncio.run(main())
     assert got == [[[2 * i], "F"] for i in range(6)]
-    assert elapsed < 1.2  # one after the other would take 1.8 s
     assert inst.obj.loop_thread == "inferd-sleepy_0-loop"  # async initialize ran on the instance's loop
     inst.unload()
     assert inst.obj.finalized_on == "inferd-sleepy_0-loop"
