@@ -8,7 +8,6 @@ import dataclasses
 import gc
 import logging
 import os
-import signal
 import sys
 import time
 import typing
@@ -16,15 +15,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from inferd import __version__
+from inferd import __version__, compat_flags
+from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.errors import InferdError
 from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import ServerOptions
 from inferd.repository.remote import parse_store_url
+from inferd.stop_signals import StopSignals
 from inferd.workers.place import WorkerPlace, die_with_supervisor
 
-__all__ = ["TritonFormatter", "build_parser", "format_table", "main", "options_from_args", "serve"]
+__all__ = [
+    "TritonFormatter",
+    "build_parser",
+    "format_table",
+    "main",
+    "options_from_args",
+    "serve",
+    "tritonserver",
+]
 
 log = logging.getLogger("inferd")
 
@@ -77,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
         "serve",
+        aliases=["tritonserver"],  # an image whose ENTRYPOINT is inferd runs Triton's `tritonserver ...` args
         help="serve model repositories (tritonserver's flags)",
         description="Serve Triton model repositories over HTTP/REST and gRPC (KServe v2, Triton's extensions).",
     )
@@ -84,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(ServerOptions):
         if f.metadata.get("cli", True):
             _add_option(s, f, hints[f.name])
+    compat_flags.add_arguments(s, _bool)
     r = sub.add_parser(
         "serve-ray",
         help="deploy model repositories as a Ray Serve application (inferd[ray])",
@@ -94,9 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(ServerOptions):
         if f.metadata.get("cli", True):
             _add_option(r, f, hints[f.name])
+    compat_flags.add_arguments(r, _bool)
     from inferd.rayserve.deploy import add_arguments as add_ray_arguments
 
-    add_ray_arguments(r)
+    add_ray_arguments(r, _bool)
     c = sub.add_parser(
         "check",
         help="check model repositories offline: every problem as file:line:column",
@@ -126,27 +138,28 @@ def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> s
     return "\n".join(lines)
 
 
-def _forget_server_signals() -> None:
-    """In a process a model forks (multiprocessing): SIGTERM and SIGINT are its own again. Inherited,
-    the loop's handlers would write the signal into the wakeup socket the child shares with the
-    server, and a pool's workers ending with SIGTERM would stop the server (qa/L0_backend_python bls)."""
-    signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
-    """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code."""
+    """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (``main`` exits with
+    it at once: the loop's shutdown would wait for every thread, a model's hung one too)."""
+    t0 = time.monotonic()
+    # handlers first: a signal that comes while models load or frontends start still drains cleanly;
+    # seen by a thread, so that a model holding the loop cannot keep the server from exiting in time
+    stop = asyncio.Event()
+    signals = StopSignals(asyncio.get_running_loop(), stop, options.exit_timeout_secs)
+    default_signals_in_forks()  # the processes a model forks do not stop the server
+    try:
+        return await _serve(options, logs, stop, signals, t0)
+    finally:
+        signals.restore()
+
+
+async def _serve(
+    options: ServerOptions, logs: LogSettings | None, stop: asyncio.Event, signals: StopSignals, t0: float
+) -> int:
     from inferd.frontends.access import AccessConfigError
     from inferd.runtime import FrontendError, Runtime
 
-    t0 = time.monotonic()
-    # handlers first: a signal that comes while models load or frontends start still drains cleanly
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    os.register_at_fork(after_in_child=_forget_server_signals)
     for repo in options.model_repository:
         try:
             remote = parse_store_url(repo) is not None  # a store is read when the models load
@@ -196,9 +209,7 @@ async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
         place.announce_ready()
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
-    clean = await runtime.stop()
-    if not clean or runtime.core.registry.abandoned_loads:
-        hard_exit(0)  # threads of models that never returned must not hold the exit
+    await runtime.stop(since=signals.received_at)  # the exit timeout counts from the signal
     return 0
 
 
@@ -219,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         from inferd.check import run
 
         return run(args)
+    try:  # tritonserver's flags without a field: logged below
+        compat_notes = compat_flags.apply(args)
+    except ValueError as e:
+        parser.error(str(e))
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
     from inferd.core.on_demand import budget_from_options
@@ -252,13 +267,33 @@ def main(argv: list[str] | None = None) -> int:
     if place is not None:
         die_with_supervisor()
     logs = from_options(options)
+    for note in compat_notes:
+        log.warning("%s", note)
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.
     sys.setswitchinterval(float(os.environ.get("INFERD_SWITCH_INTERVAL", "0.001")))
+    loop: asyncio.AbstractEventLoop
     try:
         import uvloop
+
+        loop = uvloop.new_event_loop()
     except ImportError:
-        return asyncio.run(serve(options, logs))
-    return uvloop.run(serve(options, logs))
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        code = loop.run_until_complete(serve(options, logs))
+    except Exception:
+        log.exception("inferd stopped on an unexpected error")
+        code = 1
+    # not the loop's shutdown, which waits for every thread: a model's thread that never returns (a
+    # hung initialize, execute or finalize) would hold the exit forever
+    hard_exit(code)
+
+
+def tritonserver() -> int:
+    """The ``tritonserver`` command: ``inferd serve`` under the reference's name, so that a launch
+    script or an entrypoint that runs ``tritonserver --model-repository=...`` runs inferd."""
+    sys.argv[1:1] = ["serve"]
+    return main()
 
 
 if __name__ == "__main__":

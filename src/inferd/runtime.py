@@ -3,9 +3,9 @@
 ``inferd serve`` (``cli.py``) and the in-process API (``inferd.Server``, ``api.py``) both run a
 ``Runtime``; nothing else builds front ends. Start: load the models, then gRPC, HTTP and metrics
 (a port that cannot be bound is an error, except metrics, as in the reference). Stop: stop
-accepting (HTTP closes its listener and idle connections, gRPC sends GOAWAY and refuses new
-calls), drain the requests in flight up to ``--exit-timeout-secs``, unload the models, then close
-the connections, the metrics endpoint and the shared-memory mappings.
+accepting new connections and new sequences, drain what the open connections still bring (the
+requests in flight, the live sequences' next requests) up to ``--exit-timeout-secs``, unload the
+models, then close the connections, the metrics endpoint and the shared-memory mappings.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from inferd.logs import LogSettings, from_options
 from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
+from inferd.scheduling.sequence import SequenceBatcher
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Tracing
 from inferd.trace.config import option_int
@@ -52,6 +53,13 @@ _DRAIN_POLL_S = 0.02
 #: the end of the exit timeout kept for unloading (finalize) when requests drain until the end: the
 #: drain stops this much earlier (at most a quarter of the timeout), so the process exits within it
 _UNLOAD_GRACE_S = 1.0
+#: while the server drains and no sequence is live: how long an idle HTTP connection stays open (a
+#: request its client sent just before the signal may still be on its way)
+_IDLE_GRACE_S = 0.5
+#: how often the drain logs what it waits for (the reference: every second)
+_REPORT_S = 1.0
+#: after the unload, how long gRPC calls still open may take (within the exit timeout)
+_GRPC_GRACE_S = 0.5
 
 
 def http_limits(options: ServerOptions) -> HttpLimits:
@@ -64,6 +72,7 @@ def http_limits(options: ServerOptions) -> HttpLimits:
         max_connections=options.max_connections,
         header_timeout_s=options.http_header_timeout_secs,
         idle_timeout_s=options.http_idle_timeout_secs,
+        max_unsent=options.max_unsent_bytes,
     )
 
 
@@ -169,7 +178,7 @@ class Runtime:
                     options.http_port,
                     http_limits(options),
                     self._http_tls(),
-                    reuse_port=self.place is not None,
+                    reuse_port=self.place is not None or options.reuse_http_port,
                 )
                 try:
                     await http.start()
@@ -259,13 +268,22 @@ class Runtime:
         self.metrics = metrics
         log.info("Started Metrics Service at %s:%d", address, metrics.port)
 
-    async def stop(self, timeout_s: float | None = None) -> bool:
-        """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``), unload, close.
+    async def stop(self, timeout_s: float | None = None, since: float | None = None) -> bool:
+        """Stop accepting, drain (up to ``timeout_s``, default ``--exit-timeout-secs``, counted from
+        ``since``, a ``time.monotonic()`` such as the signal's, default now), unload, close.
+
+        The drain, as the reference's: new connections are refused and the open ones served on; a
+        new sequence is refused (its text) and the live ones go on, their next requests coming on
+        their clients' connections. Once no sequence is live, every HTTP answer says ``Connection:
+        close`` and an idle connection closes after ``_IDLE_GRACE_S``; gRPC clients get GOAWAY
+        (their running calls finish). The drain ends when nothing is in flight, no sequence is live
+        and no HTTP connection is open, or at its deadline.
 
         A hard bound: requests still open near the deadline (a quarter of the timeout, at most a
         second, is kept for unloading) are answered UNAVAILABLE (clients get an error, not an empty
-        reply), and models that do not unload by the deadline are left behind. False
-        when that happened (the process should then exit without waiting for their threads).
+        reply), later requests on a connection still open get UNAVAILABLE too, and models that do
+        not unload by the deadline are left behind. False when that happened (the process should
+        then exit without waiting for their threads).
         """
         if self._stopped:
             return True
@@ -274,20 +292,51 @@ class Runtime:
         loop = asyncio.get_running_loop()
         if self.peer_server is not None:  # the other processes stop counting this one
             await self.peer_server.stop()
-        deadline = time.monotonic() + timeout
+        begun = time.monotonic()
+        deadline = (begun if since is None else min(since, begun)) + timeout
         drain_deadline = deadline - min(_UNLOAD_GRACE_S, timeout / 4)
+        core = self.core
+        batchers = sequence_batchers(core)
+        for b in batchers:
+            b.drain()
         if self.http is not None:
             self.http.stop_listening()
-        grpc_stopping = None
-        if self.grpc is not None:  # refuses new RPCs from now on; running ones finish while the core drains
-            grpc_stopping = loop.create_task(self.grpc.stop(timeout))
-        core = self.core
-        while core.inflight() and time.monotonic() < drain_deadline:
+        grpc_stopping: asyncio.Task[None] | None = None
+        if self.grpc is not None:
+            if hasattr(self.grpc, "stop_listening"):
+                self.grpc.stop_listening()
+            else:  # grpc.aio refuses new calls at once; running ones finish while the core drains
+                grpc_stopping = loop.create_task(self.grpc.stop(timeout))
+        report = begun + _REPORT_S
+        while True:
+            now = time.monotonic()
+            live = sum(b.live_sequences() for b in batchers)
+            connections = 0
+            if not live:  # nothing the server serves needs the open connections any more
+                if self.http is not None:
+                    connections = self.http.wind_down(_IDLE_GRACE_S)
+                if self.grpc is not None and grpc_stopping is None:
+                    grpc_stopping = loop.create_task(self.grpc.stop(max(0.0, drain_deadline - now)))
+            inflight = core.inflight()
+            if not (inflight or live or connections) or now >= drain_deadline:
+                break
+            if now >= report:
+                report += _REPORT_S
+                found = [f"{inflight} in-flight request(s)", f"{live} live sequence(s)"]
+                if connections:
+                    found.append(f"{connections} open HTTP connection(s)")
+                log.info("Timeout %d: Found %s", max(0, round(deadline - now)), ", ".join(found))
             await asyncio.sleep(_DRAIN_POLL_S)
         clean = True
         error = UnavailableError(
             f"the server is shutting down: the request did not finish within {timeout:g} s"
         )
+        if live:
+            log.warning(
+                "%d sequence(s) did not end within %g s: their next requests are answered UNAVAILABLE",
+                live,
+                timeout,
+            )
         if core.inflight():  # the deadline passed with executes still running: their clients get an error
             clean = False
             log.warning(
@@ -295,6 +344,10 @@ class Runtime:
             )
             core.fail_open_requests(error)
             await asyncio.sleep(0)  # their answers are written before the connections close
+        if self.http is not None:  # what comes on a connection still open is answered and closes it
+            self.http.wind_down(_IDLE_GRACE_S)
+        if self.grpc is not None and grpc_stopping is None:
+            grpc_stopping = loop.create_task(self.grpc.stop(0.0))
         unloading = loop.create_task(core.stop(max(0.0, deadline - time.monotonic())))
         done, _ = await asyncio.wait({unloading}, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
@@ -303,8 +356,10 @@ class Runtime:
         if core.fail_open_requests(error):  # what unloading did not end (a hung finalize)
             await asyncio.sleep(0)
         if self.grpc is not None and grpc_stopping is not None:
-            await self.grpc.stop(0.5)  # what is left are open streams with nothing in flight
-            await asyncio.wait({grpc_stopping}, timeout=1.0)
+            # what is left: streams with nothing in flight, or whose request is still arriving (it gets
+            # an answer, UNAVAILABLE, if it comes within the grace)
+            await self.grpc.stop(max(0.0, min(_GRPC_GRACE_S, deadline - time.monotonic())))
+            await asyncio.wait({grpc_stopping}, timeout=max(0.0, min(1.0, deadline - time.monotonic())))
         if self.http is not None:
             await self.http.stop()
         if self.metrics is not None:
@@ -312,3 +367,13 @@ class Runtime:
         self.shm.close()
         self.tracing.close()  # what the settings still hold goes to the trace files
         return clean
+
+
+def sequence_batchers(core: ServerCore) -> list[SequenceBatcher]:
+    """The sequence batchers of the models loaded now (the drain waits for their live sequences)."""
+    return [
+        m.scheduler
+        for versions in core.registry.models.values()
+        for m in versions.values()
+        if isinstance(m.scheduler, SequenceBatcher)
+    ]

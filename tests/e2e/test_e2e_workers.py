@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,13 @@ def _repository(root: Path) -> Path:
     (repo / "whoami" / "config.pbtxt").write_text(WHOAMI_CONFIG)
     (repo / "whoami" / "1" / "model.py").write_text(WHOAMI)
     return repo
+
+
+def _wait_starting(server: InferdProcess, predicate: Callable[[], bool], what: str) -> None:
+    """A start of serving processes, waited for as any server's start: as long as it moves."""
+    assert server.wait_starting(predicate), (
+        f"{what}: the server exited or its start stalled; log:\n{server.log()[-3000:]}"
+    )
 
 
 def _wait_for(predicate: object, what: str, timeout: float = START_TIMEOUT_S) -> None:
@@ -110,7 +117,7 @@ def _ready_everywhere(server: InferdProcess, model: str, tries: int = 16) -> set
 def workers(tmp_path: Path) -> Iterator[InferdProcess]:
     server = InferdProcess(_repository(tmp_path), tmp_path / "inferd.log", ("--workers", "2")).start()
     try:
-        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        _wait_starting(server, lambda: ALL_SERVING in server.log(), ALL_SERVING)
         yield server
     finally:
         server.kill()
@@ -159,8 +166,8 @@ def test_a_process_that_dies_is_started_again(workers: InferdProcess) -> None:
     _wait_for(lambda: not os.path.exists(f"/proc/{victim}"), "the victim to be reaped")
     assert _whoami_fresh_connection(workers) != victim
     _wait_for(lambda: len(_serving_processes(workers) - {victim}) == 2, "the process started again")
-    _wait_for(lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
-    assert "exited with signal 9; starting it again" in workers.log()
+    _wait_starting(workers, lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
+    assert "exited unexpectedly (signal 9 (SIGKILL)); starting it again" in workers.log()
     _wait_for(
         lambda: len({_whoami_fresh_connection(workers) for _ in range(20)}) == 2, "both processes serving"
     )
@@ -175,7 +182,7 @@ def test_model_control_reaches_every_process(tmp_path: Path) -> None:
         ("--workers", "2", "--model-control-mode", "explicit", "--load-model", "whoami"),
     ).start()
     try:
-        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        _wait_starting(server, lambda: ALL_SERVING in server.log(), ALL_SERVING)
         assert _ready_everywhere(server, "add_sub") == {False}
         client = httpclient.InferenceServerClient(server.url)
         client.load_model("add_sub")
@@ -195,7 +202,7 @@ def test_model_control_reaches_every_process(tmp_path: Path) -> None:
         # a process started again loads what the others serve
         victim = min(_serving_processes(server))
         os.kill(victim, signal.SIGKILL)
-        _wait_for(lambda: server.log().count(" ready in ") >= 3, "the new process to serve")
+        _wait_starting(server, lambda: server.log().count(" ready in ") >= 3, "the new process to serve")
         assert _ready_everywhere(server, "add_sub") == {True}
         grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         grpc_client.unload_model("add_sub")
@@ -240,7 +247,7 @@ def test_a_shared_memory_region_serves_on_every_connection(workers: InferdProces
         # a process started again maps what the others hold
         victim = min(_serving_processes(workers))
         os.kill(victim, signal.SIGKILL)
-        _wait_for(lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
+        _wait_starting(workers, lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
         assert _status_everywhere(workers) == {("in",)}
         grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{workers.grpc_port}")
         grpc_client.unregister_system_shared_memory("in")
@@ -339,7 +346,7 @@ def test_each_process_writes_its_own_trace_file(tmp_path: Path) -> None:
     flags += ("--trace-config", "rate=1")
     server = InferdProcess(_repository(tmp_path), tmp_path / "inferd.log", ("--workers", "2", *flags)).start()
     try:
-        _wait_for(lambda: ALL_SERVING in server.log(), ALL_SERVING)
+        _wait_starting(server, lambda: ALL_SERVING in server.log(), ALL_SERVING)
         pids = {_whoami_fresh_connection(server) for _ in range(30)}
         assert len(pids) == 2
     finally:

@@ -201,6 +201,8 @@ class SequenceBatcher:
         self._handed = 0  # requests with the instances, final response not yet seen
         self._reaper: asyncio.TimerHandle | None = None
         self._stopping = False
+        #: the server is shutting down: no new sequence starts, the live ones go on (``drain``)
+        self._draining = False
 
     # -- Scheduler protocol ------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
@@ -220,7 +222,7 @@ class SequenceBatcher:
             )
         start = bool(request.flags & SEQUENCE_START)
         end = bool(request.flags & SEQUENCE_END)
-        if self._stopping and start:
+        if start and (self._stopping or self._draining):
             raise UnavailableError(STOPPING)
         seq = self._live.get(cid)
         if seq is None and not start:
@@ -264,6 +266,16 @@ class SequenceBatcher:
 
     def inflight(self) -> int:
         return self._waiting + self._handed
+
+    def drain(self) -> None:
+        """The server is shutting down: refuse new sequences (the reference's text) and serve the
+        live ones, whose next requests come on their clients' open connections (runtime.py waits
+        for ``live_sequences`` within the exit timeout)."""
+        self._draining = True
+
+    def live_sequences(self) -> int:
+        """Sequences started and not ended yet (nor released as idle), backlogged ones included."""
+        return len(self._live)
 
     async def stop(self, timeout_s: float) -> None:
         """No new sequence starts; what is queued finishes (up to ``timeout_s``), the rest fails."""

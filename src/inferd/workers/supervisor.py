@@ -12,7 +12,9 @@ of the supervisor's (``peers.py``).
 - A process that dies later (a crash, the kernel's OOM killer) is logged and started again, no
   sooner than a second after its last start; the others serve on meanwhile.
 - SIGTERM or SIGINT reaches every process, which drain as one server would; the supervisor exits
-  when they all have, with the first non-zero status among them (0 when they all ended cleanly).
+  when they all have, with the first non-zero status among them (0 when they all ended cleanly). A
+  process still there a second past ``--exit-timeout-secs`` (each bounds its own exit: stop_signals.py)
+  is killed.
 - The processes end with the supervisor, also when it is SIGKILLed (``PR_SET_PDEATHSIG``: they
   drain and exit).
 """
@@ -38,6 +40,8 @@ from inferd.workers.place import ENV_DIR, ENV_INDEX, ENV_READY_FD, ENV_SUPERVISO
 log = logging.getLogger("inferd.workers")
 #: the least time between two starts of the same process
 _RESTART_DELAY_S = 1.0
+#: past the exit timeout, how long the supervisor waits before it kills a process that did not exit
+_KILL_MARGIN_S = 1.0
 
 
 @dataclass
@@ -68,6 +72,9 @@ class Supervisor:
 
     def __init__(self, options: ServerOptions, command_line: list[str]) -> None:
         self.count = options.workers
+        self.exit_timeout_s = float(options.exit_timeout_secs)
+        #: when the processes still there at stop are killed (monotonic; None: not stopping)
+        self.kill_at: float | None = None
         self.command = [sys.executable, "-m", "inferd", *command_line]
         self.directory = Path(tempfile.mkdtemp(prefix="inferd-workers-"))  # mode 0700
         self.workers: dict[int, _Worker] = {}
@@ -106,6 +113,7 @@ class Supervisor:
     def stop(self) -> None:
         if not self.stopping:
             self.stopping = True
+            self.kill_at = time.monotonic() + self.exit_timeout_s + _KILL_MARGIN_S
             self.pending.clear()
             self._signal_all(signal.SIGTERM)
 
@@ -146,13 +154,29 @@ class Supervisor:
                 self.status = exit_status or 1
                 self.stop()
                 continue
-            how = f"signal {-code}" if code < 0 else f"status {code}"
-            log.error("worker %d (pid %d) exited with %s; starting it again", index, worker.proc.pid, how)
+            from inferd.backends.python.process import how_it_ended  # (the worker processes' words too)
+
+            how = how_it_ended(code)
+            log.error(
+                "worker %d (pid %d) exited unexpectedly (%s); starting it again", index, worker.proc.pid, how
+            )
             self.pending[index] = worker.started + _RESTART_DELAY_S
 
     def _restart_due(self) -> float | None:
-        """Start the processes whose delay passed; the seconds until the next one is due."""
+        """Start the processes whose delay passed; the seconds until the next one is due (or until
+        the processes still there at stop are killed)."""
         now = time.monotonic()
+        if self.kill_at is not None:
+            if now >= self.kill_at:
+                if self.workers:
+                    log.error(
+                        "%d worker(s) still running %g s after SIGTERM: killing them",
+                        len(self.workers),
+                        self.exit_timeout_s + _KILL_MARGIN_S,
+                    )
+                self._signal_all(signal.SIGKILL)
+                self.kill_at = now + 1.0  # reaped by then; looked at again if not
+            return max(0.0, self.kill_at - now)
         for index, due in sorted(self.pending.items()):
             if due <= now:
                 del self.pending[index]

@@ -323,6 +323,25 @@ def test_stop_refuses_new_sequences_and_lets_live_ones_finish() -> None:
     run(main)
 
 
+def test_drain_refuses_new_sequences_and_serves_the_live_ones_to_their_end() -> None:
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        inst = Accumulator()
+        b = batcher(loop, config(), [inst])
+        await results(send(b, loop, req(1, 1, start=True)))
+        assert b.live_sequences() == 1
+        b.drain()  # the server is shutting down
+        with pytest.raises(UnavailableError) as e:
+            send(b, loop, req(2, 1, start=True))
+        assert e.value.message == STOPPING
+        got = await results(send(b, loop, req(1, 2)))  # the live sequence's next request, later
+        assert [out(r) for r in got] == [2] and b.live_sequences() == 1
+        await results(send(b, loop, req(1, 3, end=True)))
+        assert b.live_sequences() == 0
+        await b.stop(5)
+
+    run(main)
+
+
 def test_string_ids_and_a_string_corrid_control() -> None:
     corrid = 'control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]'
 

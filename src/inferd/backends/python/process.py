@@ -55,6 +55,7 @@ from inferd.backends.python.ipc import (
     release_unmapped,
     unpack_response,
 )
+from inferd.backends.python.memory import WATCH, memory_limit, over_limit, rss_bytes
 from inferd.backends.python.relay import BlsRelay, answer, answer_call
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -84,7 +85,8 @@ class _Pending:
     error: InferdError | None = None
 
 
-def _how_it_ended(code: int | None) -> str:
+def how_it_ended(code: int | None) -> str:
+    """How a process ended, from its return code: ``signal 11 (SIGSEGV)``, ``exit status 3``."""
     if code is None:
         return "it stopped answering"
     if code < 0:
@@ -102,10 +104,14 @@ def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
 class ProcessInstance:
     """One model instance in a worker process (a ``BackendInstance``)."""
 
-    def __init__(self, ctx: LoadContext, spec: InstanceSpec, start_timeout_s: float = 0.0) -> None:
+    def __init__(
+        self, ctx: LoadContext, spec: InstanceSpec, start_timeout_s: float = 0.0, memory_limit: int = 0
+    ) -> None:
         self._ctx = ctx
         self._spec = spec
         self._start_timeout_s = start_timeout_s
+        #: bytes of resident memory past which the worker is restarted (memory.py; 0: no limit)
+        self._memory_limit = memory_limit
         self._lock = threading.Lock()
         self._shm = ShmNames(f"p{id(self):x}")
         self._keys = itertools.count(1)
@@ -137,6 +143,8 @@ class ProcessInstance:
         #: told once this instance unloaded (ProcessModel counts its live instances)
         self.on_unload: Callable[[], None] | None = None
         self._start()
+        if memory_limit:
+            WATCH.add(self)
 
     # -- BackendInstance ---------------------------------------------------------------------------
     @property
@@ -197,6 +205,8 @@ class ProcessInstance:
                 with self._lock:
                     for key in keys:
                         self._open.pop(key, None)
+            if self._memory_limit:  # (after: a worker killed now fails only what it still holds)
+                self.check_memory()
             return pending.responses
         finally:
             if reading:  # the reader thread reads at once if responses or answers are still due
@@ -234,9 +244,24 @@ class ProcessInstance:
         if proc is not None:
             proc.kill()
 
+    def check_memory(self) -> None:
+        """Kill the worker if it uses more resident memory than the model's limit (memory.py)."""
+        with self._lock:
+            proc = self._proc
+        if proc is None or self._stopping:
+            return
+        used = rss_bytes(proc.pid)
+        if used > self._memory_limit:
+            with self._lock:
+                if self._proc is not proc or self._abort_reason:
+                    return  # restarted meanwhile, or already being killed
+                self._abort_reason = over_limit(used, self._memory_limit)
+            proc.kill()
+
     def unload(self) -> None:
         """``finalize`` in the worker, then its exit (killed if it takes longer than a few seconds)."""
         self._stopping = True
+        WATCH.discard(self)
         chan, proc, role = self._chan, self._proc, self._role
         if chan is not None and proc is not None:
             try:
@@ -292,7 +317,7 @@ class ProcessInstance:
                     f"{self._who()}: initialize did not finish within {self._start_timeout_s:g} s"
                 ) from e
             raise UnavailableError(
-                f"the process of {self._who()} ended while it started ({_how_it_ended(code)})"
+                f"the process of {self._who()} ended while it started ({how_it_ended(code)})"
             ) from e
         if reply[0] == "init_error":
             proc.wait(STOP_TIMEOUT_S)
@@ -454,7 +479,7 @@ class ProcessInstance:
         except subprocess.TimeoutExpired:
             proc.kill()
             code = None
-        how = _how_it_ended(code)
+        how = how_it_ended(code)
         with self._lock:
             self._chan = None
             self._proc = None
@@ -517,12 +542,14 @@ class ProcessModel:
 
     def __init__(self, ctx: LoadContext) -> None:
         self.ctx = ctx
+        #: ``memory_limit_bytes``: each worker restarted past it (memory.py; 0: none)
+        self.memory_limit = memory_limit(ctx)
         self._lock = threading.Lock()
         self._live = 0
         self._instances: set[ProcessInstance] = set()
 
     def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
-        instance = ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s)
+        instance = ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s, self.memory_limit)
         instance.on_unload = partial(self._instance_unloaded, instance)
         with self._lock:
             self._live += 1
