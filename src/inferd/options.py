@@ -57,13 +57,26 @@ class ServerOptions:
     )
     exit_on_error: bool = option(True, "exit at start when a model fails to load")
     exit_timeout_secs: int = option(
-        30, "seconds to finish the requests in flight after SIGTERM/SIGINT before stopping"
+        30,
+        "seconds after SIGTERM/SIGINT for the requests and sequences under way on the open connections "
+        "(new ones are refused); then what is left is answered UNAVAILABLE and the process exits",
     )
     model_load_thread_count: int = option(4, "models loaded in parallel at start")
     model_load_timeout_secs: float = option(
         600.0,
         "seconds one model version may take to load (initialize included); past it the model is "
         "UNAVAILABLE and the others serve; 0: no limit",
+    )
+    model_load_retry_count: int = option(
+        0,
+        "times a model version whose load failed is loaded again before it is UNAVAILABLE (all tries "
+        "within --model-load-timeout-secs)",
+    )
+    model_namespacing: bool = option(
+        False,
+        "tritonserver's model namespaces: accepted; a model name held by two repositories is then "
+        "UNAVAILABLE with a reason saying that inferd serves one model per name (without it, as the reference: "
+        "'model appears in two or more repositories')",
     )
     model_execute_timeout_secs: float = option(
         0.0,
@@ -90,7 +103,8 @@ class ServerOptions:
         default_factory=list,
         metadata={
             "help": "<backend>,<setting>=<value> (or <setting>=<value> for every backend), tritonserver's "
-            "syntax: e.g. python,execution-mode=process, default-max-batch-size=8 (repeatable)"
+            "syntax: e.g. python,execution-mode=process, python,memory-limit-bytes=N, "
+            "default-max-batch-size=8 (repeatable)"
         },
     )
     default_max_batch_size: int = option(
@@ -204,10 +218,28 @@ class ServerOptions:
         "model loaded; statistics, metrics and model control are the whole server's (inferd serve only)",
     )
     max_connections: int = option(10000, "open connections per port; the ones over get 503 and are closed")
+    max_unsent_bytes: int = option(
+        64 << 20,
+        "bytes of answers written but not yet read by their clients, per port (HTTP, lean gRPC), counted "
+        "over the connections past their own bound (64 KiB): past it every connection with unsent answers "
+        "stops reading until they went out; 0: no such bound",
+    )
+    stream_max_unread_bytes: int = option(
+        16 << 20,
+        "bytes of a streamed request's responses (a decoupled model's: SSE, gRPC stream) that may wait for "
+        "a client reading slower than the model sends; past it the model's send waits (each response "
+        "counts its tensors plus 1 KiB)",
+    )
+    stream_stall_timeout_secs: float = option(
+        60.0,
+        "seconds a model's send may wait for a client that reads none of its responses; past it the request "
+        "is cancelled and its stream ends with an error; 0: wait while the client stays connected",
+    )
     allow_grpc: bool = option(True, "serve the gRPC API")
     grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")
     grpc_port: int = option(8001, "port of the gRPC API (0: any free port)")
     reuse_grpc_port: bool = option(False, "let several servers share the gRPC port (SO_REUSEPORT)")
+    reuse_http_port: bool = option(False, "let several servers share the HTTP port (SO_REUSEPORT)")
     grpc_header_forward_pattern: str = option(
         "", "gRPC metadata whose key matches this regular expression reaches models as parameters"
     )
@@ -262,6 +294,9 @@ class ServerOptions:
     allow_metrics: bool = option(True, "serve Prometheus metrics")
     metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
     metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
+    allow_cpu_metrics: bool = option(
+        True, "export the CPU utilization and memory gauges (nv_cpu_*) on /metrics"
+    )
     allow_status_page: bool = option(
         True, "serve the live status page at GET / (and its data at /v2/status) on the HTTP and metrics ports"
     )

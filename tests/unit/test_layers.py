@@ -15,7 +15,13 @@ import inferd
 PACKAGE = Path(inferd.__file__).resolve().parent
 ROOT = "inferd"
 CORE_DATA = frozenset(
-    {"inferd.core.types", "inferd.core.tensor", "inferd.core.request", "inferd.core.response"}
+    {
+        "inferd.core.types",
+        "inferd.core.tensor",
+        "inferd.core.request",
+        "inferd.core.response",
+        "inferd.core.stream_flow",
+    }
 )
 
 

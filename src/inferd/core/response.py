@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.core.stream_flow import DROP, FLAG_ONLY, STALLED, StreamLimits, StreamWindow, stalled_error
 from inferd.core.tensor import Tensor
 from inferd.errors import InferdError
 
@@ -31,6 +32,11 @@ class ResponseStream:
     streaming callers iterate with ``async for``. ``postprocess`` (set by the core before the
     request is queued) turns each successful response into what the client gets, on the loop
     thread; an InferdError it raises becomes that response's error.
+
+    A stream with a window (``limit``: the core gives one to a decoupled model's) bounds the bytes
+    of responses sent and not yet taken (``core/stream_flow.py``): past it ``send`` waits in the
+    sender's thread. A response is taken when ``async for`` yields it, or when a callback returns,
+    unless the callback deferred it (``defer``): then when the consumer calls ``release``.
     """
 
     __slots__ = (
@@ -40,6 +46,7 @@ class ResponseStream:
         "_items",
         "_loop",
         "_waiter",
+        "_window",
         "hold",
         "on_cancel",
         "on_final",
@@ -64,6 +71,39 @@ class ResponseStream:
         #: preserve_ordering (scheduling/ordering.py): takes every response instead of ``deliver``,
         #: and hands each to ``pass_on`` in its turn
         self.hold: Callable[[InferResponse | None, bool], None] | None = None
+        #: flow control (None: unbounded, as a unary request's one response needs)
+        self._window: StreamWindow | None = None
+
+    # -- flow control -----------------------------------------------------------------------
+    def limit(self, limits: StreamLimits) -> None:
+        """Bound what waits for the consumer (before the request is queued)."""
+        self._window = StreamWindow(limits)
+
+    def defer(self) -> int:
+        """In a callback: the response handed over is taken later, when the consumer calls
+        ``release`` with what this returns (0 without a window)."""
+        w = self._window
+        if w is None:
+            return 0
+        cost, w.current = w.current, 0
+        return cost
+
+    def release(self, cost: int) -> None:
+        """A deferred response (``defer``) was taken."""
+        w = self._window
+        if w is not None:
+            w.release(cost)
+
+    def _stalled(self, response: InferResponse) -> None:
+        """A send gave up waiting for a client that reads nothing: the request is cancelled, and the
+        consumer gets the error after what it has not read yet."""
+        w = self._window
+        assert w is not None
+        error = stalled_error(w)
+        self.cancel(error.message)
+        self.pass_on(
+            InferResponse(response.model_name, response.model_version, response.id, error=error), False
+        )
 
     # -- cancellation ----------------------------------------------------------------------
     def cancel(self, reason: str) -> None:
@@ -74,6 +114,8 @@ class ResponseStream:
         """
         if self._cancel_reason is None:
             self._cancel_reason = reason
+            if self._window is not None:
+                self._window.close()
             hook = self.on_cancel
             if hook is not None:
                 self.on_cancel = None
@@ -95,27 +137,71 @@ class ResponseStream:
     def set_callback(self, callback: Callable[[InferResponse | None, bool], None]) -> None:
         """Have every response handed to ``callback`` on the loop instead of queued (no task needed)."""
         self._callback = callback
+        w = self._window
         while self._items:
-            callback(*self._items.popleft())
+            response, final = self._items.popleft()
+            if w is None:
+                callback(response, final)
+            else:
+                self._call(callback, w, response, final, w.costs.popleft() if w.costs else 0)
+
+    @staticmethod
+    def _call(
+        callback: Callable[[InferResponse | None, bool], None],
+        w: StreamWindow,
+        response: InferResponse | None,
+        final: bool,
+        cost: int,
+    ) -> None:
+        """``callback`` with a window: the response is taken when it returns, unless deferred."""
+        w.current = cost
+        callback(response, final)
+        cost, w.current = w.current, 0
+        w.release(cost)
 
     # -- producer side (any thread) --------------------------------------------------------
     def send(self, response: InferResponse | None, final: bool = False) -> None:
-        """Deliver ``response`` (None: only the final flag) from any thread."""
-        self._loop.call_soon_threadsafe(self.deliver, response, final)
+        """Deliver ``response`` (None: only the final flag) from any thread; with a window, wait
+        while it is full (never on the loop's thread)."""
+        w = self._window
+        if w is None:
+            self._loop.call_soon_threadsafe(self.deliver, response, final)
+            return
+        wait = asyncio._get_running_loop() is not self._loop
+        cost = w.reserve(None if response is None else response.outputs, final, wait)
+        if cost >= 0:
+            self._loop.call_soon_threadsafe(self.deliver, response, final, cost)
+        elif cost == STALLED and response is not None:
+            self._loop.call_soon_threadsafe(self._stalled, response)
+        elif cost == FLAG_ONLY:
+            self._loop.call_soon_threadsafe(self.deliver, None, True, 0)
 
-    def deliver(self, response: InferResponse | None, final: bool) -> None:
-        """Deliver on the loop thread (the worker batches hand-offs and calls this directly)."""
+    def deliver(self, response: InferResponse | None, final: bool, cost: int = -1) -> None:
+        """Deliver on the loop thread (the worker batches hand-offs and calls this directly);
+        ``cost``: what ``send`` counted in the window already (-1: not counted yet)."""
         if self._done:
             return
+        w = self._window
+        if w is not None and cost < 0:
+            cost = w.reserve(None if response is None else response.outputs, final, False)
+            if cost == DROP:
+                return
+            if cost == FLAG_ONLY:
+                response, cost = None, 0
         hold = self.hold
         if hold is not None:
+            if w is not None:  # preserve_ordering holds it back: not bounded by the window
+                w.release(cost)
             hold(response, final)
             return
-        self.pass_on(response, final)
+        self.pass_on(response, final, cost)
 
-    def pass_on(self, response: InferResponse | None, final: bool) -> None:
+    def pass_on(self, response: InferResponse | None, final: bool, cost: int = 0) -> None:
         """``deliver``, past ``hold``: the response reaches the consumer now (on the loop thread)."""
+        win = self._window
         if self._done:
+            if win is not None:
+                win.release(cost)
             return
         first = self.on_first
         if first is not None and response is not None:
@@ -123,6 +209,8 @@ class ResponseStream:
             first()
         if final:
             self._done = True
+            if win is not None:
+                win.close()
             done = self.on_final
             if done is not None:
                 self.on_final = None
@@ -139,9 +227,14 @@ class ResponseStream:
                 # the callback usually closes over the request, which holds this stream: break
                 # the cycle now, or every request becomes work for the cyclic GC
                 self._callback = None
-            cb(response, final)
+            if win is None:
+                cb(response, final)
+            else:
+                self._call(cb, win, response, final, cost)
             return
         self._items.append((response, final))
+        if win is not None:
+            win.costs.append(cost)
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
@@ -161,6 +254,9 @@ class ResponseStream:
             self._waiter = self._loop.create_future()
             await self._waiter
             self._waiter = None
+        w = self._window
+        if w is not None:
+            w.release(w.costs.popleft() if w.costs else 0)
         return self._items.popleft()
 
     async def first(self) -> InferResponse:

@@ -50,6 +50,7 @@ from inferd.backends.base import (
     ResponseCallback,
     ServerLinks,
 )
+from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.backends.python.ipc import (
     Channel,
     ChannelClosed,
@@ -85,6 +86,7 @@ class ProxyStream(ResponseStream):
         self._done = False
         self._cancel_reason = None
         self._callback = None
+        self._window = None  # the server's stream bounds the responses
         self.postprocess = None
         self.on_final = None
         self.on_cancel = None
@@ -111,7 +113,7 @@ class ProxyStream(ResponseStream):
         except ChannelClosed:
             pass  # the server is gone: this process is about to follow
 
-    def deliver(self, response: InferResponse | None, final: bool) -> None:
+    def deliver(self, response: InferResponse | None, final: bool, cost: int = -1) -> None:
         self.send(response, final)
 
 
@@ -415,6 +417,7 @@ def main(argv: list[str]) -> int:
     # stops its workers; a worker that ended first would fail the requests it still held
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    default_signals_in_forks()  # not in the processes its model forks: a pool's workers end with SIGTERM
     channel = Channel(socket.socket(fileno=fd))
     try:
         init = channel.recv()[1]

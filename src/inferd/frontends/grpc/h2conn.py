@@ -11,6 +11,13 @@ receives their data through four hooks.
 SETTINGS, the ones over refused with REFUSED_STREAM), the size of a header block, compressed and
 decoded (ENHANCE_YOUR_CALM past it), a preface that does not come, and a peer that stops answering
 the keepalive PINGs the server sends. ``sweep(now)`` checks the timeouts (about once a second).
+
+Flow control both ways. Out: DATA never passes the client's windows, and while the transport holds
+more than its high-water mark (a client that does not read) no DATA is written and nothing is read
+(``frontends/flow.py``; over the listener's ``WriteBudget`` a connection opening a stream with
+anything unsent pauses too). In: a stream may send ``STREAM_WINDOW`` bytes ahead of what the server
+acknowledged; a subclass that stops taking a stream's data holds its acknowledgements
+(``hold_acks``) and gives them with ``ack`` once it took them.
 """
 
 from __future__ import annotations
@@ -21,12 +28,12 @@ import logging
 import os
 import struct
 import time
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
 
+from inferd.frontends.flow import Unsent, WriteBudget
 from inferd.frontends.grpc.h2wire import (
     ACK,
     CONTINUATION,
@@ -58,50 +65,17 @@ from inferd.frontends.grpc.h2wire import (
     WINDOW_UPDATE,
     frame,
 )
+from inferd.frontends.grpc.h2wire import H2Limits as H2Limits  # h2server's types, here too
+from inferd.frontends.grpc.h2wire import H2Stream as H2Stream
 
 log = logging.getLogger("inferd.grpc")
 
-#: received bytes acknowledged with WINDOW_UPDATE once this many are outstanding
+#: received bytes acknowledged with WINDOW_UPDATE once this many are outstanding (the connection's)
 _ACK_AFTER = 1 << 30
+#: the window of a stream's request data (SETTINGS_INITIAL_WINDOW_SIZE), acknowledged by quarters
+STREAM_WINDOW = 1 << 24
+_STREAM_ACK_AFTER = STREAM_WINDOW // 4
 ENHANCE_YOUR_CALM = 0xB
-
-
-@dataclass(slots=True, frozen=True)
-class H2Limits:
-    """What one client may make a connection hold (0 turns a timeout off)."""
-
-    max_concurrent_streams: int = 256
-    max_header_list: int = 16384
-    preface_timeout_s: float = 30.0
-    keepalive_time_s: float = 7200.0
-    keepalive_timeout_s: float = 20.0
-
-
-class H2Stream:
-    """One HTTP/2 stream's transport state."""
-
-    __slots__ = (
-        "closed",
-        "conn",
-        "headers_sent",
-        "id",
-        "outq",
-        "recv_unacked",
-        "remote_closed",
-        "send_window",
-        "trailer",
-    )
-
-    def __init__(self, conn: Any, sid: int, send_window: int) -> None:
-        self.conn = conn
-        self.id = sid
-        self.send_window = send_window
-        self.recv_unacked = 0
-        self.outq = bytearray()  # data waiting for flow-control window
-        self.trailer: bytes | None = None  # the last header block, sent once outq is empty
-        self.headers_sent = False
-        self.closed = False  # we ended it (END_STREAM or reset): nothing more is sent
-        self.remote_closed = False  # the client half-closed it
 
 
 S = TypeVar("S", bound=H2Stream)
@@ -116,6 +90,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         connections: set[Any],
         max_age: tuple[float | None, float | None] = (None, None),
         limits: H2Limits = H2Limits(),
+        budget: WriteBudget | None = None,
     ) -> None:
         self._connections = connections
         self._max_age = max_age
@@ -151,6 +126,10 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self.going_away = False
         self.lost = False
         self._out: list[bytes] | None = None
+        #: flow control: the transport holds more than its high-water mark
+        self._write_paused = False
+        self._budget = budget if budget is not None else WriteBudget(0)
+        self._unsent = Unsent(self._budget)
 
     # -- hooks -----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -182,7 +161,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         settings = struct.pack(
             ">HIHIHIHIHI",
             S_INITIAL_WINDOW,
-            MAX_WINDOW,
+            STREAM_WINDOW,
             S_MAX_FRAME,
             RECV_MAX_FRAME,
             S_ENABLE_PUSH,
@@ -205,10 +184,30 @@ class H2Connection(asyncio.Protocol, Generic[S]):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._unsent.drained(None)
         self._connections.discard(self)
         for st in list(self.streams.values()):
             self._reset(st)
         self.streams.clear()
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        """The client does not take what was written: no more DATA, and nothing read, meanwhile."""
+        self._write_paused = True
+        transport = self._transport
+        if transport is not None:
+            self._unsent.count(transport)
+            if not transport.is_closing():
+                transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        transport = self._transport
+        self._unsent.drained(transport)
+        if transport is not None and not transport.is_closing() and not self._dead:
+            transport.resume_reading()
+        for st in list(self._blocked.values()):
+            self._flush(st)
         self._wake_writers()
 
     def goaway(self) -> None:
@@ -347,7 +346,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._need = need
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        self._recv_unacked += len(payload)
+        size = len(payload)  # what flow control counts: padding included
+        self._recv_unacked += size
         if flags & PADDED:
             if not payload or payload[0] >= len(payload):
                 self._error(PROTOCOL_ERROR, "bad padding")
@@ -358,14 +358,19 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             if sid > self._last_sid or sid == 0:
                 self._error(PROTOCOL_ERROR, "DATA on an idle stream")
             return  # a stream we reset or answered already
-        st.recv_unacked += len(payload)
-        if st.recv_unacked >= _ACK_AFTER:
-            self._write(frame(WINDOW_UPDATE, 0, sid, st.recv_unacked.to_bytes(4, "big")))
-            st.recv_unacked = 0
+        st.recv_unacked += size
+        if st.recv_unacked >= _STREAM_ACK_AFTER and not st.hold_acks:
+            self.ack(st)
         self.stream_data(st, payload)
         if flags & END_STREAM and not st.remote_closed:
             st.remote_closed = True
             self.end_of_request(st)
+
+    def ack(self, st: S) -> None:
+        """Give the client back the window of the stream data received (a WINDOW_UPDATE)."""
+        if st.recv_unacked and not st.remote_closed:
+            self._write(frame(WINDOW_UPDATE, 0, st.id, st.recv_unacked.to_bytes(4, "big")))
+        st.recv_unacked = 0
 
     def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
         if sid == 0:
@@ -444,6 +449,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         if self.going_away or len(self.streams) >= self._limits.max_concurrent_streams:
             self._write(frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
             return
+        if self._budget.over and self._transport is not None:  # the listener's bound: pause if owing
+            self._unsent.tighten(self._transport)
         st = self.open_stream(sid, headers)
         self.streams[sid] = st
         if flags & END_STREAM:
@@ -512,8 +519,11 @@ class H2Connection(asyncio.Protocol, Generic[S]):
 
     def _flush_out(self) -> None:
         out, self._out = self._out, None
-        if out and self._transport is not None and not self.lost:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        transport = self._transport
+        if out and transport is not None and not self.lost:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if self._write_paused:
+                self._unsent.count(transport)
 
     def send_headers(self, st: S, block: bytes) -> None:
         """A header block that does not end the stream."""
@@ -537,7 +547,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             return
         out = []
         q = st.outq
-        while q:
+        while q and not self._write_paused:
             n = min(len(q), self._send_window, st.send_window, self._peer_max_frame)
             if n <= 0:
                 break

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from inferd.core.response import ResponseStream
+from inferd.frontends.flow import WriteBudget
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
     DATA,
@@ -52,6 +53,9 @@ log = logging.getLogger("inferd.grpc")
 
 #: a stream's writer waits (ModelStreamInfer) while this much is queued behind flow control
 _HIGH_WATER = 1 << 20
+#: request messages of a ModelStreamInfer call not taken yet past which its data is not acknowledged
+#: (HTTP/2 flow control then stops the client once it sent ``STREAM_WINDOW`` more)
+_INBOX_HIGH = 1 << 22
 _OK = 0
 _CODES = {code: code.value[0] for code in grpc.StatusCode}
 _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
@@ -121,6 +125,7 @@ class _Call(H2Stream):
         "body",
         "encoding",
         "inbox",
+        "inbox_bytes",
         "metadata",
         "path",
         "pending",
@@ -142,6 +147,7 @@ class _Call(H2Stream):
         self.response: ResponseStream | None = None
         #: ModelStreamInfer: messages as they arrive (None: the client half-closed)
         self.inbox: asyncio.Queue[bytes | None] | None = None
+        self.inbox_bytes = 0  # bytes of the messages in ``inbox``
         self.pending = bytearray()  # bytes of a message not complete yet (streams)
         self.received = 0  # bytes of the request buffered (unary)
         self.timeout: float | None = None  # grpc-timeout, seconds
@@ -170,6 +176,8 @@ class _Handlers:
             keepalive_timeout_s=options.grpc_keepalive_timeout / 1000,
         )
         self.max_connections = options.max_connections
+        #: the listener's bound on unsent answers (``frontends/flow.py``)
+        self.budget = WriteBudget(options.max_unsent_bytes)
         age = options.grpc_max_connection_age
         grace = options.grpc_max_connection_age_grace
         #: seconds: connection age before GOAWAY, and the grace after it
@@ -183,7 +191,7 @@ class GrpcConnection(H2Connection[_Call]):
     """One client connection: gRPC calls over ``H2Connection``'s streams."""
 
     def __init__(self, handlers: _Handlers, connections: set[GrpcConnection]) -> None:
-        super().__init__(connections, handlers.max_age, handlers.limits)
+        super().__init__(connections, handlers.max_age, handlers.limits, handlers.budget)
         self._h = handlers
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -291,6 +299,9 @@ class GrpcConnection(H2Connection[_Call]):
                 return
             del buf[: 5 + n]
             st.inbox.put_nowait(message)
+            st.inbox_bytes += len(message)
+            if st.inbox_bytes > _INBOX_HIGH:
+                st.hold_acks = True  # the call does not read as fast as its client sends
 
     def _message(self, st: _Call, compressed: int, data: bytes) -> bytes:
         limit = self._h.max_message
@@ -364,6 +375,10 @@ class GrpcConnection(H2Connection[_Call]):
                 item = await inbox.get()
                 if item is None:
                     return
+                st.inbox_bytes -= len(item)
+                if st.hold_acks and st.inbox_bytes <= _INBOX_HIGH // 2:
+                    st.hold_acks = False
+                    self.ack(st)
                 yield item
 
         error = await self._h.servicer.stream_infer(messages(), _Context(st, st.metadata))
@@ -388,6 +403,7 @@ class GrpcConnection(H2Connection[_Call]):
         n = len(msg)
         if (
             not st.headers_sent
+            and not self._write_paused
             and n <= self._send_window
             and n <= st.send_window
             and n <= self._peer_max_frame
@@ -473,13 +489,19 @@ class LeanGrpcServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = loop.create_task(sweep_forever(self._connections))
 
+    def stop_listening(self) -> None:
+        """Refuse new connections; the open ones take new calls on until ``stop`` (a sequence's next
+        request may come as a new call on its client's connection while the server drains)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
     async def stop(self, grace: float | None = None) -> None:
         """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        if self._server is not None:
-            self._server.close()
+        self.stop_listening()
         for c in list(self._connections):
             c.goaway()
         if grace is not None:

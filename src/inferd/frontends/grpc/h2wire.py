@@ -1,10 +1,12 @@
 """HTTP/2 wire pieces for the lean gRPC server: frame headers, HPACK integers and literals, fixed
 header blocks, gRPC message framing. Pure functions and constants (RFC 9113, RFC 7541, gRPC over
-HTTP/2)."""
+HTTP/2), and the plain state ``h2conn`` keeps: a connection's limits, a stream's windows and queue."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
+from typing import Any
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types
@@ -79,3 +81,43 @@ def status_block(code: int, message: str) -> bytes:
 def length_prefixed(message: bytes) -> bytes:
     """A gRPC message on the wire: uncompressed flag, big-endian length, the message."""
     return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+@dataclass(slots=True, frozen=True)
+class H2Limits:
+    """What one client may make a connection hold (0 turns a timeout off)."""
+
+    max_concurrent_streams: int = 256
+    max_header_list: int = 16384
+    preface_timeout_s: float = 30.0
+    keepalive_time_s: float = 7200.0
+    keepalive_timeout_s: float = 20.0
+
+
+class H2Stream:
+    """One HTTP/2 stream's transport state."""
+
+    __slots__ = (
+        "closed",
+        "conn",
+        "headers_sent",
+        "hold_acks",
+        "id",
+        "outq",
+        "recv_unacked",
+        "remote_closed",
+        "send_window",
+        "trailer",
+    )
+
+    def __init__(self, conn: Any, sid: int, send_window: int) -> None:
+        self.conn = conn
+        self.id = sid
+        self.send_window = send_window
+        self.recv_unacked = 0
+        self.hold_acks = False  # the request data is not taken as fast as it comes: no WINDOW_UPDATE
+        self.outq = bytearray()  # data waiting for flow-control window
+        self.trailer: bytes | None = None  # the last header block, sent once outq is empty
+        self.headers_sent = False
+        self.closed = False  # we ended it (END_STREAM or reset): nothing more is sent
+        self.remote_closed = False  # the client half-closed it

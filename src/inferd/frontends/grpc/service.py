@@ -43,7 +43,7 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
-from inferd.frontends.grpc.stream_order import InOrder
+from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import VERBOSE1, LogSettings
 from inferd.options import ServerOptions
@@ -430,12 +430,19 @@ class InferenceServicer:
         the order the requests arrived (as the reference's stream handler writes them); errors never
         end the stream, unless the client sent the ``triton_grpc_error: true`` header: then the first
         error ends it with its status, as the reference does."""
-        out: asyncio.Queue[bytes | InferdError | None] = asyncio.Queue()
+        out: asyncio.Queue[Out] = asyncio.Queue()
         pending: set[ResponseStream] = set()
-        order = InOrder(out)
+        order = InOrder(out.put_nowait)
         reading = True
+        room = asyncio.Event()  # set while the reader may read on (flow control)
+        room.set()
+
+        def in_flight() -> int:  # a request waiting for its turn counts twice: a bound, not a count
+            return len(pending) + len(order) + out.qsize()
 
         def finish_if_idle() -> None:
+            if in_flight() < STREAM_IN_FLIGHT:
+                room.set()
             if not reading and not pending:
                 out.put_nowait(None)
 
@@ -448,6 +455,9 @@ class InferenceServicer:
                     except DecodeError:
                         break  # as the reference: the stream ends (OK) after what it answered
                     self._stream_one(msg, context, out, order, pending, finish_if_idle)
+                    if in_flight() >= STREAM_IN_FLIGHT:
+                        room.clear()
+                        await room.wait()
             finally:
                 reading = False
                 finish_if_idle()
@@ -460,7 +470,13 @@ class InferenceServicer:
                     break
                 if isinstance(item, InferdError):
                     raise item  # triton_grpc_error: the stream ends with the error's status
-                await context.write(item)
+                if isinstance(item, tuple):  # a decoupled model's answer: taken once written
+                    await context.write(item[0])
+                    item[1].release(item[2])
+                else:
+                    await context.write(item)
+                if not room.is_set() and in_flight() < STREAM_IN_FLIGHT:
+                    room.set()
             await reader
         finally:
             reader.cancel()
@@ -471,7 +487,7 @@ class InferenceServicer:
         self,
         msg: Any,
         context: Context,
-        out: asyncio.Queue[bytes | InferdError | None],
+        out: asyncio.Queue[Out],
         order: InOrder,
         pending: set[ResponseStream],
         finish_if_idle: Callable[[], None],
@@ -499,10 +515,10 @@ class InferenceServicer:
         decoupled = call.decoupled
 
         def put(item: bytes | InferdError) -> None:
-            if decoupled:
-                out.put_nowait(item)
-            else:
+            if not decoupled:
                 order.fill(slot, item)
+            else:  # an answer is taken from the model's stream once written (flow control)
+                out.put_nowait((item, stream, stream.defer()) if isinstance(item, bytes) else item)
 
         def on_response(r: InferResponse | None, final: bool) -> None:
             if r is not None:

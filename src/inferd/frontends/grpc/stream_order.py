@@ -4,10 +4,19 @@ reference's stream handler writes them (``EnqueueForResponse`` / ``WriteResponse
 
 from __future__ import annotations
 
-import asyncio
 import collections
+from collections.abc import Callable
 
+from inferd.core.response import ResponseStream
 from inferd.errors import InferdError
+
+#: a ModelStreamInfer call reads no further request while its requests under way, its answers held
+#: for their turn and those waiting to be written pass this: a client that never reads costs no more
+STREAM_IN_FLIGHT = 64
+#: what a ModelStreamInfer call writes, in order: an answer, the error that ends the call
+#: (``triton_grpc_error``), a decoupled model's answer, taken from its stream once written (with what
+#: ``ResponseStream.defer`` gave), or None: the end
+Out = bytes | InferdError | tuple[bytes, ResponseStream, int] | None
 
 
 class InOrder:
@@ -16,9 +25,13 @@ class InOrder:
 
     __slots__ = ("_out", "_slots")
 
-    def __init__(self, out: asyncio.Queue[bytes | InferdError | None]) -> None:
-        self._out = out
+    def __init__(self, out: Callable[[bytes | InferdError], None]) -> None:
+        self._out = out  # puts an answer on the call's queue of what it writes
         self._slots: collections.deque[list[bytes | InferdError | None]] = collections.deque()
+
+    def __len__(self) -> int:
+        """Slots taken and not written yet (their requests under way, or answered out of turn)."""
+        return len(self._slots)
 
     def take(self) -> list[bytes | InferdError | None]:
         slot: list[bytes | InferdError | None] = [None]
@@ -41,4 +54,6 @@ class InOrder:
     def _flush(self) -> None:
         slots = self._slots
         while slots and slots[0][0] is not None:
-            self._out.put_nowait(slots.popleft()[0])
+            item = slots.popleft()[0]
+            assert item is not None
+            self._out(item)

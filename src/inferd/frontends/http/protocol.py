@@ -9,6 +9,11 @@ header fields (431), the connections (503 to the ones over), and time: a request
 are not complete within ``header_timeout_s`` gets 408 (slowloris), and a connection that sends
 nothing for ``idle_timeout_s`` while it has nothing to answer is closed. The clock is read once per
 ``data_received``; one sweep a second looks at every connection (no timer per request).
+
+Flow control (``frontends/flow.py``): a connection stops reading, and holds back the requests it read
+already, while its client leaves answers unread past the write buffer's high-water mark, while
+``_MAX_PIPELINE`` requests are under way, or, over the listener's ``max_unsent`` bound, while it has
+anything unsent; it reads again once its client took them.
 """
 
 from __future__ import annotations
@@ -25,30 +30,17 @@ from typing import Any
 import httptools
 import orjson
 
+from inferd.frontends.flow import Unsent, WriteBudget
+from inferd.frontends.http.responder import STATUS_LINES, status_line
+from inferd.frontends.http.responder import HttpRequest as HttpRequest  # the handlers' types, here too
+from inferd.frontends.http.responder import Responder as Responder
 from inferd.frontends.sweep import sweep_forever
 from inferd.logs import VERBOSE2
 
 log = logging.getLogger("inferd.http")
 
-_REASONS = {
-    100: "Continue",
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    413: "Payload Too Large",
-    414: "URI Too Long",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
 _JSON = "application/json"
-_STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in _REASONS.items()}
-_MAX_PIPELINE = 64  # requests waiting behind the one being answered before reading pauses
+_MAX_PIPELINE = 64  # requests of a connection under way (read, not answered) before it holds the next
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,6 +54,18 @@ class HttpLimits:
     max_connections: int = 10000
     header_timeout_s: float = 30.0
     idle_timeout_s: float = 300.0
+    #: bytes of unsent answers over the connections past their own mark (``frontends/flow.py``)
+    max_unsent: int = 64 << 20
+
+
+def origin_form(target: str) -> str:
+    """An absolute-form request target (``http://host:port/path?query``, any scheme, any host) as
+    the origin-form the routes read, as the reference serves it; any other target as it is."""
+    scheme, sep, rest = target.partition("://")
+    if not sep or not scheme.isascii() or not scheme.isalpha():
+        return target
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    return rest[cut:]
 
 
 def _both_framings(headers: dict[str, str]) -> bool:
@@ -78,111 +82,19 @@ class _Reject(Exception):
         self.message = message
 
 
-@dataclass(slots=True)
-class HttpRequest:
-    """A parsed request: method, path, query, lower-cased headers and the whole body."""
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-
-
-class Responder:
-    """Writes the response of one request, in order, on its connection (loop thread only).
-
-    Either one whole response (``send``) or a chunked one (``start_chunked``, ``write_chunk``,
-    ``end_chunked``). A chunked response that starts while earlier requests of the connection are
-    still unanswered is held back until their answers went out. ``on_close`` is called when the
-    client goes away before this response ended.
-    """
-
-    __slots__ = ("_chunks", "_conn", "_done", "_ended", "_framed", "keep_alive", "on_close")
-
-    def __init__(self, conn: HttpConnection, keep_alive: bool, framed: bool = True) -> None:
-        self._conn = conn
-        self._done = False
-        self.keep_alive = keep_alive
-        self._framed = framed  # chunked framing; an HTTP/1.0 client gets the bytes until close
-        #: bytes of a started chunked response not written yet (None: not a chunked response)
-        self._chunks: list[bytes] | None = None
-        self._ended = False
-        self.on_close: Callable[[], None] | None = None
-
-    def send(
-        self,
-        status: int,
-        body: bytes | list[bytes | memoryview],
-        content_type: str = "application/json",
-        extra_headers: list[tuple[str, str]] | None = None,
-    ) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._conn.respond(self, status, body, content_type, extra_headers)
-
-    # -- chunked responses -----------------------------------------------------------------
-    def start_chunked(
-        self, status: int, content_type: str, extra_headers: list[tuple[str, str]] | None = None
-    ) -> None:
-        """Send the status line and headers of a response whose body follows in chunks."""
-        if self._done:
-            return
-        self._done = True
-        self._chunks = []
-        if not self._framed:
-            self.keep_alive = False
-        lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()]
-        lines.append(f"Content-Type: {content_type}\r\n".encode())
-        if self._framed:
-            lines.append(b"Transfer-Encoding: chunked\r\n")
-        for k, v in extra_headers or ():
-            lines.append(f"{k}: {v}\r\n".encode())
-        if not self.keep_alive:
-            lines.append(b"Connection: close\r\n")
-        lines.append(b"\r\n")
-        self._conn.chunk(self, b"".join(lines), False)
-
-    def write_chunk(self, data: bytes) -> None:
-        """One chunk of the body (empty data writes nothing: an empty chunk ends the body)."""
-        if self._chunks is None or self._ended or not data:
-            return
-        if self._framed:
-            data = b"%x\r\n%b\r\n" % (len(data), data)
-        self._conn.chunk(self, data, False)
-
-    def end_chunked(self) -> None:
-        """End the chunked body (the connection then answers the requests behind this one)."""
-        if self._chunks is None or self._ended:
-            return
-        self._ended = True
-        self._conn.chunk(self, b"0\r\n\r\n" if self._framed else b"", True)
-
-    @property
-    def closed(self) -> bool:
-        """The client went away: nothing written reaches it any more."""
-        return self._conn.lost
-
-    @property
-    def must_wait(self) -> bool:
-        """Producing more now would only queue bytes in memory (the client reads slower, or the
-        responses ahead of this one are not out yet): ``await drain()`` first."""
-        return self._conn.must_wait(self)
-
-    async def drain(self) -> None:
-        """Wait until this response may write again, or the client went away."""
-        while self._conn.must_wait(self) and not self._conn.lost:
-            await self._conn.wait_for_change()
-
-
 App = Callable[[HttpRequest, Responder], Any]
 
 
 class HttpConnection(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, app: App, connections: set[HttpConnection], limits: HttpLimits = HttpLimits()) -> None:
+    def __init__(
+        self,
+        app: App,
+        connections: set[HttpConnection],
+        limits: HttpLimits = HttpLimits(),
+        budget: WriteBudget | None = None,
+    ) -> None:
         self._app = app
         self._connections = connections
         self._limits = limits
@@ -210,8 +122,14 @@ class HttpConnection(asyncio.Protocol):
             Responder, tuple[int, bytes | list[bytes | memoryview], str, list[tuple[str, str]] | None]
         ] = {}
         self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
-        self._paused = False
-        #: the server is stopping: the next answer says ``Connection: close`` and the connection ends
+        #: flow control: requests read, held back (their responders are at the end of ``_queue``)
+        self._backlog: collections.deque[tuple[HttpRequest, Responder]] = collections.deque()
+        self._releasing = False
+        self._budget = budget if budget is not None else WriteBudget(0)
+        self._unsent = Unsent(self._budget)
+        self._paused = False  # reading is paused (flow control)
+        #: the server is stopping (``HttpServer.wind_down``): the next answer says ``Connection: close``
+        #: and the connection ends after it
         self.draining = False
         self._closing = False
         self.active = 0
@@ -235,6 +153,8 @@ class HttpConnection(asyncio.Protocol):
         self._transport = None
         self.lost = True
         self._pending.clear()
+        self._backlog.clear()
+        self._unsent.drained(None)
         queue, self._queue = self._queue, collections.deque()
         for r in queue:  # answers still owed to a client that is gone: cancel what produces them
             cb = r.on_close
@@ -248,10 +168,38 @@ class HttpConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        if self._transport is not None:
+            self._unsent.count(self._transport)
+        self._pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._unsent.drained(self._transport)
+        if self._backlog:
+            self._release_backlog()
+        self._maybe_resume_reading()
         self._wake()
+
+    def _pause_reading(self) -> None:
+        transport = self._transport
+        if not self._paused and transport is not None and not transport.is_closing():
+            self._paused = True
+            transport.pause_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        """Read again once the client took its answers and few requests are under way."""
+        transport = self._transport
+        if (
+            self._paused
+            and not self._write_paused
+            and not self._backlog
+            and len(self._queue) <= _MAX_PIPELINE // 2
+            and not self._rejected
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            self._paused = False
+            transport.resume_reading()
 
     def _wake(self) -> None:
         if not self._waiters:
@@ -363,6 +311,8 @@ class HttpConnection(asyncio.Protocol):
         parser = self._parser
         assert parser is not None  # (a parser callback)
         url = self._url.decode("latin-1")
+        if url[:1] != "/":
+            url = origin_form(url)
         path, _, query = url.partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = parser.get_method().decode("latin-1")
@@ -370,17 +320,52 @@ class HttpConnection(asyncio.Protocol):
             log.log(VERBOSE2, "HTTP request: %s %s", method, url)
         keep_alive = parser.should_keep_alive() and not self.draining and not _both_framings(self._headers)
         responder = Responder(self, keep_alive, parser.get_http_version() != "1.0")
-        self._queue.append(responder)
-        if len(self._queue) > _MAX_PIPELINE and self._transport is not None and not self._paused:
-            self._paused = True
-            self._transport.pause_reading()
+        queue = self._queue
+        queue.append(responder)
+        request = HttpRequest(method, path, query, self._headers, body)
+        if self._write_paused or self._backlog or len(queue) > _MAX_PIPELINE or self._budget.over:
+            self._hold(request, responder)
+        else:
+            self._dispatch(request, responder)
+        # kept while the handler runs: a traced request's HTTP_RECV_START
+        self.reading_since = None
+
+    def _dispatch(self, request: HttpRequest, responder: Responder) -> None:
         try:
-            self._app(HttpRequest(method, path, query, self._headers, body), responder)
+            self._app(request, responder)
         except Exception:
             log.exception("unhandled error in HTTP handler")
             responder.send(500, b'{"error":"internal server error"}')
-        # kept while the handler runs: a traced request's HTTP_RECV_START
-        self.reading_since = None
+
+    def _hold(self, request: HttpRequest, responder: Responder) -> None:
+        """Flow control, for a request just read: handle it now if this connection may take more
+        work, else keep it (and stop reading) until its client took enough of its answers."""
+        transport = self._transport
+        if self._budget.over and not self._write_paused and transport is not None:
+            self._unsent.tighten(transport)  # pauses writing if it holds anything
+        backlog = self._backlog
+        if self._write_paused or backlog or len(self._queue) > _MAX_PIPELINE:
+            backlog.append((request, responder))
+            self._pause_reading()
+        else:
+            self._dispatch(request, responder)
+
+    def _release_backlog(self) -> None:
+        """Handle the requests held back, in order, while this connection may take more work."""
+        if self._releasing:
+            return  # an answer given while releasing: the loop below goes on
+        self._releasing = True
+        backlog, queue = self._backlog, self._queue
+        try:
+            while backlog and not self._write_paused and not self.lost:
+                if len(queue) - len(backlog) >= _MAX_PIPELINE:
+                    break
+                transport = self._transport
+                if self._budget.over and transport is not None and self._unsent.tighten(transport):
+                    break
+                self._dispatch(*backlog.popleft())
+        finally:
+            self._releasing = False
 
     # -- writing -----------------------------------------------------------------------------
     def respond(
@@ -397,9 +382,8 @@ class HttpConnection(asyncio.Protocol):
             self._write(status, body, content_type, extra_headers, responder.keep_alive)
             if queue:
                 self._advance()
-            elif self._paused and self._transport is not None:
-                self._paused = False
-                self._transport.resume_reading()
+            elif self._paused:
+                self._maybe_resume_reading()
         else:
             self._pending[responder] = (status, body, content_type, extra_headers)
 
@@ -410,6 +394,8 @@ class HttpConnection(asyncio.Protocol):
             transport = self._transport
             if transport is not None and not transport.is_closing() and data:
                 transport.write(data)
+                if self._write_paused:
+                    self._unsent.count(transport)
             if end:
                 queue.popleft()
                 if not responder.keep_alive and transport is not None:
@@ -435,15 +421,18 @@ class HttpConnection(asyncio.Protocol):
                 break  # not answered yet
             if held and transport is not None and not transport.is_closing():
                 transport.writelines(held)
+                if self._write_paused:
+                    self._unsent.count(transport)
             held.clear()
             if not r._ended:
                 break  # a chunked response under way: the ones behind it wait for its end
             queue.popleft()
             if not r.keep_alive and transport is not None:
                 transport.close()
-        if self._paused and len(queue) <= _MAX_PIPELINE // 2 and transport is not None:
-            self._paused = False
-            transport.resume_reading()
+        if self._backlog:
+            self._release_backlog()
+        if self._paused:
+            self._maybe_resume_reading()
         self._wake()
 
     def _write(
@@ -461,9 +450,8 @@ class HttpConnection(asyncio.Protocol):
             length = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body)
         else:
             length = len(body)
-        head = _STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode()
         lines = [
-            head,
+            STATUS_LINES.get(status) or status_line(status),
             b"Content-Type: ",
             content_type.encode(),
             b"\r\nContent-Length: ",
@@ -484,14 +472,21 @@ class HttpConnection(asyncio.Protocol):
         else:
             lines.append(body)
             transport.write(b"".join(lines))
+        if self._write_paused:
+            self._unsent.count(transport)
         if not keep_alive:
             transport.close()
 
     def _write_simple(self, status: int, body: bytes) -> None:
         self._write(status, body, "application/json", None, False)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing owed to the client and no request being read."""
+        return not self._queue and self.reading_since is None
+
     def close(self, only_idle: bool) -> None:
-        if self._transport is not None and not (only_idle and self._queue):
+        if self._transport is not None and not (only_idle and not self.idle):
             self._transport.close()
 
     def sweep(self, now: float) -> None:
@@ -538,11 +533,15 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[HttpConnection] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        #: while winding down: when each idle connection was first seen idle
+        self._idle_since: dict[HttpConnection, float] = {}
+        #: the listener's bound on unsent answers (``frontends/flow.py``)
+        self.budget = WriteBudget(limits.max_unsent)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HttpConnection(self.app, self._connections, self.limits),
+            lambda: HttpConnection(self.app, self._connections, self.limits, self.budget),
             self.host,
             self.port,
             reuse_address=True,
@@ -556,22 +555,41 @@ class HttpServer:
             self._sweeper = loop.create_task(sweep_forever(self._connections))
 
     def stop_listening(self) -> None:
-        """Refuse new connections. Open ones stay open while the server drains: a request a client
-        sends on one meanwhile is answered (503 once the core stops taking requests) with
-        ``Connection: close``, so the client learns to go elsewhere. Closing an idle keep-alive
-        connection at once would race with a request already on its way: its client would get an
-        empty reply (the soak's SIGTERM check counted 16 in 40,000). ``stop`` closes what is left."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        """Refuse new connections. The open ones are served on while the server drains (a sequence's
+        next request comes on its client's connection); ``wind_down`` ends them, ``stop`` closes
+        what is left."""
         if self._server is not None:
             self._server.close()
             self._server = None
+
+    def wind_down(self, idle_grace_s: float) -> int:
+        """Let the open connections go (called while the server drains, once nothing it serves
+        needs them): every answer from now says ``Connection: close``, so its client goes elsewhere
+        and the connection ends after it, and a connection idle for ``idle_grace_s`` is closed. Not
+        an idle one at once: a request its client sent just before the signal may be on its way,
+        and would get an empty reply (the soak's SIGTERM check counted 16 in 40,000). The number of
+        connections still open."""
+        now = time.monotonic()
+        seen = self._idle_since
+        left = 0
         for c in list(self._connections):
             c.draining = True
+            if not c.idle:
+                seen.pop(c, None)
+            elif now - seen.setdefault(c, now) >= idle_grace_s:
+                c.close(only_idle=True)
+            transport = c._transport
+            left += transport is not None and not transport.is_closing()
+        for c in [c for c in seen if c not in self._connections]:
+            del seen[c]
+        return left
 
     async def stop(self) -> None:
         self.stop_listening()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._idle_since.clear()
         for c in list(self._connections):
             c.close(only_idle=False)
         await asyncio.sleep(0)

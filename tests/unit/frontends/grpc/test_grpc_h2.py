@@ -21,6 +21,7 @@ import pytest
 
 from inferd.errors import NotFoundError
 from inferd.frontends.grpc._pb import pb
+from inferd.frontends.grpc.h2conn import STREAM_WINDOW
 from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Handlers
 from inferd.frontends.grpc.h2wire import PREFACE, frame, hpack_int, length_prefixed, percent_encode
 from inferd.frontends.grpc.service import InferenceServicer
@@ -203,7 +204,7 @@ def test_preface_settings_and_window() -> None:
         assert (
             settings
             and settings[0].changed_settings[h2.settings.SettingCodes.INITIAL_WINDOW_SIZE].new_value
-            == 2**31 - 1
+            == STREAM_WINDOW
         )
         assert any(isinstance(e, h2.events.SettingsAcknowledged) for e in events)
         assert p.h2.outbound_flow_control_window == 2**31 - 1

@@ -546,6 +546,9 @@ class FakeTransport:
     def resume_reading(self) -> None:
         self.reading = True
 
+    def get_write_buffer_size(self) -> int:
+        return len(self.data)
+
     def take(self) -> bytes:
         out = bytes(self.data)
         self.data.clear()
@@ -575,7 +578,8 @@ def test_chunked_response_framing() -> None:
     r.end_chunked()
     r.write_chunk(b"late")  # after the end: nothing
     assert transport.take() == (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nX-Content-Type-Options: nosniff\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
         b"9\r\ndata: 1\n\n\r\na\r\ndata: 22\n\n\r\n0\r\n\r\n"
     )
     assert not transport.closed
@@ -591,7 +595,8 @@ def test_http_1_0_gets_the_body_until_close() -> None:
     r.end_chunked()
     assert (
         transport.take()
-        == b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{"a":1}'
+        == b"HTTP/1.1 200 OK\r\nX-Content-Type-Options: nosniff\r\nContent-Type: application/json\r\n"
+        b'Connection: close\r\n\r\n{"a":1}'
     )
     assert transport.closed
 
