@@ -1,7 +1,10 @@
 """The attacks of issue 10, each against the running server while a health check runs every 100 ms
 and its RSS is sampled: a gzip bomb (HTTP and gRPC), a huge body (with Content-Length and chunked),
 a huge URL, a huge header, too many headers, slowloris, idle connections by the thousand, a model
-whose execute sleeps, a huge gRPC message, a CONTINUATION flood and too many streams.
+whose execute sleeps, a huge gRPC message, a CONTINUATION flood and too many streams; and issue 25's
+cases, from their own modules: hostile model names in repository loads, a 100,000-prompt body, the
+status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
+a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
@@ -27,7 +30,7 @@ import grpc
 from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
-from reliability import fuzz_h2
+from reliability import attacks_flow, attacks_lifecycle, attacks_safety, fuzz_h2
 from reliability.common import HealthWatch, MiB, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
 
 HEALTH_GOAL_MS = 50.0
@@ -52,6 +55,19 @@ class AttackConfig:
     slow_timeout_s: float = 2.0
     flood_bytes: int = 32 << 20
     streams: int = 20_000
+    # issue 25's cases (attacks_flow.py, attacks_lifecycle.py): their modules' defaults
+    flow_hold_s: float = attacks_flow.FLOW_DEFAULTS["flow_hold_s"]
+    stream_hold_s: float = attacks_flow.FLOW_DEFAULTS["stream_hold_s"]
+    flow_floats: int = attacks_flow.FLOW_DEFAULTS["flow_floats"]
+    flow_batch: int = attacks_flow.FLOW_DEFAULTS["flow_batch"]
+    stream_responses: int = attacks_flow.FLOW_DEFAULTS["stream_responses"]
+    stream_response_bytes: int = attacks_flow.FLOW_DEFAULTS["stream_response_bytes"]
+    crash_goal_s: float = attacks_lifecycle.LIFECYCLE_DEFAULTS["crash_goal_s"]
+    exit_timeout_s: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["exit_timeout_s"]
+    sequence_length: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["sequence_length"]
+    keep_alive_clients: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["keep_alive_clients"]
+    leak_requests: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["leak_requests"]
+    memory_limit: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["memory_limit"]
 
 
 @dataclass
@@ -450,6 +466,9 @@ ATTACKS: dict[str, tuple[str, str, str]] = {
     "continuation_flood": ("HEADERS + {flood} of CONTINUATION frames", "GOAWAY ENHANCE_YOUR_CALM", "grpc"),
     "too_many_streams": ("{streams} streams opened on one connection", "REFUSED_STREAM past the limit", "grpc"),
 }  # fmt: skip
+#: issue 25's cases: name -> (what, expected, which limit, function), each module's own
+ISSUE25_CASES = {**attacks_safety.CASES, **attacks_flow.CASES, **attacks_lifecycle.CASES}
+ATTACKS.update({name: (what, expected, which) for name, (what, expected, which, _f) in ISSUE25_CASES.items()})
 
 
 def _size(n: int) -> str:
@@ -479,6 +498,13 @@ def run(
         "slow_model_s": f"{cfg.slow_model_ms / 1000:g}",
         "flood": _size(cfg.flood_bytes),
         "streams": f"{cfg.streams:,}",
+        "flow_hold_s": f"{cfg.flow_hold_s:g}",
+        "stream_hold_s": f"{cfg.stream_hold_s:g}",
+        "stream_responses": f"{cfg.stream_responses:,}",
+        "stream_response_bytes": _size(cfg.stream_response_bytes),
+        "sequence_length": f"{cfg.sequence_length:,}",
+        "keep_alive_clients": f"{cfg.keep_alive_clients:,}",
+        "leak_requests": f"{cfg.leak_requests:,}",
     }
     funcs: dict[str, Callable[[], tuple[str, bool, str]]] = {
         "gzip_bomb": lambda: http_gzip_bomb(server, cfg, bomb),
@@ -494,6 +520,7 @@ def run(
         "grpc_huge_message": lambda: grpc_huge_message(server, cfg),
         "continuation_flood": lambda: continuation_flood(server, cfg),
         "too_many_streams": lambda: too_many_streams(server, cfg),
+        **{name: (lambda f=case[3]: f(server, cfg)) for name, case in ISSUE25_CASES.items()},
     }
     results = []
     for name in names:

@@ -75,10 +75,13 @@ def raise_fd_limit(want: int) -> int:
 class Server:
     """``python -m inferd serve`` (this checkout's ``src`` first) on free ports of 127.0.0.1."""
 
-    def __init__(self, repository: Path, log_path: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, repository: Path, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> None:
         self.repository = repository
         self.log_path = log_path
         self.args = list(args)
+        self.env = env or {}  # on top of this process's environment
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.command: list[str] = []
@@ -106,8 +109,10 @@ class Server:
                 "--exit-on-error=false",
                 *self.args,
             ]
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
+            # INFERD_SRC: another source tree to attack (a worktree of an older commit: before/after)
+            src = os.environ.get("INFERD_SRC") or str(ROOT / "src")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     self.command,

@@ -21,6 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BODY_LIMIT = 1_000_000
 
+ISSUE10_ATTACKS = [
+    "gzip_bomb", "grpc_gzip_bomb", "big_body_length", "big_body_chunked", "big_url", "big_header", "many_headers",
+    "slowloris", "idle_connections", "slow_model", "grpc_huge_message", "continuation_flood", "too_many_streams",
+]  # fmt: skip
 FUZZ_ARGS = [
     "--http-requests", "300",
     "--grpc-calls", "100",
@@ -43,6 +47,9 @@ FUZZ_ARGS = [
     "--slow-timeout-s", "1",
     "--flood-bytes", str(4 << 20),
     "--streams", "2000",
+    # issue 25's quick cases; the flow and lifecycle ones hold clients and servers for minutes at their
+    # sizes and have e2e tests of their own (test_e2e_flow.py, test_e2e_shutdown.py, test_e2e_process.py)
+    "--attacks", ",".join([*ISSUE10_ATTACKS, "override_names", "openai_prompts", "status_page_access", "wire_edges"]),
 ]  # fmt: skip
 SOAK_ARGS = ["--minutes", "0.33", "--concurrency", "4", "--processes", "1", "--exit-timeout-secs", "3", "--sigterm-load-secs", "2"]  # fmt: skip
 
@@ -106,6 +113,14 @@ def test_fuzz_no_crash_no_unexpected_answer_ready_afterwards(fuzz: dict[str, Any
     assert fuzz["h2"]["unexpected"] == []
     assert fuzz["log_tracebacks"] == []
     assert fuzz["exit_code"] == 0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["override_names", "openai_prompts", "status_page_access", "wire_edges"])
+def test_issue25_cases_hold(fuzz: dict[str, Any], name: str) -> None:
+    a = attack(fuzz, name)
+    assert a["ok"], a
+    assert a["health_failures"] == 0, a
 
 
 @pytest.mark.timeout(300)
