@@ -27,9 +27,10 @@ from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_bac
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.status import status
+from inferd.core.stream_flow import StreamLimits
 from inferd.core.summary import MetricsConfig
 from inferd.core.summary import configure as configure_summaries
-from inferd.core.validate import validate_request
+from inferd.core.validate import validate_request, validation_key
 from inferd.errors import (
     InferdError,
     InternalError,
@@ -91,6 +92,10 @@ class ServerCore:
         self.version = __version__
         #: streams of the requests submitted and not answered yet (failed at a forced shutdown)
         self._open: set[ResponseStream] = set()
+        #: a stream's final response takes it out of ``_open`` (one bound method for all of them)
+        self._closed = self._open.discard
+        #: how far a decoupled model's responses may run ahead of their client (core/stream_flow.py)
+        self.stream_limits = StreamLimits(options.stream_max_unread_bytes, options.stream_stall_timeout_secs)
         #: loads and unloads after start (core/model_control.py); made by ``start``
         self.control: ModelControl | None = None
         self._poll: asyncio.Task[None] | None = None
@@ -132,6 +137,8 @@ class ServerCore:
             execute_timeout_s=options.model_execute_timeout_secs,
             backend_config=backend_config,
             rate_limiter=self.rate_limiter,
+            load_retries=options.model_load_retry_count,
+            model_namespacing=options.model_namespacing,
         )
         self.control = ModelControl(
             options.model_control_mode,
@@ -285,22 +292,28 @@ class ServerCore:
         Refused while the server stops; then, in the reference's order: the model is looked up (READY, ``version`` "" the default one),
         refused with ``decoupled_error`` when the caller takes exactly one response and the model
         is decoupled, ``decode(model)`` turns the caller's wire data into the request, the request
-        is validated (once per model and ``validation_key``), the classification extension is set
+        is validated (once per model version and validation key: the decoder's, else
+        ``core.validate.validation_key``), the classification extension is set
         to run on its responses, and it is queued on the model's scheduler. Statistics are the
         scheduler's; cancellation is ``stream.cancel(reason)``.
         """
         if self._stopping:
             raise UnavailableError("Server is stopping")
-        route = None if version else self.registry.routes.get(name)
+        registry = self.registry
+        route = None if version else registry.routes.get(name)
         if route is not None:
             model = route.pick()
         else:
-            try:
-                model = self.get_model(name, version)
-            except InferdError as e:
-                if self.budget is None:
-                    raise
-                return self._submit_later(name, version, decode, decoupled_error, e)
+            found = None if version else registry.ready_default.get(name)
+            if found is not None:
+                model = found
+            else:
+                try:
+                    model = self.get_model(name, version)
+                except InferdError as e:
+                    if self.budget is None:
+                        raise
+                    return self._submit_later(name, version, decode, decoupled_error, e)
         if self.budget is not None:
             self.budget.touch(name)
         return self._enqueue(model, decode, decoupled_error, None)
@@ -312,18 +325,34 @@ class ServerCore:
         if decoupled_error is not None and model.decoupled:
             raise UnsupportedError(decoupled_error)
         request = decode(model)
-        self._validate(request, model)
+        key = request.validation_key
+        if key is None:
+            key = validation_key(request)
+        validated = model.validated
+        batch_size = None if key is None else validated.get(key)
+        if batch_size is not None:  # validated before: the same names, datatypes, shapes and sizes
+            request.batch_size = batch_size
+        else:
+            validate_request(request, model)
+            if key is not None:
+                if len(validated) >= VALIDATION_CACHE_SIZE:
+                    validated.pop(next(iter(validated)))
+                validated[key] = request.batch_size
         assert self.loop is not None and model.scheduler is not None
         if stream is None:
             stream = ResponseStream(self.loop)
+        if model.decoupled:
+            stream.limit(self.stream_limits)
         outputs = request.outputs
         if outputs is not None:
-            wanted = {o.name: o.classification for o in outputs if o.classification > 0}
-            if wanted:
-                stream.postprocess = partial(_apply_classification, wanted, model)
+            for o in outputs:
+                if o.classification > 0:
+                    wanted = {o.name: o.classification for o in outputs if o.classification > 0}
+                    stream.postprocess = partial(_apply_classification, wanted, model)
+                    break
         request.stream = stream
         self._open.add(stream)
-        stream.on_final = self._open.discard
+        stream.on_final = self._closed
         histogram = model.stats.first_response
         if histogram is not None:  # --metrics-config histogram_latencies=true (core/histogram.py)
             stream.on_first = partial(histogram.observe_since, request.t_start_ns)
@@ -347,7 +376,7 @@ class ServerCore:
         assert self.loop is not None
         stream = ResponseStream(self.loop)
         self._open.add(stream)
-        stream.on_final = self._open.discard
+        stream.on_final = self._closed
         task = self.loop.create_task(
             self._load_then_enqueue(name, version, decode, decoupled_error, lookup, stream)
         )
@@ -399,24 +428,6 @@ class ServerCore:
             s.cancel(error.message)
             s.deliver(InferResponse("", "", error=error), True)
         return len(streams)
-
-    @staticmethod
-    def _validate(request: InferRequest, model: Model) -> None:
-        """``validate_request``, skipped for a key this model already validated (the same names,
-        datatypes, shapes and byte sizes: the request's batch size is what it was then)."""
-        key = request.validation_key
-        if key is None:
-            validate_request(request, model)
-            return
-        cache = model.validated
-        batch_size = cache.get(key)
-        if batch_size is not None:
-            request.batch_size = batch_size
-            return
-        validate_request(request, model)
-        if len(cache) >= VALIDATION_CACHE_SIZE:
-            cache.pop(next(iter(cache)))
-        cache[key] = request.batch_size
 
     def submit_step(self, request: InferRequest, callback: ResponseCallback) -> None:
         """On the loop: queue ``request`` (an ensemble step's), its responses handed to ``callback``;

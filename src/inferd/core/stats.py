@@ -98,15 +98,26 @@ class ModelStats:
         input_ns: int,
         infer_ns: int,
         output_ns: int,
+        request_ns: list[int] | None = None,
     ) -> None:
-        """One model execution of ``n_requests`` requests with ``batch_size`` items in all."""
+        """One model execution of ``n_requests`` requests with ``batch_size`` items in all;
+        ``request_ns``: the whole durations of the requests it answered, each a success
+        (``record_request``'s, under the same lock: the pool records a batch in one call)."""
         with self._lock:
             self.execution_count += 1
             self.inference_count += batch_size
             now = time.monotonic_ns()
+            queue, recent = self.queue, self.recent_queue
             for q in queue_ns:
-                self.queue.add(q)
-                self.recent_queue.append((now, q))
+                queue.count += 1
+                queue.ns += q
+                recent.append((now, q))
+            if request_ns is not None:
+                success, requests = self.success, self.recent_requests
+                for d in request_ns:
+                    requests.append((now, d, True))
+                    success.count += 1
+                    success.ns += d
             self.compute_input.add(input_ns, n_requests)
             self.compute_infer.add(infer_ns, n_requests)
             self.compute_output.add(output_ns, n_requests)
@@ -124,6 +135,8 @@ class ModelStats:
             s.observe("compute_input", input_ns, n_requests)
             s.observe("compute_infer", infer_ns, n_requests)
             s.observe("compute_output", output_ns, n_requests)
+            for d in request_ns or ():
+                s.observe("request", d)
 
     def record_failed_execution(self, batch_size: int, infer_ns: int) -> None:
         """An execution that raised: it counts, as its batch does, but infers nothing (as Triton)."""

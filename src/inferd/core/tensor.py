@@ -84,13 +84,17 @@ class Tensor:
         """Replace the data by an already decoded array (keeps ``raw`` for re-sending)."""
         self._array = array
 
-    def to_bytes(self) -> bytes | memoryview:
-        """Wire bytes: row-major little-endian; BYTES elements are length-prefixed."""
+    def to_bytes(self, copy_under: int = 0) -> bytes | memoryview:
+        """Wire bytes: row-major little-endian; BYTES elements are length-prefixed. An array of
+        fewer than ``copy_under`` bytes comes as one copy (cheaper than a view's three objects,
+        where the caller joins the bytes into a message anyway), a larger one as a view."""
         if self.raw is not None:
             return memoryview(self.raw)
         arr = self.array
         if self.datatype is BYTES:
             return serialize_bytes(arr)
+        if arr.nbytes < copy_under and arr.dtype.byteorder != ">":
+            return arr.tobytes()  # row-major whatever the array's layout
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
         if arr.dtype.byteorder == ">":

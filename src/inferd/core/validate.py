@@ -6,6 +6,7 @@ Texts are the reference server's, word for word (see tests/fixtures/triton-2.51.
 from __future__ import annotations
 
 import struct
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -55,6 +56,27 @@ def _missing_inputs_error(request: InferRequest, model: Model, order: list[Tenso
         f"Got input(s) {_names([t.name for t in order])}, but missing required input(s) {missing_str}. "
         "Please provide all required input(s)."
     )
+
+
+def validation_key(request: InferRequest) -> Hashable | None:
+    """Everything ``validate_request`` reads of ``request``, as a key: the core validates a key
+    once per model version (``ServerCore``). Input names in order, datatypes, shapes and byte
+    sizes, and the requested output names; None when a key cannot stand for the request (BYTES
+    inputs, whose elements validation decodes)."""
+    key: list[Hashable] = []
+    for t in request.inputs.values():
+        dt = t.datatype
+        shape = t.shape
+        if dt is BYTES or type(shape) is not tuple:
+            return None
+        raw = t.raw
+        size = t.array.nbytes if raw is None else raw.nbytes if type(raw) is memoryview else len(raw)
+        key.append((t.name, dt.wire, shape, size))
+    outputs = request.outputs
+    if outputs is not None:
+        names = request.output_names
+        key.append(names if names is not None else frozenset([o.name for o in outputs]))
+    return tuple(key)
 
 
 def validate_request(request: InferRequest, model: Model) -> None:

@@ -319,11 +319,12 @@ class InstancePool:
         """Inline mode, on the loop: execute what is queued, one batch per loop iteration."""
         self._drain_scheduled = False
         batch: list[InferRequest] | None = None
+        pq = self._policy_queue
         with self._lock:
             if not self._inline or self._stopping:
                 self._wake_all()
                 return
-            expired = self._take_expired()
+            expired = self._take_expired() if pq is not None else None
             if (
                 not self._executing and self._queue
             ):  # else a worker finishing its last threaded batch reschedules us
@@ -331,7 +332,8 @@ class InstancePool:
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
-        self._reject(expired, on_loop=True)
+        if expired:
+            self._reject(expired, on_loop=True)
         if batch is None:
             return
         try:
@@ -461,11 +463,12 @@ class InstancePool:
                 )
         timings = instance.last_timings
         in_ns, infer_ns, out_ns = timings if timings is not None else (0, t3 - t0, 0)
-        self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns)
+        request_ns = []
         for r in batch:
-            self._stats.record_request(True, t3 - r.t_start_ns)
+            request_ns.append(t3 - r.t_start_ns)
             if r.trace is not None:
                 r.trace.computed(t0, t3, timings)
+        self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns, request_ns)
         if responses is None:
             return  # the backend answers through the request streams (decoupled models)
         self._hand_back(batch, responses, inline, out)

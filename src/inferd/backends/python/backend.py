@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
+from inferd.backends.python.containment import runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
 from inferd.backends.python.modelloop import ModelLoop
 from inferd.core.request import InferRequest
@@ -177,13 +178,24 @@ class PythonBackend:
             raise InvalidArgumentError(f"auto_complete_config produced an invalid config: {e}") from e
 
     def load(self, ctx: LoadContext) -> BackendModel:
-        from inferd.backends.python.process import ProcessModel, execution_mode
+        from inferd.backends.python.memory import memory_limit
+        from inferd.backends.python.process import IN_WORKER, ProcessModel, execution_mode
 
         mode = execution_mode(ctx)
+        path = _model_file(ctx.config, ctx.version_dir)
+        limited = memory_limit(ctx) > 0  # (checked in every mode: a bad value fails the load)
+        if mode == "auto" and runs_in_workers(ctx.model_name, path, limited):
+            mode = "process"
         if mode == "process":  # model.py is imported in the worker processes only
             return ProcessModel(ctx)
+        if limited and mode == "thread" and not ctx.backend_config.get(IN_WORKER):
+            log.warning(
+                "model '%s': memory_limit_bytes applies to worker processes only; its thread instances "
+                "share the server's memory (execution_mode thread)",
+                ctx.model_name,
+            )
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
-        module = _import_model(_model_file(ctx.config, ctx.version_dir), module_name)
+        module = _import_model(path, module_name)
         model = PythonModel(ctx, module)
         if mode == "auto":
             model.auto = ProcessModel(ctx)
@@ -407,7 +419,7 @@ class PythonInstance:
         except _MODEL_ERRORS as e:
             raise self._failed(e, pb_requests) from e
         t2 = clock()
-        if inspect.iscoroutine(results):  # async def execute: the instance's loop runs it
+        if type(results) is not list and inspect.iscoroutine(results):  # async def execute: its loop runs it
             self._model_loop().submit(self._run_async(requests, pb_requests, results))
             self.last_timings = (t1 - t0, clock() - t1, 0)
             return None
@@ -565,20 +577,20 @@ class PythonInstance:
                 f"'{type(result)}'."
             )
             return InferResponse(request.model_name, version, request.id, error=err)
-        e = result.error()
+        e = result._error
         if e is not None:
             code = _CODE_BY_PB.get(e.code(), ErrorCode.INTERNAL)
             return InferResponse(
                 request.model_name, version, request.id, error=error_for_code(code, e.message())
             )
         outputs = []
-        for t in result.output_tensors():
-            name = t.name()
+        for t in result._outputs:
+            name = t._name
             if wanted is not None and name not in wanted:
                 continue
-            arr = t._data()
+            arr = t._array
             try:
-                dt = t._datatype() or from_numpy(arr.dtype)  # BF16: uint16 words marked BF16
+                dt = t._dt or from_numpy(arr.dtype)  # BF16: uint16 words marked BF16
             except TypeError:
                 err = InternalError(f"output '{name}' has unsupported numpy dtype {arr.dtype}")
                 return InferResponse(request.model_name, version, request.id, error=err)

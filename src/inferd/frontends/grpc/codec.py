@@ -104,8 +104,13 @@ def output_targets(request: InferRequest) -> dict[str, memoryview] | None:
     """Shared-memory windows of the request's outputs, by name (None when it names none)."""
     if request.outputs is None:
         return None
-    targets = {o.name: o.target for o in request.outputs if o.target is not None}
-    return targets or None
+    targets = None
+    for o in request.outputs:
+        if o.target is not None:
+            if targets is None:
+                targets = {}
+            targets[o.name] = o.target
+    return targets
 
 
 def _shm_params(params: Mapping[str, Any], tensor: str) -> tuple[str, int, int] | None:
@@ -224,6 +229,10 @@ def decode_infer_request(
     for name, dt, shape, t in specs:
         tparams = t.parameters
         region = _shm_params(tparams, name) if tparams else None
+        if region is None and index < n_raw and not t.HasField("contents"):  # the usual case
+            inputs[name] = Tensor(name, dt, shape, None, raw[index])
+            index += 1
+            continue
         if region is not None:
             if t.HasField("contents"):
                 raise InvalidArgumentError(
@@ -267,7 +276,7 @@ def decode_infer_request(
                     )
                 o.target = _shm_window(shm, *region)
         request.outputs = outputs
-        request.output_names = frozenset(o.name for o in outputs)
+        request.output_names = frozenset([o.name for o in outputs])
     return request, empty_final
 
 
@@ -298,6 +307,13 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+#: the one-byte varints
+_VARINT1 = [bytes((n,)) for n in range(0x80)]
+
+#: an output under this many bytes is copied out (the message is joined into one buffer anyway)
+SMALL_OUTPUT = 65536
 
 
 def field(tag: int, payload: bytes | bytearray | memoryview) -> bytes:
@@ -378,9 +394,9 @@ class ResponseEncoder:
                 write_to_target(t, targets[t.name])
                 parts.append(b"\x32\x00")
                 continue
-            data = t.to_bytes()
+            data = t.to_bytes(SMALL_OUTPUT)
             size = len(data) if isinstance(data, bytes) else data.nbytes
-            parts.append(b"\x32" + varint(size))
+            parts.append(b"\x32" + (_VARINT1[size] if size < 0x80 else varint(size)))
             parts.append(data)
         return b"".join(parts)
 

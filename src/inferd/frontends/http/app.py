@@ -25,7 +25,7 @@ from inferd.errors import InferdError, InternalError, InvalidArgumentError, Unav
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
 from inferd.frontends.http.bodies import apply_log_settings, system_region
-from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
+from inferd.frontends.http.encode import OutputEncoding, encode_infer_body, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
 from inferd.frontends.http.errors import refused, send_error
@@ -427,8 +427,7 @@ class HttpApp:
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
         at = received(resp) if self.tracing.on else None  # all that tracing costs while it is off
-        encoding = _encoding(req)
-        if encoding in WBITS and len(req.body) > OFF_LOOP_MIN:
+        if "content-encoding" in req.headers and _encoding(req) in WBITS and len(req.body) > OFF_LOOP_MIN:
             self._spawn(self._inflate_then_infer(req, resp, name, version, at))
             return
         self._infer(req, resp, name, version, None, at)
@@ -456,7 +455,8 @@ class HttpApp:
     ) -> None:
         call = _InferCall(self, req, resp, body, at)
         try:
-            call.version = version = parse_version(version)
+            if version:
+                call.version = version = parse_version(version)
             stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
         except InferdError as e:
             text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
@@ -496,11 +496,19 @@ class _InferCall:
         """The core's ``Decoder``: the body read as the model's request (errors from here on are JSON)."""
         self.decoding = True
         req = self.req
-        hl_text = req.headers.get("inference-header-content-length")
-        header_length = None if hl_text is None else _header_length(hl_text)
+        headers = req.headers
+        hl_text = headers.get("inference-header-content-length")
+        if hl_text is None:
+            header_length = None
+        elif hl_text.isdigit() and hl_text.isascii() and len(hl_text) < 19:
+            header_length = int(hl_text)  # what a client sends; the rest as Triton's atoi reads it
+        else:
+            header_length = _header_length(hl_text)
         body = self.body
         if body is None:
-            body = inflate(req.body, _encoding(req), self.app.max_input_size)
+            body = req.body
+            if "content-encoding" in headers:
+                body = inflate(body, _encoding(req), self.app.max_input_size)
         elif isinstance(body, InferdError):
             raise body
         self.request, self.enc = self.app.headers.decode(model, self.version, body, header_length)
@@ -525,8 +533,14 @@ class _InferCall:
             _error(resp, r.error, _TEXT)
             return
         assert self.enc is not None
+        req = self.req
+        compress = "accept-encoding" in req.headers
         try:
-            head, parts, hlen = encode_infer_response(r, self.enc, self.request)
+            if compress:
+                head, parts, hlen = encode_infer_response(r, self.enc, self.request)
+                body: bytes | list[bytes | memoryview] = [head, *parts]
+            else:
+                body, hlen = encode_infer_body(r, self.enc, self.request)
         except InferdError as e:
             _error(resp, e, _TEXT)  # after the model ran, as the reference answers its errors
             return
@@ -534,14 +548,14 @@ class _InferCall:
             log.exception("encoding the response of model '%s' failed", r.model_name)
             _error(resp, InternalError(f"failed to encode the response: {e}"))
             return
-        body: list[bytes | memoryview] = [head, *parts]
         headers: list[tuple[str, str]] = []
         if hlen >= 0:
             headers.append(("Inference-Header-Content-Length", str(hlen)))
-        body, encoding = _compress(self.req, body)
-        if encoding is not None:
-            headers.append(("Content-Encoding", encoding))
-        ctype = "application/octet-stream" if hlen >= 0 else _JSON
-        resp.send(
-            200, body if len(body) > 1 else body[0] if isinstance(body[0], bytes) else body, ctype, headers
-        )
+        if compress:
+            assert isinstance(body, list)
+            body, encoding = _compress(req, body)
+            if encoding is not None:
+                headers.append(("Content-Encoding", encoding))
+            if len(body) == 1 and isinstance(body[0], bytes):
+                body = body[0]
+        resp.send(200, body, "application/octet-stream" if hlen >= 0 else _JSON, headers)

@@ -45,6 +45,10 @@ def _json_data(t: Tensor) -> Any:
     return flat
 
 
+#: a body smaller than this is joined into one buffer (larger ones keep their parts: not copied)
+JOIN_UNDER = 65536
+
+
 def encode_infer_response(
     resp: InferResponse, enc: OutputEncoding, request: InferRequest | None = None
 ) -> tuple[bytes, list[bytes | memoryview], int]:
@@ -52,19 +56,42 @@ def encode_infer_response(
 
     Outputs the request asked for in shared memory are written there and listed without data.
     """
+    head, parts, hlen, _ = _encode(resp, enc, request)
+    return head, parts, hlen
+
+
+def encode_infer_body(
+    resp: InferResponse, enc: OutputEncoding, request: InferRequest | None = None
+) -> tuple[bytes | list[bytes | memoryview], int]:
+    """``encode_infer_response`` as the body to send: one buffer under ``JOIN_UNDER`` bytes (the
+    copy a write makes anyway), else the header and the tensors' own buffers; and the header length."""
+    head, parts, hlen, binary_bytes = _encode(resp, enc, request)
+    if not parts:
+        return head, hlen
+    if len(head) + binary_bytes < JOIN_UNDER:
+        return b"".join((head, *parts)), hlen
+    return [head, *parts], hlen
+
+
+def _encode(
+    resp: InferResponse, enc: OutputEncoding, request: InferRequest | None
+) -> tuple[bytes, list[bytes | memoryview], int, int]:
+    """(JSON header, binary parts, header length or -1, binary bytes)."""
     outputs = []
     parts: list[bytes | memoryview] = []
     binary_bytes = 0
-    targets: dict[str, memoryview] = {}
+    targets: dict[str, memoryview] | None = None
     if enc.shm and request is not None and request.outputs is not None:
         targets = {o.name: o.target for o in request.outputs if o.target is not None}
+    binary, default_binary = enc.binary, enc.default_binary
     for t in resp.outputs:
-        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype.wire, "shape": list(t.shape)}
-        target = targets.get(t.name)
+        name = t.name
+        o: dict[str, Any] = {"name": name, "datatype": t.datatype.wire, "shape": list(t.shape)}
+        target = None if targets is None else targets.get(name)
         if target is not None:
             write_to_target(t, target)
-        elif enc.is_binary(t.name):
-            data = t.to_bytes()
+        elif binary.get(name, default_binary):
+            data = t.to_bytes(JOIN_UNDER)
             size = len(data) if isinstance(data, bytes) else data.nbytes
             o["parameters"] = {"binary_data_size": size}
             parts.append(data)
@@ -87,4 +114,4 @@ def encode_infer_response(
     doc["outputs"] = outputs
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     # no binary bytes at all (empty binary outputs included): a plain JSON answer, as the reference gives
-    return head, parts, (len(head) if binary_bytes else -1)
+    return head, parts, (len(head) if binary_bytes else -1), binary_bytes

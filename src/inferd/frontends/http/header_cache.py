@@ -86,36 +86,36 @@ class HeaderCache:
         if header_length is None or header_length <= 0 or header_length > self._max_header:
             return decode_infer_request(model, version, body, header_length, self._shm)
         head = body[:header_length]
-        key, rid = _without_id(head)
+        key, rid = _without_id(head) if head.startswith(_ID_PREFIXES) else (head, None)
         tpl = self._cache.get(key)
         if (
             tpl is not None
             and tpl.model is model
             and tpl.version == version
             and tpl.stripped == (rid is not None)
+            and len(body) - header_length == tpl.tail_len
         ):
-            tail = memoryview(body)[header_length:]
-            if len(tail) == tpl.tail_len:
-                inputs = {}
-                off = 0
-                for name, dt, shape, size in tpl.inputs:
-                    inputs[name] = Tensor(name, dt, shape, raw=tail[off : off + size])
-                    off += size
-                request = InferRequest(
-                    model.name,
-                    inputs,
-                    version,
-                    tpl.id if rid is None else rid,
-                    dict(tpl.parameters) if tpl.parameters else {},
-                    tpl.outputs,
-                    tpl.correlation_id,
-                    tpl.flags,
-                    tpl.priority,
-                    tpl.timeout_us,
-                    tpl.output_names,
-                    tpl.key,
-                )
-                return request, tpl.enc
+            view = memoryview(body)
+            inputs = {}
+            off = header_length
+            for name, dt, shape, size in tpl.inputs:
+                inputs[name] = Tensor(name, dt, shape, None, view[off : off + size])
+                off += size
+            request = InferRequest(
+                model.name,
+                inputs,
+                version,
+                tpl.id if rid is None else rid,
+                dict(tpl.parameters) if tpl.parameters else {},
+                tpl.outputs,
+                tpl.correlation_id,
+                tpl.flags,
+                tpl.priority,
+                tpl.timeout_us,
+                tpl.output_names,
+                tpl.key,
+            )
+            return request, tpl.enc
         request, enc = decode_infer_request(model, version, body, header_length, self._shm)
         tpl = self._template(model, version, request, enc, len(body) - header_length, key, rid is not None)
         if tpl is not None and (rid is None or rid == request.id):
