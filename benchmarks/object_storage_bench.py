@@ -1,10 +1,11 @@
 """Time to READY of ``inferd serve`` on the six reference models: from a local folder, from moto's S3
-server with an empty cache (every model fetched), and from S3 with the cache warm (listed, not
-fetched). Rounds alternate the three; prints the median and range of each.
+server and from gcp-storage-emulator (gs://), each with an empty cache (every model fetched) and with
+the cache warm (listed, not fetched). Rounds alternate them; prints the median and range of each.
 
     .venv/bin/python benchmarks/object_storage_bench.py [--rounds 3] [--output DIR]
 
-Needs the s3 extra and moto (``make install``). The S3 emulator runs on 127.0.0.1, started here.
+Needs the s3 and gcs extras, moto and gcp-storage-emulator (``make install``). The emulators run on
+127.0.0.1, started here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from bench_paths import REFERENCE_MODELS, ROOT
 
 sys.path.insert(0, str(ROOT / "tests"))
-from store_emulators import S3_ENV, s3_client, start_moto, upload_s3
+from store_emulators import S3_ENV, gcs_client, s3_client, start_gcs, start_moto, upload_gcs, upload_s3
 
 
 def _port() -> int:
@@ -74,11 +75,12 @@ def time_to_ready(repository: str, env: dict[str, str], log: Path) -> float:
 def render(times: dict[str, list[float]], rounds: int, load: tuple[str, str]) -> str:
     base = statistics.median(times["local folder"])
     lines = [
-        "## Object storage: time to READY (issue 14)",
+        "## Object storage: time to READY (issues 14, 28)",
         "",
         "`benchmarks/object_storage_bench.py`: `inferd serve` on the six reference models from a local folder, "
-        "from moto's S3 server (started on 127.0.0.1) with an empty model cache (every file fetched), and from S3 "
-        f"with the cache warm (listed, not fetched), in turn; {rounds} round(s); load average at start / end: "
+        "from moto's S3 server and from gcp-storage-emulator (gs://; both started on 127.0.0.1), each with an "
+        "empty model cache (every file fetched) and with the cache warm (listed, not fetched), in turn; "
+        f"{rounds} round(s); load average at start / end: "
         f"{load[0]} / {load[1]}. Time from starting the process to `/v2/health/ready` answering 200.",
         "",
         "| repository | median (ms) | rounds (ms) | vs local folder |",
@@ -99,17 +101,30 @@ def main() -> None:
     start = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     work = Path(tempfile.mkdtemp(prefix="inferd-s3-bench-"))
     moto = start_moto()
+    gcs = start_gcs()
     try:
         upload_s3(s3_client(moto.endpoint), "models", "repo", REFERENCE_MODELS)
-        env = {**S3_ENV, "AWS_ENDPOINT_URL": moto.endpoint, "PYTHONDONTWRITEBYTECODE": "1"}
-        times: dict[str, list[float]] = {"local folder": [], "S3, cold cache": [], "S3, warm cache": []}
+        upload_gcs(gcs_client(gcs), "models", "repo", REFERENCE_MODELS)
+        env = {
+            **S3_ENV,
+            "AWS_ENDPOINT_URL": moto.endpoint,
+            "STORAGE_EMULATOR_HOST": gcs.endpoint,
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        times: dict[str, list[float]] = {
+            "local folder": [],
+            "S3, cold cache": [],
+            "S3, warm cache": [],
+            "gs://, cold cache": [],
+            "gs://, warm cache": [],
+        }
         for r in range(args.rounds):
-            cache = str(work / f"cache-{r}")
             log = work / "inferd.log"
             times["local folder"].append(time_to_ready(str(REFERENCE_MODELS), env, log))
-            s3_env = {**env, "INFERD_MODEL_CACHE": cache}
-            times["S3, cold cache"].append(time_to_ready("s3://models/repo", s3_env, log))
-            times["S3, warm cache"].append(time_to_ready("s3://models/repo", s3_env, log))
+            for scheme, label in (("s3", "S3"), ("gs", "gs://")):
+                store_env = {**env, "INFERD_MODEL_CACHE": str(work / f"cache-{scheme}-{r}")}
+                times[f"{label}, cold cache"].append(time_to_ready(f"{scheme}://models/repo", store_env, log))
+                times[f"{label}, warm cache"].append(time_to_ready(f"{scheme}://models/repo", store_env, log))
         end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         text = render(times, args.rounds, (start, end))
         print(text)
@@ -118,6 +133,7 @@ def main() -> None:
             (args.output / "object_storage.md").write_text(text)
     finally:
         moto.stop()
+        gcs.stop()
 
 
 if __name__ == "__main__":

@@ -2,12 +2,19 @@
 
 The Helm chart (deploy/helm/inferd) is rendered by Helm's own Go engine: helm-python-sdk on PyPI
 bundles Helm v4's SDK (libhelm_c, loaded with ctypes), so no ``helm`` binary and no cluster are
-needed. The Dockerfile is read by ``dockerfile`` (BuildKit's parser, compiled). Both come with
-``inferd[deploy]`` (``make install``); without them the tests that need them skip and say why.
+needed. The Dockerfile is read by ``dockerfile`` (BuildKit's parser, compiled). KServe's manifests
+(deploy/kserve) are checked against KServe's API types as its Python SDK (``kserve``) carries them,
+generated from the same Go types as its CRDs, and the Kubernetes types they hold (containers) as the
+``kubernetes`` client has them. All come with ``inferd[deploy]`` (``make install``); without them
+the tests that need them skip and say why.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,7 @@ import yaml
 from repo_paths import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "inferd"
+KSERVE = ROOT / "deploy" / "kserve"
 ADAPTER_VALUES = ROOT / "deploy" / "helm" / "prometheus-adapter-values.yaml"
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
 DOCKERIGNORE = ROOT / "deploy" / "docker" / "Dockerfile.dockerignore"
@@ -104,3 +112,19 @@ def extras() -> set[str]:
 
 def read_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
+
+
+def kserve_errors(docs: list[dict[str, Any]]) -> list[str | None]:
+    """Each of ``docs`` (ServingRuntime, ClusterServingRuntime, InferenceService) checked against
+    KServe's API types by tests/kserve_schema.py: None when valid, else the error with the field's
+    path. In a process of its own: importing ``kserve`` registers protobuf messages under the names
+    tritonclient's use, which would break the gRPC tests sharing this process."""
+    if importlib.util.find_spec("kserve") is None:
+        pytest.skip(f"kserve {MISSING}")
+    script = Path(__file__).with_name("kserve_schema.py")
+    r = subprocess.run(
+        [sys.executable, str(script)], input=json.dumps(docs), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    verdicts: list[str | None] = json.loads(r.stdout)
+    return verdicts

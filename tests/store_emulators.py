@@ -1,4 +1,5 @@
-"""Object-storage emulators the repository tests start on 127.0.0.1: moto's S3 server and Azurite.
+"""Object-storage emulators the repository tests start on 127.0.0.1: moto's S3 server, Azurite and
+gcp-storage-emulator (Google Cloud Storage's JSON API, pure Python, from PyPI).
 
 Each runs as a subprocess on a free port and is stopped by the test that started it. Azurite comes
 from npm (``scripts/get_azurite.sh``, which ``make test`` runs); :func:`azurite_command` says why it
@@ -94,6 +95,44 @@ def start_moto(port: int | None = None, env: dict[str, str] | None = None) -> Em
     emu = Emulator(proc, port, log)
     _wait_http(emu, "/moto-api/")
     return emu
+
+
+def start_gcs(port: int | None = None) -> Emulator:
+    """gcp-storage-emulator, in memory; clients find it through ``STORAGE_EMULATOR_HOST``."""
+    port = port or free_port()
+    log = Path(tempfile.mkstemp(prefix="gcs-", suffix=".log")[1])
+    with open(log, "ab") as out:
+        cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1"]
+        proc = subprocess.Popen(
+            [*cmd, "--port", str(port), "--in-memory", "--quiet"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    emu = Emulator(proc, port, log)
+    _wait_http(emu, "/storage/v1/b")
+    return emu
+
+
+def gcs_client(emu: Emulator) -> Any:
+    """google-cloud-storage's client on the emulator (anonymous, as the SDK is with an emulator)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(
+        project="inferd-test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": emu.endpoint},
+    )
+
+
+def upload_gcs(client: Any, bucket: str, prefix: str, src: Path, create: bool = True) -> None:
+    """Every file under ``src`` to ``bucket``/``prefix``/..., the bucket made first."""
+    if create:
+        with contextlib.suppress(Exception):  # Conflict: it exists
+            client.create_bucket(bucket)
+    b = client.bucket(bucket)
+    for rel, path in _files(src):
+        b.blob(f"{prefix}/{rel}" if prefix else rel).upload_from_filename(str(path))
 
 
 def azurite_command() -> tuple[list[str] | None, str]:

@@ -114,7 +114,7 @@ def test_build_installs_extras_that_exist() -> None:
     commands = dockerfile()
     run = next(c for c in commands if c.cmd.upper() == "RUN" and "pip install" in " ".join(c.value))
     [spec] = re.findall(r"\.\[([a-z0-9,]+)", " ".join(run.value))
-    assert set(spec.split(",")) == {"s3", "azure"} <= extras()
+    assert set(spec.split(",")) == {"s3", "azure", "gcs"} <= extras()
     assert "${BACKENDS:+,${BACKENDS}}" in " ".join(run.value)
     # the heavier backends the header's example names are extras too
     [example] = re.findall(r"--build-arg BACKENDS=([a-z0-9,]+)", DOCKERFILE.read_text())

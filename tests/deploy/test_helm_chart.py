@@ -17,6 +17,8 @@ from deploy_files import (
     console_scripts,
     container,
     container_port,
+    dockerfile,
+    final_stage,
     helm,
     image_command,
     notes,
@@ -52,6 +54,7 @@ EVERYTHING: dict[str, Any] = {
     },
     "ports": {"http": 9000, "grpc": 9001, "metrics": 9002},
     "exitTimeoutSecs": 45,
+    "preStopSleepSeconds": 8,
     "extraArgs": [
         "--log-verbose=1",
         "--exit-on-error=false",
@@ -76,7 +79,7 @@ EVERYTHING: dict[str, Any] = {
     "podAnnotations": {"team": "ml"},
     "nodeSelector": {"kubernetes.io/arch": "amd64"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
-    "service": {"type": "LoadBalancer", "annotations": {"example/lb": "internal"}},
+    "service": {"type": "LoadBalancer", "annotations": {"example/lb": "internal"}, "headless": True},
 }
 NO_AUTOSCALING: dict[str, Any] = {
     **MINIMAL,
@@ -84,6 +87,7 @@ NO_AUTOSCALING: dict[str, Any] = {
     "replicaCount": 3,
     "metrics": {"podAnnotations": False},
     "serviceAccount": {"create": False, "name": "existing"},
+    "preStopSleepSeconds": 0,
 }
 VALUE_SETS = {"minimal": MINIMAL, "everything": EVERYTHING, "no-autoscaling": NO_AUTOSCALING}
 
@@ -101,6 +105,12 @@ def parse_serve(argv: list[str]) -> ServerOptions:
     args = build_parser().parse_args(argv[1:])
     assert args.command == "serve"
     return options_from_args(args)
+
+
+def cluster_ip_service(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The release's Service (not the headless one)."""
+    [service] = [d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") != "None"]
+    return service
 
 
 def test_default_values_name_what_is_missing() -> None:
@@ -150,6 +160,7 @@ def test_objects_of_each_value_set() -> None:
             "HorizontalPodAutoscaler",
             "PodDisruptionBudget",
             "Service",
+            "Service",
             "ServiceAccount",
             "ServiceMonitor",
         ],
@@ -177,9 +188,11 @@ def test_container_command_line_parses_with_inferds_cli(
         if store is None:
             assert str(parsed) == given
     assert options.model_control_mode == values.get("modelControlMode", "none")
-    # Kubernetes waits longer than the server drains, so it never kills a server mid-drain
+    # Kubernetes waits longer than the preStop hook and the server's drain, so it never kills a
+    # server mid-drain
     grace = the(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert options.exit_timeout_secs == values.get("exitTimeoutSecs", 30) < grace
+    assert options.exit_timeout_secs == values.get("exitTimeoutSecs", 30)
+    assert values.get("preStopSleepSeconds", 5) + options.exit_timeout_secs < grace
 
 
 def test_the_non_default_flags_reach_the_server() -> None:
@@ -209,7 +222,7 @@ def test_service_exposes_the_three_ports_of_the_pods(
     case: tuple[dict[str, Any], list[dict[str, Any]]],
 ) -> None:
     values, docs = case
-    service, deployment = the(docs, "Service"), the(docs, "Deployment")
+    service, deployment = cluster_ip_service(docs), the(docs, "Deployment")
     pod = deployment["spec"]["template"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
@@ -232,7 +245,7 @@ def test_metrics_port_is_annotated_for_prometheus() -> None:
 
 def test_service_monitor_scrapes_the_services_metrics_port() -> None:
     docs = render(EVERYTHING)
-    monitor, service = the(docs, "ServiceMonitor"), the(docs, "Service")
+    monitor, service = the(docs, "ServiceMonitor"), cluster_ip_service(docs)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -339,3 +352,46 @@ def test_notes_name_the_service_and_the_metric() -> None:
     text = notes(MINIMAL)
     assert "inferd.ml:8000" in text and "s3://models/repo" in text
     assert SCALING_METRIC in text
+
+
+def test_a_pre_stop_hook_serves_on_while_the_pod_leaves_the_endpoints(
+    case: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    values, docs = case
+    sleep = values.get("preStopSleepSeconds", 5)
+    c = container(docs)
+    if sleep:
+        assert c["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(sleep)]}}}
+    else:
+        assert "lifecycle" not in c
+    # the grace period counts from the hook's start: the hook, the drain, then 10 s more
+    grace = the(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace == sleep + values.get("exitTimeoutSecs", 30) + 10
+
+
+def test_the_image_has_the_hooks_sleep() -> None:
+    """``sleep`` comes with the final stage's Debian base (coreutils), not with the venv."""
+    base = final_stage(dockerfile())[0].value[0]
+    assert base.startswith("python:") and "slim-bookworm" in base
+
+
+def test_notes_name_the_headless_service_when_there_is_one() -> None:
+    assert "headless" not in notes(MINIMAL)
+    text = notes({**MINIMAL, "service": {"headless": True}})
+    assert "dns:///inferd-headless.ml.svc:8001 with round_robin" in text
+
+
+def test_headless_service_hands_grpc_clients_every_ready_pod() -> None:
+    assert [d for d in render(MINIMAL) if d["kind"] == "Service"] == [cluster_ip_service(render(MINIMAL))]
+    docs = render({**MINIMAL, "service": {"headless": True}})
+    main = cluster_ip_service(docs)
+    [headless] = [d for d in docs if d["kind"] == "Service" and d is not main]
+    assert headless["metadata"]["name"] == main["metadata"]["name"] + "-headless"
+    spec = headless["spec"]
+    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is False
+    assert spec["selector"] == the(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    ports = {p["name"]: p["port"] for p in spec["ports"]}
+    c = container(docs)
+    # the pods' own ports (no metrics: the ServiceMonitor scrapes through the main Service only)
+    assert ports == {"http": container_port(c, "http"), "grpc": container_port(c, "grpc")}
+    assert all(p["targetPort"] in ("http", "grpc") for p in spec["ports"])

@@ -300,3 +300,12 @@ def test_an_ensembles_requests_pend_under_its_steps(tmp_path: Any) -> None:
         assert seen[(pending, ens)] == 0
     finally:
         assert proc.stop() == 0
+
+
+def test_allow_cpu_metrics_false_leaves_out_the_cpu_gauges(start_server: Any) -> None:
+    """--allow-cpu-metrics=false, as the reference: no nv_cpu_* family; the pinned pool's stay."""
+    server = start_server("--allow-cpu-metrics=false")
+    status, _, text = _scrape(server)
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert status == 200 and "nv_pinned_memory_pool_total_bytes" in names and "nv_inference_count" in names
+    assert {n for n in names if n.startswith("nv_cpu_")} == set()

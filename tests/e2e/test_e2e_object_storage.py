@@ -1,5 +1,5 @@
 """Model repositories in object storage behind a real ``inferd serve``: the reference models uploaded
-to moto's S3 server (and to Azurite for as://), served to tritonclient; poll mode notices a change in
+to moto's S3 server (to Azurite for as://, to gcp-storage-emulator for gs://), served to tritonclient; poll mode notices a change in
 the bucket; a missing bucket, refused credentials and a store that is down at start are reported
 under their URL (never the credentials) while the local repository serves, and a later poll
 recovers. The emulators run on 127.0.0.1, started here."""
@@ -27,10 +27,13 @@ from store_emulators import (
     azurite_command,
     azurite_connection_string,
     free_port,
+    gcs_client,
     s3_client,
     start_azurite,
+    start_gcs,
     start_moto,
     upload_azure,
+    upload_gcs,
     upload_s3,
 )
 
@@ -260,3 +263,89 @@ def test_azure_poll_notices_a_changed_blob(azure: tuple[InferdProcess, str, str]
         return r.status == 200 and r.json().get("parameters", {}).get("revision") == {"string_value": "az"}
 
     wait_for(reloaded, "identity_fp32's new config from Azurite")
+
+
+# -- Google Cloud Storage (gcp-storage-emulator) ---------------------------------------------------
+
+
+class GCSWorld:
+    """The GCS emulator, the bucket holding the reference models, and the server reading it."""
+
+    missing = "gs://no-such-bucket/repo"
+    later = "gs://later-bucket/repo"  # made by a test
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.emulator = start_gcs()
+        self.client = gcs_client(self.emulator)
+        upload_gcs(self.client, "models", "repo", REFERENCE_MODELS)
+        local = root / "local"
+        shutil.copytree(FIXTURE_MODELS / "echo_request", local / "echo_request")
+        env = {"STORAGE_EMULATOR_HOST": self.emulator.endpoint, "INFERD_MODEL_CACHE": str(root / "cache")}
+        args = (
+            "--model-repository=gs://models/repo",
+            f"--model-repository={self.missing}",
+            f"--model-repository={self.later}",
+            *POLL_ARGS,
+        )
+        self.proc = InferdProcess(local, root / "inferd.log", args, env=env)
+
+    def close(self) -> None:
+        self.proc.stop()
+        self.emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSWorld]:
+    pytest.importorskip("google.cloud.storage")
+    pytest.importorskip("gcp_storage_emulator")
+    world = GCSWorld(tmp_path_factory.mktemp("gcs"))
+    try:
+        world.proc.start()
+        wait_for(lambda: ready(world.proc, "add_sub"), "add_sub from GCS")
+        yield world
+    finally:
+        world.close()
+
+
+def test_serves_the_reference_models_from_gcs(gcs: GCSWorld) -> None:
+    add_sub_ok(gcs.proc.url)
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{gcs.proc.grpc_port}")
+    for name in (
+        "add_sub",
+        "ensemble_add_sub",
+        "identity_fp32",
+        "mul_fp32",
+        "identity_bytes",
+        "echo_request",
+    ):
+        assert grpc.is_model_ready(name), name
+    cached = sorted(p.name for p in (gcs.root / "cache").glob("*/*"))
+    assert "add_sub" in cached and "ensemble_add_sub" in cached
+
+
+def test_gcs_missing_bucket_is_named_by_its_url(gcs: GCSWorld) -> None:
+    entry = index(gcs.proc)[gcs.missing]
+    assert entry["state"] == "UNAVAILABLE"
+    assert gcs.missing in entry["reason"] and "404" in entry["reason"]
+
+
+def test_gcs_poll_notices_a_changed_object(gcs: GCSWorld) -> None:
+    config = (REFERENCE_MODELS / "identity_fp32" / "config.pbtxt").read_text()
+    changed = config + '\nparameters [ { key: "revision" value: { string_value: "gs" } } ]\n'
+    gcs.client.bucket("models").blob("repo/identity_fp32/config.pbtxt").upload_from_string(changed)
+
+    def reloaded() -> bool:
+        r = gcs.proc.request("GET", "/v2/models/identity_fp32/config")
+        return r.status == 200 and r.json().get("parameters", {}).get("revision") == {"string_value": "gs"}
+
+    wait_for(reloaded, "identity_fp32's new config from GCS")
+    add_sub_ok(gcs.proc.url)
+
+
+def test_gcs_a_bucket_made_later_loads_at_the_next_poll(gcs: GCSWorld, tmp_path: Path) -> None:
+    upload_gcs(
+        gcs.client, "no-such-bucket", "repo", renamed(REFERENCE_MODELS / "mul_fp32", "gcs_mul", tmp_path)
+    )
+    wait_for(lambda: ready(gcs.proc, "gcs_mul"), "gcs_mul from the new bucket")
+    wait_for(lambda: gcs.missing not in index(gcs.proc), "the repository failure to clear")

@@ -126,6 +126,34 @@ def test_a_port_in_use_stops_what_started(repo: Path) -> None:
     asyncio.run(main())
 
 
+def test_reuse_http_port_lets_two_servers_share_the_http_port(repo: Path) -> None:
+    """--reuse-http-port, as tritonserver's: every server sharing the port sets it."""
+
+    async def main() -> None:
+        def options(port: int) -> ServerOptions:
+            return ServerOptions(
+                model_repository=[repo],
+                http_port=port,
+                allow_grpc=False,
+                allow_metrics=False,
+                reuse_http_port=True,
+            )
+
+        first = Runtime(options(0))
+        await first.load()
+        await first.start_frontends()
+        shared = first.http.port
+        second = Runtime(options(shared))
+        await second.load()
+        _gate(repo)[0].set()
+        await second.start_frontends()  # no "address in use"
+        assert second.http.port == shared
+        await second.stop(0)
+        await first.stop(0)
+
+    asyncio.run(main())
+
+
 def test_an_idle_keep_alive_connection_gets_an_answer_while_the_server_drains(repo: Path) -> None:
     # closing idle connections at once raced with requests already on their way (empty replies)
     import http.client

@@ -165,7 +165,7 @@ class ModelControl:
         self.mode = mode
         self._repositories = repositories
         #: the repositories, local and in object storage (repository/remote.py)
-        self._sources = RepositorySet(repositories)
+        self._sources = RepositorySet(repositories, namespacing=settings.model_namespacing)
         self._registry = registry
         self._settings = settings
         self._drain_timeout_s = drain_timeout_s

@@ -176,13 +176,36 @@ class LoadSettings:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     #: ``--rate-limit execution_count``: the server's rate limiter (None: off)
     rate_limiter: RateLimiter | None = None
+    #: ``--model-load-retry-count``: loads of a version that failed, tried again before it is UNAVAILABLE
+    load_retries: int = 0
+    #: ``--model-namespacing``: the reason a name held by two repositories gives (repository/remote.py)
+    model_namespacing: bool = False
 
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
 
 
 def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
-    """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE."""
+    """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE once
+    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``)."""
+    model = _load_once(name, version, md, cfg, settings)
+    for attempt in range(1, settings.load_retries + 1):
+        if model.state is ModelState.READY:
+            break
+        log.warning(
+            "loading '%s' version %d failed: %s; retry %d of %d",
+            name,
+            version,
+            model.reason,
+            attempt,
+            settings.load_retries,
+        )
+        model = _load_once(name, version, md, cfg, settings)
+    return model
+
+
+def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+    """One try at loading a version (see ``load_version``)."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
     t0 = time.monotonic()
     model = Model(name, version, cfg, md.path)

@@ -175,7 +175,7 @@ def render(server: ServerCore) -> bytes:
     _process_events(out, family)
     if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
         out.extend(server.budget.metric_lines())
-    out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000))
+    out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000, cpu=server.options.allow_cpu_metrics))
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
         out.extend(custom.render())

@@ -65,17 +65,19 @@ class SystemGauges:
                 self.utilization = (cpu[0] - self._cpu[0]) / (cpu[1] - self._cpu[1])
             self._cpu, self._at = cpu, now
 
-    def lines(self, interval_s: float) -> list[str]:
-        """The five families in the reference's order, as exposition text lines."""
-        self.refresh(interval_s)
+    def lines(self, interval_s: float, cpu: bool = True) -> list[str]:
+        """The five families in the reference's order, as exposition text lines; without ``cpu``
+        (``--allow-cpu-metrics=false``) the pinned memory pool's two only, as the reference."""
+        gauges: list[tuple[tuple[str, str], float]] = [(_PINNED_TOTAL, 0), (_PINNED_USED, 0)]
+        if cpu:
+            self.refresh(interval_s)
+            gauges += [
+                (_CPU, round(self.utilization, 6)),
+                (_MEM_TOTAL, self.mem_total),
+                (_MEM_USED, self.mem_used),
+            ]
         out: list[str] = []
-        for (name, doc), value in (
-            (_PINNED_TOTAL, 0),
-            (_PINNED_USED, 0),
-            (_CPU, round(self.utilization, 6)),
-            (_MEM_TOTAL, self.mem_total),
-            (_MEM_USED, self.mem_used),
-        ):
+        for (name, doc), value in gauges:
             out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name} {value}"]
         return out
 

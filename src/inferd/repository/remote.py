@@ -1,5 +1,5 @@
-"""Model repositories in object storage: ``s3://`` (S3 and S3-compatible stores) and ``as://``
-(Azure Blob), the reference's URL forms, alongside local folders.
+"""Model repositories in object storage: ``s3://`` (S3 and S3-compatible stores), ``as://``
+(Azure Blob) and ``gs://`` (Google Cloud Storage), the reference's URL forms, alongside local folders.
 
 A remote repository is listed (one paginated listing of its prefix per look) and each model is
 fetched into the local cache (``repository/cache.py``) and described as a local
@@ -26,7 +26,13 @@ from typing import Protocol
 
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.repository.cache import ModelCache, StoredObject, safe_relative
-from inferd.repository.scan import DuplicateModel, ModelDir, scan_model_dir, scan_repositories
+from inferd.repository.scan import (
+    NAMESPACED_DUPLICATE_REASON,
+    DuplicateModel,
+    ModelDir,
+    scan_model_dir,
+    scan_repositories,
+)
 
 __all__ = [
     "ObjectStore",
@@ -43,7 +49,7 @@ log = logging.getLogger("inferd.repository")
 Fingerprint = tuple[tuple[str, int, int], ...]
 
 # ``Path("s3://b/p")`` is ``s3:/b/p``: a URL that went through pathlib has one slash left
-_URL = re.compile(r"^(s3|as):/+(.*)$", re.DOTALL)
+_URL = re.compile(r"^(s3|as|gs):/+(.*)$", re.DOTALL)
 # the reference's private-S3 form: s3://[http(s)://]host:port/bucket/prefix
 _S3_HOST = re.compile(r"^(?:(https?):/+)?([A-Za-z0-9.\-]+):([0-9]+)/(.*)$", re.DOTALL)
 _FETCH_THREADS = 4
@@ -51,7 +57,7 @@ _FETCH_THREADS = 4
 
 @dataclass(frozen=True, slots=True)
 class StoreURL:
-    """A parsed repository URL. ``bucket`` is the S3 bucket or the Azure container; ``prefix`` has
+    """A parsed repository URL. ``bucket`` is the S3 or GCS bucket or the Azure container; ``prefix`` has
     no leading or trailing slash ("" for the whole bucket); ``endpoint`` is an S3 endpoint given in
     the URL (``s3://host:port/...``), ``account`` the Azure storage account."""
 
@@ -64,6 +70,8 @@ class StoreURL:
     def __str__(self) -> str:
         if self.scheme == "as":
             head = f"as://{self.account}/{self.bucket}"
+        elif self.scheme == "gs":
+            head = f"gs://{self.bucket}"
         elif self.endpoint is not None:
             host = self.endpoint.removeprefix("http://")
             head = f"s3://{host}/{self.bucket}"
@@ -85,7 +93,8 @@ def parse_store_url(location: str | Path) -> StoreURL | None:
     """The repository URL ``location`` stands for, or None for a local folder.
 
     ``s3://bucket/prefix``, ``s3://host:port/bucket/prefix`` (``s3://https://host:port/...`` for
-    TLS), ``as://account/container/prefix``. A malformed URL raises InvalidArgumentError.
+    TLS), ``as://account/container/prefix``, ``gs://bucket/prefix``. A malformed URL raises
+    InvalidArgumentError.
     """
     text = str(location)
     m = _URL.match(text)
@@ -102,6 +111,11 @@ def parse_store_url(location: str | Path) -> StoreURL | None:
         if not bucket:
             raise InvalidArgumentError(f"invalid S3 repository '{text}': expected s3://bucket/path")
         return StoreURL("s3", bucket, _clean_prefix(prefix), endpoint=endpoint)
+    if scheme == "gs":
+        bucket, _, prefix = rest.strip("/").partition("/")
+        if not bucket:
+            raise InvalidArgumentError(f"invalid GCS repository '{text}': expected gs://bucket/path")
+        return StoreURL("gs", bucket, _clean_prefix(prefix))
     account, _, rest = rest.strip("/").partition("/")
     container, _, prefix = rest.partition("/")
     if not account or not container:
@@ -124,11 +138,16 @@ class ObjectStore(Protocol):
 
 
 def open_store(url: StoreURL) -> ObjectStore:
-    """The store of ``url``; its SDK is imported here (``inferd[s3]``, ``inferd[azure]``)."""
+    """The store of ``url``; its SDK is imported here (``inferd[s3]``, ``inferd[azure]``,
+    ``inferd[gcs]``)."""
     if url.scheme == "s3":
         from inferd.repository.s3 import S3Store
 
         return S3Store(url)
+    if url.scheme == "gs":
+        from inferd.repository.gcs import GCSStore
+
+        return GCSStore(url)
     from inferd.repository.azure import AzureBlobStore
 
     return AzureBlobStore(url)
@@ -208,7 +227,11 @@ def _mark(etag: str, modified: str) -> int:
 class RepositorySet:
     """The server's repositories, local folders and remote stores (see the module docstring)."""
 
-    def __init__(self, locations: Sequence[str | Path], cache: ModelCache | None = None) -> None:
+    def __init__(
+        self, locations: Sequence[str | Path], cache: ModelCache | None = None, namespacing: bool = False
+    ) -> None:
+        #: ``--model-namespacing``: a name in two repositories says why inferd does not serve it
+        self.namespacing = namespacing
         self.local: list[Path] = []
         self.remote: list[RemoteRepository] = []
         cache = cache if cache is not None else ModelCache()
@@ -230,6 +253,12 @@ class RepositorySet:
             return None
         self.failures.pop(str(repo.url), None)
         return listing
+
+    def _duplicate(self, name: str, holders: list[tuple[RemoteRepository | None, str]]) -> DuplicateModel:
+        paths = tuple(Path(where) for _, where in holders)
+        if self.namespacing:
+            return DuplicateModel(name, paths, NAMESPACED_DUPLICATE_REASON)
+        return DuplicateModel(name, paths)
 
     def _holders(
         self,
@@ -256,7 +285,7 @@ class RepositorySet:
         to_fetch: list[tuple[str, RemoteRepository, list[StoredObject]]] = []
         for name, holders in self._holders(local, listings).items():
             if len(holders) > 1:
-                result[name] = DuplicateModel(name, tuple(Path(where) for _, where in holders))
+                result[name] = self._duplicate(name, holders)
             elif holders[0][0] is None:
                 result[name] = local[name]
             else:
@@ -286,7 +315,7 @@ class RepositorySet:
         listings = [self._list(repo) for repo in self.remote]
         holders = self._holders(local, listings).get(name, [])
         if len(holders) > 1:
-            return DuplicateModel(name, tuple(Path(where) for _, where in holders))
+            return self._duplicate(name, holders)
         if holders:
             repo = holders[0][0]
             if repo is None:

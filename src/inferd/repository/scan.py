@@ -11,6 +11,7 @@ from inferd.errors import InvalidArgumentError
 
 __all__ = [
     "DUPLICATE_REASON",
+    "NAMESPACED_DUPLICATE_REASON",
     "DuplicateModel",
     "Fingerprint",
     "ModelDir",
@@ -22,6 +23,13 @@ __all__ = [
 
 #: Triton's ``MODEL_READY_REASON_DUPLICATE``.
 DUPLICATE_REASON = "model appears in two or more repositories"
+#: the same with ``--model-namespacing``: the reference would load each copy in its repository's
+#: namespace (requests by the name alone then fail as ambiguous, an ensemble uses its repository's);
+#: inferd keys models by name, so it serves neither copy and says so
+NAMESPACED_DUPLICATE_REASON = (
+    f"{DUPLICATE_REASON}: --model-namespacing is accepted, but inferd does not serve two models of one "
+    "name (each repository's copy in its own namespace); rename one of them"
+)
 
 _INT64_MAX = 2**63 - 1
 _IGNORED_NAMES = frozenset({"__pycache__"})

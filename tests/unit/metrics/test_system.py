@@ -38,3 +38,10 @@ def test_the_references_families_in_its_order() -> None:
         "nv_cpu_memory_used_bytes",
     ]
     assert "nv_pinned_memory_pool_total_bytes 0" in lines
+
+
+def test_without_cpu_metrics_only_the_pinned_pool_is_exported() -> None:
+    """--allow-cpu-metrics=false, as the reference: its pinned memory pool's gauges stay."""
+    lines = SystemGauges().lines(0.0, cpu=False)
+    names = [line.split()[2] for line in lines if line.startswith("# TYPE")]
+    assert names == ["nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"]

@@ -39,6 +39,9 @@ from inferd.repository.remote import (
         ("s3://http://h:1/b/p", StoreURL("s3", "b", "p", "http://h:1")),
         ("as://acct/container", StoreURL("as", "container", "", account="acct")),
         ("as://acct/container/path/to/repo", StoreURL("as", "container", "path/to/repo", account="acct")),
+        ("gs://bucket", StoreURL("gs", "bucket")),
+        ("gs://bucket//model_repository/", StoreURL("gs", "bucket", "model_repository")),
+        ("gs://triton_sample_models/24.09", StoreURL("gs", "triton_sample_models", "24.09")),
     ],
 )
 def test_parse_store_url(text: str, expected: StoreURL) -> None:
@@ -55,6 +58,8 @@ def test_parse_store_url(text: str, expected: StoreURL) -> None:
         ("s3://localhost:9000/bucket/models", "s3://localhost:9000/bucket/models"),
         ("s3://https://minio.local:443/b/p", "s3://https://minio.local:443/b/p"),
         ("as://acct/c/p", "as://acct/c/p"),
+        ("gs://bucket/a/b", "gs://bucket/a/b"),
+        ("gs://bucket", "gs://bucket"),
     ],
 )
 def test_store_url_prints_as_written(text: str, shown: str) -> None:
@@ -68,7 +73,7 @@ def test_local_paths_are_not_urls(text: str) -> None:
     assert parse_store_url(text) is None
 
 
-@pytest.mark.parametrize("text", ["s3://", "s3:///", "as://acct", "as://acct/", "as://"])
+@pytest.mark.parametrize("text", ["s3://", "s3:///", "as://acct", "as://acct/", "as://", "gs://", "gs:///"])
 def test_malformed_urls(text: str) -> None:
     with pytest.raises(InvalidArgumentError, match="invalid"):
         parse_store_url(text)
@@ -272,6 +277,27 @@ def test_duplicate_between_local_and_remote(tmp_path: Path) -> None:
     assert isinstance(rs.find("a"), DuplicateModel)
 
 
+def test_model_namespacing_says_why_a_duplicate_does_not_serve(tmp_path: Path) -> None:
+    from inferd.repository.scan import DUPLICATE_REASON, NAMESPACED_DUPLICATE_REASON
+
+    for repo in ("one", "two"):
+        (tmp_path / repo / "same" / "1").mkdir(parents=True)
+    (tmp_path / "one" / "only_here" / "1").mkdir(parents=True)
+    repos = [tmp_path / "one", tmp_path / "two"]
+    plain = RepositorySet(repos, ModelCache(tmp_path / "cache"))
+    spaced = RepositorySet(repos, ModelCache(tmp_path / "cache"), namespacing=True)
+    for rs, reason in ((plain, DUPLICATE_REASON), (spaced, NAMESPACED_DUPLICATE_REASON)):
+        found = rs.scan()
+        entry, one = found["same"], found["only_here"]
+        assert isinstance(entry, DuplicateModel) and entry.reason == reason
+        assert entry.paths == (tmp_path / "one" / "same", tmp_path / "two" / "same")
+        assert isinstance(one, ModelDir)  # a name one repository holds serves as without namespacing
+        looked_up = rs.find("same")
+        assert isinstance(looked_up, DuplicateModel) and looked_up.reason == reason
+    assert NAMESPACED_DUPLICATE_REASON.startswith(DUPLICATE_REASON)
+    assert "--model-namespacing" in NAMESPACED_DUPLICATE_REASON
+
+
 def test_store_down_is_unreadable_under_its_url_and_recovers(tmp_path: Path) -> None:
     local = tmp_path / "local"
     (local / "here" / "1").mkdir(parents=True)
@@ -352,7 +378,7 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     real_import = builtins.__import__
 
     def no_sdk(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith(("boto3", "botocore", "azure")):
+        if name.startswith(("boto3", "botocore", "azure", "google.cloud")):
             raise ImportError(f"No module named '{name}'")
         return real_import(name, *args, **kwargs)
 
@@ -363,6 +389,39 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
         open_store(StoreURL("s3", "b"))
     with pytest.raises(InvalidArgumentError, match=r"install inferd\[azure\]"):
         open_store(StoreURL("as", "c", account="a"))
+    with pytest.raises(InvalidArgumentError, match=r"install inferd\[gcs\]"):
+        open_store(StoreURL("gs", "b"))
+
+
+def test_gcs_store_without_credentials_reads_anonymously(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("google.cloud.storage")
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from inferd.repository.gcs import GCSStore
+
+    def no_credentials(*args: Any, **kwargs: Any) -> Any:
+        raise DefaultCredentialsError("no default credentials")
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setattr(google.auth, "default", no_credentials)
+    from google.auth.credentials import AnonymousCredentials
+
+    store = GCSStore(StoreURL("gs", "public-bucket", "models"))
+    assert isinstance(store._client._credentials, AnonymousCredentials)
+
+
+def test_gcs_store_error_is_the_last_retrys_cause() -> None:
+    pytest.importorskip("google.cloud.storage")
+    from google.api_core.exceptions import NotFound, RetryError
+
+    from inferd.repository.gcs import GCSStore
+
+    assert GCSStore._error(NotFound("GET /b/x/o: bucket does not exist\nmore")).message == (
+        "404 NotFound: GET /b/x/o: bucket does not exist"
+    )
+    retried = RetryError("Timeout of 10.0s exceeded", ConnectionError("connection refused"))
+    assert GCSStore._error(retried).message == "ConnectionError: connection refused"
 
 
 def test_s3_store_errors_name_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
