@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import fil_bench  # benchmarks/fil_bench.py: the fil backend's rows
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
 from report import Section, fmt, fmt_ratio, md_table
@@ -146,6 +149,60 @@ def onnx_added_p50_goal(scenario: str, max_us: float) -> Goal:
     )
 
 
+def _fil_figures(data: RunData) -> dict[str, Any]:
+    """fil_bench.py's goal figures, from the summary.json it wrote into the results folder ({}: none)."""
+    path = data.results_dir / "fil" / "summary.json"
+    try:
+        return dict(fil_bench.goal_figures(json.loads(path.read_text())))
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def fil_goal(text: str, keys: Sequence[str], ok: Callable[[float], bool], unit: str = "") -> Goal:
+    """One of issue 30's goals, met when ``ok`` holds for every figure ``keys`` name (fil_bench.goal_figures)."""
+
+    def check(data: RunData) -> GoalResult:
+        fig = _fil_figures(data)
+        values = {k: fig.get(k) for k in keys}
+        detail = "; ".join(
+            f"{k}: " + ("n/a" if v is None else (f"{v:.2f}x" if unit == "x" else f"{fmt(v, 2)}{unit}"))
+            for k, v in values.items()
+        )
+        if any(v is None for v in values.values()):
+            return GoalResult("not measured", detail or "fil_bench.py did not run")
+        return GoalResult("met" if all(ok(v) for v in values.values() if v is not None) else "missed", detail)
+
+    return Goal(text, check)
+
+
+_FIL_MODELS = tuple(fil_bench.MODELS)
+FIL_GOALS = [
+    fil_goal(
+        "tree models at c1 (1 row a request) served over binary HTTP >= 0.9x native predict, same threads",
+        [f"{m}_c1_ratio" for m in _FIL_MODELS],
+        lambda v: v >= fil_bench.GOAL_RATIO,
+        "x",
+    ),
+    fil_goal(
+        "tree models at c4 (1,024 rows a request) served over binary HTTP >= 0.9x native predict, same threads",
+        [f"{m}_c4_ratio" for m in _FIL_MODELS],
+        lambda v: v >= fil_bench.GOAL_RATIO,
+        "x",
+    ),
+    fil_goal(
+        "tree models at c1 add <= 100 us to native predict's p50 (same threads)",
+        [f"{m}_c1_added_us" for m in _FIL_MODELS],
+        lambda v: v <= fil_bench.GOAL_ADDED_US,
+        " us",
+    ),
+    fil_goal(
+        "a 1,000-tree model READY <= 2 s (its server's first tree model)",
+        ["ready_first_s"],
+        lambda v: v <= fil_bench.GOAL_READY_S,
+        " s",
+    ),
+]
+
 DEFAULT_GOALS = [
     throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
     throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
@@ -166,6 +223,7 @@ DEFAULT_GOALS = [
     onnx_throughput_goal("densenet_onnx_c1", 0.95, "bare-default"),
     onnx_throughput_goal("densenet_onnx_c4", 0.95, "best"),
     onnx_added_p50_goal("tiny_mlp_c1", 100),
+    *FIL_GOALS,
 ]
 
 

@@ -415,6 +415,13 @@ class ObjectStorageSection(Section):
         return data.object_storage
 
 
+class FilSection(Section):
+    """benchmarks/fil_bench.py's table: tree models served by the fil backend against native predict (issue 30)."""
+
+    def render(self, data: RunData) -> str:
+        return data.fil
+
+
 class CacheSection(Section):
     """benchmarks/cache_bench.py's table: a response-cache hit against a miss on densenet_onnx (issue 12)."""
 

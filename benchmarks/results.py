@@ -227,6 +227,9 @@ class RunData:
     observability: str = ""
     #: the object-storage rows (object_storage_bench.py): its markdown, or why it is missing
     object_storage: str = ""
+    #: the fil backend's rows (fil_bench.py): its markdown, or why it is missing; goals.py reads their
+    #: figures from <results_dir>/fil/summary.json
+    fil: str = ""
 
     @property
     def wall_s(self) -> float:
@@ -320,6 +323,7 @@ def read_json(path: Path) -> RunData:
         ray=raw.get("ray", ""),
         observability=raw.get("observability", ""),
         object_storage=raw.get("object_storage", ""),
+        fil=raw.get("fil", ""),
     )
 
 

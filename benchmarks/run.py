@@ -40,6 +40,7 @@ from report import (
     ClientLatencySection,
     ColdStartMemorySection,
     CoresSection,
+    FilSection,
     HeaderSection,
     ObjectStorageSection,
     ObservabilitySection,
@@ -110,6 +111,7 @@ SIDE_BENCH_FLAGS = (
     ("--no-observability", "tracing and scraping rows (benchmarks/observability_bench.py)"),
     ("--no-ray", "Ray Serve rows (benchmarks/ray_bench.py)"),
     ("--no-cache", "response cache rows (benchmarks/cache_bench.py)"),
+    ("--no-fil", "tree-model rows of the fil backend (benchmarks/fil_bench.py)"),
 )
 
 
@@ -127,6 +129,7 @@ def default_sections() -> list[Section]:
         OpenAISection(),
         SequenceSection(),
         CacheSection(),
+        FilSection(),
         ObservabilitySection(),
         RaySection(),
         ObjectStorageSection(),
@@ -543,6 +546,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             extra = ["--count", "600"] if a.quick else []
             data.observability = side_bench("observability", a.repeat, outdir, extra)
+            write_json(data, outdir / "summary.json")
+        if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only or a.no_fil):
+            data.fil = side_bench("fil", a.repeat, outdir, ["--seconds", "2"] if a.quick else [])
             write_json(data, outdir / "summary.json")
         if "inferd" in opts.servers and not (a.onnx_only or a.python_rows_only or a.openai_only or a.no_ray):
             data.ray = side_bench("ray", a.repeat, outdir, ["--count", "300"] if a.quick else [])

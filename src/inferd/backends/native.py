@@ -1,4 +1,4 @@
-"""What the four native backends (onnxruntime, pytorch, openvino, tensorflow) share at load.
+"""What the native backends (onnxruntime, pytorch, openvino, tensorflow, fil) share at load.
 
 :class:`NativeBackend` is a backend's auto-complete guard (Triton's: a config that lists inputs
 and outputs is left as it is; without a version folder there is no model to read) around the
@@ -6,13 +6,15 @@ backend's reading of the model's signature, then the rules of ``signature.py``; 
 :class:`NativeModel` is the load preamble of a model version: the config's TensorSpecs (with
 ``reshape``), whether it batches, the model file, the instance count. Their instances are
 :class:`~inferd.backends.batched.BatchedInstance`. The framework, its file and its checks stay in
-each backend's package.
+each backend's package. The threads an instance gets when its config sets none are sized here too
+(:func:`available_cpus`, :func:`default_intra_op_threads`).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +37,24 @@ def import_lazily(module: str, backend: str, extra: str) -> Any:
         raise UnavailableError(
             f"the {backend} backend needs {module}, which is not installed ({e}): pip install 'inferd[{extra}]'"
         ) from e
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_intra_op_threads(cpus: int, instances: int) -> int:
+    """Threads per instance when the config says none: the cores shared out among the instances.
+
+    A framework's own default (every core per call: ONNX Runtime's sessions, OpenMP's teams)
+    oversubscribes the machine as soon as two instances run at once: their thread pools then
+    fight over the same cores. The ONNX Runtime and fil backends size their threads with it.
+    """
+    return max(1, cpus // max(1, instances))
 
 
 class NativeModel(ABC):

@@ -43,7 +43,7 @@ __all__ = ["CheckOptions", "ModelResult", "check_config"]
 
 #: how many ``text_format`` refusals one file may have before the rest of it is left unread
 MAX_PARSE_ERRORS = 50
-_FRAMEWORK_MODULES = {"openvino": "openvino", "tensorflow": "tensorflow"}
+_FRAMEWORK_MODULES = {"openvino": "openvino", "tensorflow": "tensorflow", "fil": "treelite"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import onnxruntime as ort
 
 from inferd.backends.base import InstanceSpec
+from inferd.backends.native import available_cpus, default_intra_op_threads
 from inferd.errors import InvalidArgumentError, UnavailableError
 
 #: ``optimization { graph { level } }`` -> ONNX Runtime's level (Triton's mapping; 0 = all)
@@ -47,23 +47,6 @@ class SessionSettings:
 
 
 _SPINNING = "session.intra_op.allow_spinning"
-
-
-def available_cpus() -> int:
-    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def default_intra_op_threads(cpus: int, instances: int) -> int:
-    """Threads per session when the config says none: the cores shared out among the instances.
-
-    ONNX Runtime's own default (every core per session) oversubscribes the machine as soon as two
-    instances run at once: their spinning thread pools then fight over the same cores.
-    """
-    return max(1, cpus // max(1, instances))
 
 
 def wide_first_instance(cpus: int, instances: int) -> int:

@@ -1,0 +1,266 @@
+"""The fil backend: tree models served as Triton's FIL backend serves them, on CPU (``KIND_CPU``).
+
+``backend: "fil"`` with the FIL backend's repositories as they are: ``model_type`` ``xgboost``
+(XGBoost's legacy binary ``xgboost.model``), ``xgboost_json`` (``xgboost.json``), ``xgboost_ubj``
+(``xgboost.ubj``), ``lightgbm`` (``model.txt``) or ``treelite_checkpoint`` (``checkpoint.tl``:
+scikit-learn's and cuML's forests as the FIL backend takes them), read from the version folder, or
+from ``default_model_filename``. One input, ``input__0`` [rows, features] FP32; one output,
+``output__0`` FP32 (``params.py`` reads the parameters that shape it). The behaviour comes from the
+FIL backend's source (Triton 24.10, the reference's release, and RAPIDS-Triton), since the
+reference installed here has only the Python backend: its outputs' shape drops every dimension of 1
+after the batch (``output__0`` with dims [1] answers [rows]), a binary classifier's
+``predict_proba`` answers [1 - p, p] when dims are [2] and p when they are [1].
+
+The reference checks nothing of the config against the model; here a config that could only
+answer wrongly is refused at load, naming what to change: another input or output name, a feature
+count other than the model's (the reference reads rows at the wrong stride), an output width other
+than what the parameters give, a datatype other than FP32, ``treeshap_output`` (not served).
+
+The FIL backend completes no config (RAPIDS-Triton never sets one). inferd completes a config that
+lists no inputs or outputs from the model file (``input__0`` [features], ``output__0`` as the
+parameters shape it, ``max_batch_size`` and dynamic batching as for ONNX Runtime): the reference
+loads such a config and fails every request.
+
+Instances share the model version's forest (``engine.py``: the engine each call runs on); each
+executes in its worker thread, the frameworks releasing the GIL. Threads: ``cpu_nthread``, else
+the cores shared among the instances (``native.default_intra_op_threads``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.batched import BatchedInstance
+from inferd.backends.fil.engine import (
+    Forest,
+    fil_output,
+    forest_shape,
+    output_width,
+    passive_openmp,
+    read_treelite,
+)
+from inferd.backends.fil.params import MODEL_FILES, FilSettings, fil_settings, ignored
+from inferd.backends.native import (
+    NativeBackend,
+    NativeModel,
+    available_cpus,
+    default_intra_op_threads,
+    import_lazily,
+)
+from inferd.backends.signature import GraphTensor, shape_text
+from inferd.core.request import InferRequest
+from inferd.core.tensor import Tensor
+from inferd.core.types import DataType
+from inferd.errors import InvalidArgumentError, UnavailableError
+
+log = logging.getLogger("inferd.backends.fil")
+
+INPUT = "input__0"
+OUTPUT = "output__0"
+SHAP_OUTPUT = "treeshap_output"
+
+Array = np.ndarray[Any, Any]
+
+
+def model_path(config: Any, version_dir: Path) -> Path:
+    """The reference's ``model_file()``: ``default_model_filename`` in the version folder, or the
+    version folder itself; a folder holds the ``model_type``'s file."""
+    kind = fil_settings(config).model_type
+    path = version_dir / config.default_model_filename if config.default_model_filename else version_dir
+    if path.is_dir():
+        path = path / MODEL_FILES[kind]
+    if path.is_file():
+        return path
+    others = sorted(
+        f"'{name}' (model_type '{t}')" for t, name in MODEL_FILES.items() if (path.parent / name).is_file()
+    )
+    hint = f"; the folder holds {', '.join(others)}" if others else ""
+    raise UnavailableError(
+        f"unable to find '{path}' for model '{config.name}': model_type '{kind}' reads "
+        f"'{MODEL_FILES[kind]}' from the version folder, or the file default_model_filename names{hint}"
+    )
+
+
+def _refuse(config: Any, what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"unable to load model '{config.name}': {what}")
+
+
+def _one_tensor(config: Any, listed: Any, kind: str, name: str) -> Any:
+    found = [t for t in listed if t.name == name]
+    if not found:
+        names = ", ".join(f"'{t.name}'" for t in listed) or "none"
+        raise _refuse(
+            config,
+            f"the fil backend {'reads' if kind == 'input' else 'answers'} {kind} '{name}' (the FIL backend's "
+            "name), but the model configuration "
+            f"lists {names}: name it '{name}'",
+        )
+    if found[0].HasField("reshape"):
+        raise _refuse(config, f"{kind} '{name}' has a reshape, which the fil backend does not serve")
+    return found[0]
+
+
+def _row_dims(config: Any, io: Any) -> list[int]:
+    """The dims of one row: the config's dims, less the rows' dimension when the model does not batch."""
+    dims = [int(d) for d in io.dims]
+    if config.max_batch_size > 0:
+        return dims
+    if len(dims) < 2 and io.name == INPUT:
+        raise _refuse(
+            config,
+            f"input '{INPUT}' has dims {shape_text(dims)}: with max_batch_size 0 they are [rows, features]",
+        )
+    return dims[1:]
+
+
+def check_config(
+    config: Any, settings: FilSettings, num_feature: int, num_class: int
+) -> tuple[int, tuple[int, ...]]:
+    """The config against the model: (output values a row, output__0's dims after the rows, those
+    of 1 dropped as the reference drops them); InvalidArgumentError naming what to change."""
+    if len(config.input) != 1:
+        names = ", ".join(f"'{t.name}'" for t in config.input) or "none"
+        raise _refuse(
+            config, f"the fil backend reads one input, '{INPUT}'; the model configuration lists {names}"
+        )
+    row = _row_dims(config, _one_tensor(config, config.input, "input", INPUT))
+    if len(row) != 1 or row[0] not in (-1, num_feature):
+        raise _refuse(
+            config,
+            f"input '{INPUT}' has dims {shape_text(row)} a row in the model configuration, but the model "
+            f"reads {num_feature} feature(s) a row: set its dims to [ {num_feature} ]",
+        )
+    for o in config.output:
+        if o.name == SHAP_OUTPUT:
+            raise _refuse(config, f"output '{SHAP_OUTPUT}' (SHAP values) is not served by the fil backend")
+        if o.name != OUTPUT:
+            raise _refuse(config, f"the fil backend answers output '{OUTPUT}' only, not '{o.name}'")
+    out = _row_dims(config, _one_tensor(config, config.output, "output", OUTPUT))
+    widths = output_width(settings, num_class)
+    width = math.prod(out) if all(d > 0 for d in out) else -1
+    if width not in widths:
+        say = " or ".join(f"[ {w} ]" for w in widths)
+        raise _refuse(
+            config,
+            f"output '{OUTPUT}' has dims {shape_text(out)} a row, but this model answers {widths[0]} value(s) "
+            f"a row with predict_proba {str(settings.predict_proba).lower()} and output_class "
+            f"{str(settings.output_class).lower()} ({num_class} class score(s)): set its dims to {say}",
+        )
+    return width, tuple(d for d in out if d != 1)
+
+
+class FilModel(NativeModel):
+    """A loaded FIL model version: its forest, shared by its instances."""
+
+    find = staticmethod(model_path)
+
+    def import_framework(self) -> None:
+        passive_openmp()
+        import_lazily("treelite", "fil", "fil")
+
+    def unserved(self, datatype: DataType) -> str | None:
+        if datatype.wire == "FP32":
+            return None
+        return f"is {datatype.config}, which the fil backend does not serve: FIL reads and writes TYPE_FP32"
+
+    def __init__(self, ctx: LoadContext) -> None:
+        super().__init__(ctx)
+        config = ctx.config
+        self.settings = fil_settings(config)
+        skipped = ignored(config)
+        if skipped:
+            log.warning(
+                "model '%s': parameter(s) %s change nothing on CPU (GPU execution, or the FIL backend's "
+                "other CPU engine): ignored",
+                self.name,
+                ", ".join(skipped),
+            )
+        self.threads = self.settings.cpu_nthread or default_intra_op_threads(
+            available_cpus(), self.instance_count
+        )
+        t0 = time.monotonic()
+        self.forest = Forest(self.path, self.settings, self.threads, self.name)
+        shape = self.forest.shape
+        self.width, self.out_dims = check_config(config, self.settings, shape.num_feature, shape.num_class)
+        log.info(
+            "model '%s' version %s: %s, %d tree(s), %d feature(s), %d class score(s); engine %s, "
+            "%d thread(s) an instance; read in %.0f ms",
+            self.name,
+            self.version_str,
+            self.path.name,
+            shape.num_tree,
+            shape.num_feature,
+            shape.num_class,
+            self.forest.engine if self.forest.native_loaded.is_set() else "treelite-gtil (XGBoost's loading)",
+            self.threads,
+            (time.monotonic() - t0) * 1000,
+        )
+
+    def create_instance(self, spec: InstanceSpec) -> FilInstance:
+        return FilInstance(self, spec.name)
+
+    def unload(self) -> None:
+        """Nothing to release by hand: the forest goes with the model."""
+
+
+class FilBackend(NativeBackend):
+    """Backend ``fil``: XGBoost, LightGBM and Treelite forests (scikit-learn's through checkpoints)."""
+
+    name = "fil"
+    model_type = FilModel
+
+    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+        """``input__0`` [-1, features] and ``output__0`` [-1, values a row], from the model file."""
+        settings = fil_settings(config)
+        shape = forest_shape(read_treelite(model_path(config, version_dir), settings))
+        width = output_width(settings, shape.num_class)[0]
+        return (
+            [GraphTensor(INPUT, "TYPE_FP32", (-1, shape.num_feature))],
+            [GraphTensor(OUTPUT, "TYPE_FP32", (-1, width))],
+        )
+
+
+class FilInstance(BatchedInstance):
+    """An instance: the requests' rows stacked, scored once, the answers cut back per request."""
+
+    #: a few rows run in tens of microseconds: the pool may run them on the loop (it measures)
+    inline_ok = True
+    model: FilModel
+
+    def __init__(self, model: FilModel, name: str) -> None:
+        super().__init__(model, name)
+        self._input = model.inputs[0]
+        self._output = next(o for o in model.outputs if o.name == OUTPUT)
+        self._features = model.forest.shape.num_feature
+
+    def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> Array:
+        arr = self._stacked(requests, self._input)
+        assert arr is not None  # input__0 is not optional: the core has checked it came
+        if arr.ndim != 2 or arr.shape[1] != self._features:
+            raise InvalidArgumentError(
+                f"input '{INPUT}' has shape {list(arr.shape)}, but model '{self.model.name}' reads "
+                f"[rows, {self._features}]"
+            )
+        if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+        return arr
+
+    def _group_run(self, x: Array) -> Array:
+        model = self.model
+        out = fil_output(model.forest.scores(x), model.settings, model.width)
+        return out.reshape((x.shape[0], *model.out_dims))
+
+    def _group_outputs(
+        self, requests: list[InferRequest], result: Array, wanted: list[frozenset[str]]
+    ) -> list[list[Tensor]]:
+        return self._split_outputs(requests, ((self._output, result),), wanted)
+
+    def unload(self) -> None:
+        """The forest is the model's: nothing of the instance's own to drop."""
