@@ -23,6 +23,7 @@ from typing import Any, cast
 from inferd.api import Server
 from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
+from inferd.core.server import ServerCore
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer, RpcError
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, merge_metrics, merge_statistics
@@ -35,6 +36,8 @@ log = logging.getLogger("inferd.rayserve")
 #: the merged statistics a request reads (set around one HTTP or gRPC statistics call)
 _MERGED: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("inferd_merged", default=None)
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: how a replica's health check failure begins (deploy.py prints the reason Serve recorded)
+NOT_READY = "inferd replica not ready"
 
 
 class _Raw:
@@ -93,21 +96,21 @@ class _Answer(Responder):
         status: int,
         body: bytes | list[bytes | memoryview],
         content_type: str = "application/json",
-        extra_headers: list[tuple[str, str]] | None = None,
+        extra_headers: list[tuple[str, str]] | bytes | None = None,
     ) -> None:
         if self._done:
             return
         self._done = True
         data = body if isinstance(body, bytes) else b"".join(body)
-        self._put(("whole", status, data, content_type, extra_headers or []))
+        self._put(("whole", status, data, content_type, _header_pairs(extra_headers)))
 
     def start_chunked(
-        self, status: int, content_type: str, extra_headers: list[tuple[str, str]] | None = None
+        self, status: int, content_type: str, extra_headers: list[tuple[str, str]] | bytes | None = None
     ) -> None:
         if self._done:
             return
         self._done = True
-        self._put(("start", status, b"", content_type, extra_headers or []))
+        self._put(("start", status, b"", content_type, _header_pairs(extra_headers)))
 
     def write_chunk(self, data: bytes) -> None:
         if not self._ended and data:
@@ -137,6 +140,17 @@ class _Answer(Responder):
 
     async def next(self) -> tuple[Any, ...]:
         return await self._queue.get()
+
+
+def _header_pairs(extra: list[tuple[str, str]] | bytes | None) -> list[tuple[str, str]]:
+    """An answer's extra headers as (name, value) pairs: the front end may hand them over encoded
+    already (each ``\r\nName: value``)."""
+    if not extra:
+        return []
+    if not isinstance(extra, bytes):
+        return list(extra)
+    lines = (line.partition(":") for line in extra.decode("latin-1").split("\r\n") if line)
+    return [(name.strip(), value.strip()) for name, _, value in lines]
 
 
 class _Context:
@@ -244,10 +258,15 @@ class InferdReplica:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), self.server.loop))
 
     # -- Serve's hooks -------------------------------------------------------------------------
-    def check_health(self) -> None:
-        """Serve replaces a replica whose core is not live."""
-        if not self.server.live():
-            raise RuntimeError("inferd's core is not live")
+    async def check_health(self) -> None:
+        """Serve's health check is the server's readiness: a replica whose models did not load
+        fails it. At a replica's start that fails the start, with this reason: a first deploy
+        fails (deploy.py says why), and a replica started again later (its node died, it was
+        killed) while its repository cannot be read is replaced by another, again and again,
+        until one loads. A running replica that stops being ready is replaced the same way."""
+        problem = await self._on_loop(unready, self.server.runtime.core)
+        if problem is not None:
+            raise RuntimeError(problem)
 
     def __del__(self) -> None:
         if self._poller is not None:
@@ -388,6 +407,21 @@ class InferdReplica:
             running.cancel()
 
 
+def unready(core: ServerCore) -> str | None:
+    """Why a replica's server is not ready to serve (None: it is): its core is not live, it is not
+    ready (a model that failed to load, under --strict-readiness), or nothing loaded and something
+    failed (a repository that cannot be read, every model broken) whatever the readiness flag."""
+    if not core.live():
+        return f"{NOT_READY}: its core is not live"
+    failures = core.load_failures()
+    if core.ready() and not (failures and not core.repository_index(ready_only=True)):
+        return None
+    reasons = "; ".join(
+        f"'{name}'{f' version {version}' if version else ''}: {reason}" for name, version, reason in failures
+    )
+    return f"{NOT_READY}: {reasons or 'the server is not ready'}"
+
+
 def _encoded(message: Any) -> bytes:
     """A request as the proxy hands it over: its bytes (``grpc_service.py``), or a message."""
     return message if isinstance(message, bytes) else bytes(message.SerializeToString())
@@ -413,4 +447,4 @@ for _rpc in UNARY_RPCS:
     if _rpc != "ModelInfer":
         setattr(InferdReplica, _rpc, _unary_method(_rpc))
 
-__all__ = ["InferdReplica"]
+__all__ = ["NOT_READY", "InferdReplica", "unready"]
