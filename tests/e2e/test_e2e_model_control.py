@@ -4,6 +4,7 @@ unload after draining) and poll mode (a model added, changed and removed)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -295,9 +296,11 @@ def test_reloads_under_load_fail_no_request(explicit: InferdProcess) -> None:
     threads = [threading.Thread(target=load, args=(w,)) for w in range(8)]
     for t in threads:
         t.start()
+    config = client.get_model_config("identity_fp32")
     try:
-        for _ in range(30):
-            client.load_model("identity_fp32")
+        for i in range(30):  # a changed parameter each time: a reload in full (an unchanged model's is none)
+            config["parameters"] = {"generation": {"string_value": str(i)}}
+            client.load_model("identity_fp32", config=json.dumps(config))
     finally:
         stop.set()
         for t in threads:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -131,6 +131,19 @@ class BackendInstance(Protocol):
     def unload(self) -> None:
         """Release the instance (Python: ``finalize``)."""
         ...
+
+
+@runtime_checkable
+class Reschedulable(Protocol):
+    """An instance whose model may release a request for another execute instead of answering it
+    (a Python model's ``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``).
+
+    ``rescheduler`` takes such a request back, from any thread: set by a scheduler that serves
+    ``iterative_sequence`` (scheduling/sequence.py); None: the request is refused, as the reference
+    refuses it for a model not configured so.
+    """
+
+    rescheduler: Callable[[InferRequest], None] | None
 
 
 class BackendModel(Protocol):

@@ -14,6 +14,8 @@ from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from inferd.backends.base import BackendModel
+    from inferd.core.instance_update import Member
     from inferd.core.readiness import ReadinessCheck
     from inferd.scheduling.base import Scheduler
 
@@ -63,10 +65,19 @@ class Model:
         self.validated: dict[Hashable, int] = {}
         #: the model's own readiness check (a Python model's ``is_ready``), asked by the ready endpoints
         self.ready_check: ReadinessCheck | None = None
+        #: what made its instances, and the instances in the reference's order (an instance_group
+        #: update made in place adds and removes them: core/instance_update.py)
+        self.backend_model: BackendModel | None = None
+        self.members: list[Member] = []
 
     @property
     def ready(self) -> bool:
         return self.state is ModelState.READY
+
+    def set_config(self, config: Any) -> None:
+        """The config after an instance_group update (the rest of it is the same by definition)."""
+        self.config = config
+        self._config_json = None
 
     def config_json(self) -> dict[str, Any]:
         """The normalised config as the /config endpoint prints it (computed once)."""

@@ -8,7 +8,11 @@
   ``--repository-poll-secs``: a model added, changed (any file's size or modification time) or
   removed is loaded, reloaded or unloaded.
 
-A reload brings the new versions up beside the old ones and switches when they are READY: a
+A load of a model whose folder did not change since it was loaded (no file added, removed or
+modified, no config override) does nothing, as the reference's. A version whose files did not
+change and whose new config differs only in ``instance_group`` (or ``version_policy``) is updated
+where it serves: instances added and removed, the others kept (core/instance_update.py). Any other
+reload brings the new versions up beside the old ones and switches when they are READY: a
 request is routed to the old or to the new, never to neither (routing and the switch both happen
 on the event loop). The old versions then drain (their in-flight requests finish, up to
 ``--exit-timeout-secs``) and unload. A reload that fails leaves the old versions serving.
@@ -22,7 +26,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -30,6 +33,7 @@ from typing import Any, NoReturn
 
 from google.protobuf import json_format
 
+from inferd.core.instance_update import requires_reload, update_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.on_demand import MemoryBudget
@@ -43,10 +47,10 @@ from inferd.core.repository_manager import (
     status_text,
 )
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
-from inferd.repository import DuplicateModel, ModelDir, select_versions
+from inferd.repository import DuplicateModel, ModelDir, fingerprint, select_versions
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import scan_model_dir
+from inferd.repository.scan import Fingerprint, scan_model_dir
 
 log = logging.getLogger("inferd.repository")
 
@@ -89,19 +93,20 @@ def _poll_failed(name: str, why: str) -> InternalError:
     return InternalError(f"failed to load '{name}', failed to poll from model repository: {why}")
 
 
-def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
-    """What poll mode compares: every file and folder under a model's folder, with its size and
-    modification time (a file replaced, edited or touched changes it)."""
+#: what the reference leaves out of a version's files: the config, and the folder of ``--model-config-name``
+_CONFIG_ENTRIES = frozenset({"config.pbtxt", "configs"})
+
+
+def version_files(mark: Fingerprint, version: int) -> Fingerprint:
+    """The part of a model folder's fingerprint that decides whether ``version`` changed, as the
+    reference's ``IsModelVersionModified``: its version folder and what lies beside the version
+    folders, except the config."""
+    v = str(version)
     out = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for entry in (*dirs, *sorted(files)):
-            full = os.path.join(root, entry)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            out.append((os.path.relpath(full, path), st.st_size, st.st_mtime_ns))
+    for entry in mark:
+        top = entry[0].split("/", 1)[0]
+        if top == v or not (top.isdigit() or top in _CONFIG_ENTRIES):
+            out.append(entry)
     return tuple(out)
 
 
@@ -170,8 +175,11 @@ class ModelControl:
         self._settings = settings
         self._drain_timeout_s = drain_timeout_s
         self._lock = asyncio.Lock()
-        #: model name -> the fingerprint of the folder it was loaded from (poll mode)
-        self._seen: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        #: model name -> the fingerprint of the folder it was loaded from (poll mode's look)
+        self._seen: dict[str, Fingerprint] = {}
+        #: model name -> its folder's fingerprint when it was last loaded from the repository (none
+        #: after a load with file overrides): what tells a load that changes nothing
+        self._stamps: dict[str, Fingerprint] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
         #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
@@ -200,7 +208,10 @@ class ModelControl:
                     if not self._registry.models.get(name):
                         self._registry.failed[name] = e.message
             return
-        await load_repositories(self._sources, self._registry, self._settings)
+        found = await load_repositories(self._sources, self._registry, self._settings)
+        if self.mode != "none":
+            ready = {n: md for n, md in found.items() if self._registry.is_ready(n)}
+            self._stamps = await asyncio.to_thread(lambda: {n: fingerprint(md) for n, md in ready.items()})
         if self.mode == "poll":  # the stores' marks from the listings the load used
             self._seen = await asyncio.to_thread(self._sources.fingerprints, fingerprint, False)
 
@@ -270,7 +281,7 @@ class ModelControl:
                 await self._unload(name, unload_dependents)
 
     # -- poll mode -----------------------------------------------------------------------------------
-    def _scan_fingerprints(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    def _scan_fingerprints(self) -> dict[str, Fingerprint]:
         return self._sources.fingerprints(fingerprint)
 
     async def poll_once(self) -> None:
@@ -308,7 +319,9 @@ class ModelControl:
     # -- the work (lock held) ------------------------------------------------------------------------
     def _model_dir(
         self, name: str, config: str | None, files: dict[str, bytes]
-    ) -> tuple[ModelDir, Any | None]:
+    ) -> tuple[ModelDir, Any | None, Fingerprint | None]:
+        """The folder to load ``name`` from, the config override, and the folder's fingerprint
+        (None for a folder of file overrides)."""
         override = None
         if config is not None:
             try:
@@ -321,13 +334,13 @@ class ModelControl:
             if override is None:
                 raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
             folder = write_overrides(name, files)
-            return scan_model_dir(folder, folder.parent, name=name), override
+            return scan_model_dir(folder, folder.parent, name=name), override, None
         entry = self._sources.find(name)
         if entry is None:
             raise _poll_failed(name, "model not found in any model repository")
         if isinstance(entry, DuplicateModel | Unreadable):
             raise _poll_failed(name, entry.reason)
-        return entry, override
+        return entry, override, fingerprint(entry)
 
     async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
         self._busy.add(name)
@@ -345,7 +358,17 @@ class ModelControl:
         else:
             self._implicit.discard(name)
         loading.add(name)
-        md, override = await asyncio.to_thread(self._model_dir, name, config, files)
+        md, override, mark = await asyncio.to_thread(self._model_dir, name, config, files)
+        if (
+            override is None
+            and mark is not None
+            and self._stamps.get(name) == mark
+            and registry.is_ready(name)
+        ):
+            log.info("'%s' is unchanged since it was loaded: nothing to load", name)
+            if self.budget is not None:
+                self.budget.touch(name)
+            return
         try:
             cfg = await asyncio.to_thread(
                 prepare_config,
@@ -362,6 +385,8 @@ class ModelControl:
             failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
             failed_model.state, failed_model.reason = ModelState.UNAVAILABLE, status_text(e)
             self._fail(name, [failed_model], md, files)
+        old = registry.models.get(name, {})
+        updated: dict[int, Model] = {}  # the versions updated in place
         if cfg.platform == "ensemble":
             for step in cfg.ensemble_scheduling.step:
                 if step.model_name not in loading and not registry.is_ready(step.model_name):
@@ -372,9 +397,15 @@ class ModelControl:
             if not versions:
                 self._drop_override(md, files)
                 raise _poll_failed(name, "no version is available")
-            budget = self.budget
+            was = self._stamps.get(name)
+            for v in versions:
+                serving = old.get(v)
+                if serving is not None and self._updatable(serving, cfg, was, mark, v):
+                    updated[v] = serving
+            to_load = [v for v in versions if v not in updated]
+            budget = self.budget if to_load else None
             baseline = 0 if budget is None else await budget.before_load(name, md.path, loading, self._evict)
-            new = [await load_bounded(name, v, md, cfg, settings) for v in versions]
+            new = [await load_bounded(name, v, md, cfg, settings) for v in to_load]
             if budget is not None and all(m.ready for m in new):
                 try:
                     budget.loaded(name, baseline)
@@ -390,23 +421,53 @@ class ModelControl:
                 if m.ready:
                     await self._stop(m)
             self._fail(name, new, md, files)
-        old = registry.models.get(name, {})
-        fresh = {m.version: m for m in new}
+        for version, model in updated.items():
+            try:
+                await update_instances(model, cfg, settings.loop, self._drain_timeout_s)
+            except Exception as e:  # the version serves on as it was; the new ones go (the reference's)
+                for m in new:
+                    await self._stop(m)
+                self._drop_override(md, files)
+                why = status_text(e) if isinstance(e, InferdError) else f"{type(e).__name__}: {e}"
+                raise InvalidArgumentError(
+                    f"load failed for model '{name}': version {version} is at READY state: {why};\n"
+                ) from e
+        fresh = {m.version: m for m in new} | updated
         # versions the new load leaves out stay listed, as UNAVAILABLE "unloaded" once stopped
         registry.models[name] = {**{v: m for v, m in old.items() if v not in fresh}, **fresh}
         registry.failed.pop(name, None)
         registry.refresh_defaults()  # requests go to the new versions from here on
+        if mark is None:
+            self._stamps.pop(name, None)
+        else:
+            self._stamps[name] = mark
         old_dir = self._override_dirs.pop(name, None)
         if files:
             self._override_dirs[name] = md.path
-        log.info("loaded '%s' (%s)", name, ", ".join(f"version {m.version}" for m in new))
+        log.info("loaded '%s' (%s)", name, ", ".join(f"version {v}" for v in sorted(fresh)))
         for m in old.values():
-            await self._stop(m)
+            if updated.get(m.version) is not m:
+                await self._stop(m)
         if old_dir is not None:
             remove_override_folder(old_dir)
         if self.budget is not None:
             self.budget.touch(name)
             await self.budget.fit(loading, self._evict, why=name)
+
+    def _updatable(
+        self, model: Model, cfg: Any, was: Fingerprint | None, mark: Fingerprint | None, version: int
+    ) -> bool:
+        """Whether a load of ``version`` with ``cfg`` updates ``model`` (serving it) in place."""
+        return (
+            model.ready
+            and model.backend_model is not None
+            and bool(model.members)
+            and self._settings.rate_limiter is None
+            and was is not None
+            and mark is not None
+            and version_files(was, version) == version_files(mark, version)
+            and not requires_reload(model.config, cfg)
+        )
 
     def _fail(self, name: str, new: list[Model], md: ModelDir, files: dict[str, bytes]) -> NoReturn:
         """A load whose versions did not all come up: the old ones serve on; with none, the new
@@ -450,6 +511,7 @@ class ModelControl:
         if folder is not None:
             remove_override_folder(folder)
         self._implicit.discard(name)
+        self._stamps.pop(name, None)
         if live:
             log.info("successfully unloaded '%s'", name)
         if self.budget is not None:

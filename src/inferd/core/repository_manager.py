@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, ServerLinks
+from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
 from inferd.backends.registry import get_backend
+from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.readiness import ReadinessCheck
@@ -50,7 +51,6 @@ _STATUS_TEXT = {
     ErrorCode.ALREADY_EXISTS: "Already exists",
     ErrorCode.CANCELLED: "Cancelled",
 }
-_KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
 
 
 def status_text(e: InferdError) -> str:
@@ -146,16 +146,6 @@ def _execute_timeout_ns(cfg: Any, default_s: float) -> int:
     return int(seconds * 1e9)
 
 
-def _instance_specs(cfg: Any) -> list[InstanceSpec]:
-    specs = []
-    for group in cfg.instance_group:
-        kind = _KIND_NAMES.get(group.kind, "CPU")
-        devices = list(group.gpus) or [0]
-        for i in range(group.count):
-            specs.append(InstanceSpec(f"{group.name}_{i}", kind, devices[i % len(devices)]))
-    return specs or [InstanceSpec(f"{cfg.name}_0", "CPU", 0)]
-
-
 @dataclass(slots=True)
 class LoadSettings:
     """How the server loads models (from its options) and what loaded models get from it."""
@@ -225,7 +215,8 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
             settings.load_timeout_s,
         )
         bmodel = backend.load(ctx)
-        specs = _instance_specs(cfg)
+        wanted = wanted_instances(cfg)
+        specs = [spec for spec, _ in wanted]
         # registered first: a model the limiter cannot fit is refused before it initializes, and each
         # instance's initialize and warmup wait for its resources (scheduling/rate_limiter.py)
         gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
@@ -242,6 +233,8 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
                 gate.close()
             raise
         promotion = bmodel.promotion()
+        model.backend_model = bmodel
+        model.members = [Member(spec, sig, i) for i, (spec, sig) in enumerate(wanted)]
         check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()
         ready_fn = check() if check is not None else None
         if ready_fn is not None:
@@ -266,7 +259,9 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
                 _policy(cfg),
                 model.stats,
                 settings.loop,
-                promote=None if promotion is None else (lambda: [promotion(spec) for spec in specs]),
+                promote=None
+                if promotion is None
+                else (lambda: {m.index: promotion(m.spec) for m in model.members}),
                 queue=queue_policy(cfg),
                 execute_timeout_ns=execute_timeout_ns,
                 gate=gate,
@@ -292,8 +287,9 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
 
 async def load_repositories(
     paths: list[Path] | RepositorySet, registry: LoadedModels, settings: LoadSettings
-) -> None:
-    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles.
+) -> dict[str, ModelDir]:
+    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles;
+    the folders of the models it found.
 
     A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
     with that reason and the others go on; if its load ever finishes, what it made is unloaded.
@@ -338,6 +334,7 @@ async def load_repositories(
         for model in ensemble_versions(entry, cfg, registry, settings):
             registry.add(model)
     registry.refresh_defaults()
+    return {name: entry for name, entry in found.items() if isinstance(entry, ModelDir)}
 
 
 def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: LoadSettings) -> list[Model]:

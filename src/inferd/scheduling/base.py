@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 
 
@@ -20,4 +21,24 @@ class Scheduler(Protocol):
 
     async def stop(self, timeout_s: float) -> None:
         """Finish in-flight work (up to ``timeout_s``), then release instances."""
+        ...
+
+
+class Resizable(Protocol):
+    """A scheduler whose instances change while it serves: an ``instance_group`` update made in
+    place (core/instance_update.py, the reference's ``UpdateInstanceGroup``)."""
+
+    @property
+    def promoted(self) -> bool:
+        """Whether its instances moved to worker processes (execution_mode auto): new ones are
+        made as the move makes them."""
+        ...
+
+    def add_instances(self, instances: list[tuple[str, BackendInstance]]) -> list[int]:
+        """Serve on ``instances`` too, from now on; their indices (``remove_instances``'s)."""
+        ...
+
+    async def remove_instances(self, indices: list[int], timeout_s: float) -> None:
+        """Retire the instances at ``indices``: they take nothing new, finish what they run (up to
+        ``timeout_s``) and unload; a sequence batcher's wait for their sequences to end."""
         ...

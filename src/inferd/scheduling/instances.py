@@ -11,6 +11,9 @@ a batch; preserve_ordering (scheduling/ordering.py) reserves each request's plac
 
 Idle workers wait last-in, first-out, lowest instance first: the instance still in the CPU's caches
 (and the one a backend may make widest) takes the next request (BENCHMARKS.md, DenseNet at c1).
+
+Instances added and retired while the pool serves (an ``instance_group`` update), and the move of
+``execution_mode: auto`` to worker processes, are ``pool_members.py``'s.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from inferd.errors import InferdError, InternalError, RequestCancelledError, Una
 from inferd.scheduling.execution_mode import AutoMode, overlap
 from inferd.scheduling.inline import SMALL_NS, InlineMode
 from inferd.scheduling.ordering import OrderedResponses
+from inferd.scheduling.pool_members import PoolMembers
 from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
 from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
@@ -40,7 +44,7 @@ log = logging.getLogger("inferd.scheduling")
 Clock = Callable[[], int]
 
 
-class InstancePool:
+class InstancePool(PoolMembers):
     """Queue + worker threads for one model version (default scheduler or dynamic batcher)."""
 
     def __init__(
@@ -52,12 +56,13 @@ class InstancePool:
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,
         clock: Clock = time.monotonic_ns,
-        promote: Callable[[], list[BackendInstance]] | None = None,
+        promote: Callable[[], dict[int, BackendInstance]] | None = None,
         queue: PolicyQueue | None = None,
         execute_timeout_ns: int = 0,
         gate: Gate | None = None,
     ) -> None:
-        """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py);
+        """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py),
+        by worker index;
         ``queue``: the dynamic batcher's queue policy (scheduling/queue.py), None: first in, first out;
         ``execute_timeout_ns``: the execute watchdog's limit (scheduling/watchdog.py), 0: none;
         ``gate``: the instances' slots in the rate limiter (scheduling/rate_limiter.py), None: off."""
@@ -76,7 +81,11 @@ class InstancePool:
         self._conds: list[threading.Condition] = []
         self._executing = 0
         self._stopping = False
-        self._instances = instances
+        self._instances = list(instances)
+        #: workers retired by an instance_group update (pool_members.py), the others' count, the lowest
+        self._retired: set[int] = set()
+        self._live = len(instances)
+        self._first = 0
         # inline mode (see the module docstring)
         # a queue delay means waiting for more requests: that needs a thread that may block
         self._inline_capable = (
@@ -98,22 +107,17 @@ class InstancePool:
         if promote is not None and len(instances) >= 2:
             self._auto = AutoMode(model_name, self._decided)
         #: for AutoMode: when each worker's execute began (0: idle) and its last one's span
-        self._busy_since = [0] * len(instances)
-        self._last_span = [(0, 0)] * len(instances)
-        self._threads = []
-        for index, (name, _inst) in enumerate(instances):
-            cond = threading.Condition(self._lock)
-            self._conds.append(cond)
-            self._threads.append(
-                threading.Thread(target=self._worker, args=(index, cond), name=f"inferd-{name}", daemon=True)
-            )
+        self._busy_since: list[int] = []
+        self._last_span: list[tuple[int, int]] = []
+        self._threads: list[threading.Thread] = []
         #: each worker's condition -> its instance's index (the lowest idle one is woken first)
-        self._rank = {cond: i for i, cond in enumerate(self._conds)}
+        self._rank: dict[threading.Condition, int] = {}
         #: the watchdog's view: each worker's execute in flight (start, batch) and those given up on
         self._execute_timeout_ns = execute_timeout_ns
-        self._running: list[tuple[int, list[InferRequest]] | None] = [None] * len(instances)
+        self._running: list[tuple[int, list[InferRequest]] | None] = []
         self._abandoned: set[int] = set()
-        for t in self._threads:
+        threads = [self._start_worker(name) for name, _inst in instances]
+        for t in threads:
             t.start()
         if execute_timeout_ns:
             WATCHDOG.watch(self)
@@ -125,7 +129,7 @@ class InstancePool:
         with self._lock:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
-            if self._abandoned and len(self._abandoned) == len(self._instances):
+            if self._abandoned and len(self._abandoned - self._retired) >= self._live:
                 raise all_stuck(self._model_name, self._model_version, self._execute_timeout_ns)
             if self._policy_queue is None:
                 self._queue.append(request)
@@ -179,9 +183,14 @@ class InstancePool:
         if self._gate is not None:
             self._gate.close()
         with self._lock:  # execution_mode auto: process instances no worker took over yet go too
+            live = [pair for i, pair in enumerate(self._instances) if i not in self._retired]
             current = [inst for _, inst in self._instances]
-            spare = [i for i in self._replacements or () if all(i is not c for c in current)]
-        for name, inst in [*self._instances, *(("(not taken over)", i) for i in spare)]:
+            spare = [
+                inst
+                for i, inst in enumerate(self._replacements or ())
+                if i not in self._retired and all(inst is not c for c in current)
+            ]
+        for name, inst in [*live, *(("(not taken over)", i) for i in spare)]:
             try:
                 inst.unload()
             except Exception:
@@ -214,12 +223,13 @@ class InstancePool:
         idle = self._idle
         instance = self._instances[index][1]
         gate = self._gate
+        retired = self._retired
         while True:
             if self._replacements is not None and self._replacements[index] is not instance:
                 instance = self._take_over(index, instance)
             with cond:
                 while not queue or self._inline:
-                    if self._stopping:
+                    if self._stopping or index in retired:
                         return
                     if self._replacements is not None and self._replacements[index] is not instance:
                         break  # take over first, then look again
@@ -231,6 +241,8 @@ class InstancePool:
                         idle.remove(cond)
                 if not queue or self._inline:
                     continue
+                if retired and index in retired:  # an instance_group update removed its instance
+                    return
                 if policy.batching and policy.max_queue_delay_ns > 0:
                     self._wait_for_batch(cond)
                     if not queue:  # stop() failed the queue, or another worker took it meanwhile
@@ -274,43 +286,6 @@ class InstancePool:
                 # shared memory, which cannot be unregistered while they live
                 del batch, out
 
-    # -- execution_mode auto ---------------------------------------------------------------------
-    def _decided(self, to_processes: bool) -> None:
-        if to_processes:  # the processes start off the execute's thread (initialize may take long)
-            threading.Thread(target=self._promote_now, daemon=True).start()
-
-    def _promote_now(self) -> None:
-        assert self._promote is not None  # AutoMode exists only with it
-        try:
-            instances = self._promote()
-        except Exception:
-            log.exception(
-                "model '%s': its worker processes did not start; it stays in threads", self._model_name
-            )
-            return
-        with self._lock:
-            stopping = self._stopping
-            if not stopping:
-                self._inline_capable = False
-                self._inline = False
-                self._replacements = instances
-                self._wake_all()
-        if stopping:  # the pool stopped while they started: nobody will take them over
-            for inst in instances:
-                inst.unload()
-
-    def _take_over(self, index: int, old: BackendInstance) -> BackendInstance:
-        """This worker is idle: its instance becomes the process instance; the thread one finalizes."""
-        assert self._replacements is not None
-        new = self._replacements[index]
-        with self._lock:
-            self._instances[index] = (self._instances[index][0], new)
-        try:
-            old.unload()
-        except Exception:
-            log.exception("unloading instance %s failed", self._instances[index][0])
-        return new
-
     def _send_back(self, out: list[tuple[list[InferRequest], list[InferResponse]]]) -> None:
         for answered, responses in out:
             self._loop.call_soon_threadsafe(_deliver, answered, responses)
@@ -337,7 +312,7 @@ class InstancePool:
         if batch is None:
             return
         try:
-            self._execute(self._instances[0][1], batch, total, inline=True)
+            self._execute(self._instances[self._first][1], batch, total, inline=True)
         finally:
             with self._lock:
                 self._executing -= len(batch)
@@ -512,7 +487,7 @@ class InstancePool:
                 if run is not None and i not in self._abandoned and now_ns - run[0] > limit
             ]
             self._abandoned.update(i for i, _ in overdue)
-            stuck = [] if len(self._abandoned) < len(self._instances) else list(self._queue)
+            stuck = [] if len(self._abandoned - self._retired) < self._live else list(self._queue)
             if stuck:
                 self._queue.clear()
         for index, (t0, batch) in overdue:

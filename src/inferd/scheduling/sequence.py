@@ -23,6 +23,15 @@ START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
   START. A request's ``timeout`` bounds its sequence's wait in the backlog ("timeout of the
   corresponding sequence has been expired"). A cancelled request ends its sequence: the requests
   queued behind it are cancelled too.
+- ``iterative_sequence``: a request without a correlation ID starts a sequence of its own, under the
+  next of the batcher's IDs (1, 2, ...), flagged START. Its model may release it for another
+  execute (a Python model's ``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``): it
+  comes back to its slot flagged 0, behind what the sequence has queued. Its final response ends
+  the sequence (the reference enqueues a cancelled END request then, counted as a CANCELED
+  failure: so is it here).
+- An ``instance_group`` update (core/instance_update.py) adds instances with their slots; a removed
+  instance's slots take no new sequence, and it unloads once its sequences ended (the update does
+  not wait for them).
 
 Execution is the instance pool's (``instances.py``): one pool per instance, whose instance is
 wrapped by :class:`SequenceInstance` (slot order, fillers, state outputs requested), so statistics,
@@ -43,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inferd.backends.base import BackendInstance
+from inferd.backends.base import BackendInstance, Reschedulable
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
@@ -57,15 +66,14 @@ from inferd.errors import (
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy
 from inferd.scheduling.rate_limiter import Gate
+from inferd.scheduling.sequence_instance import wrap_instance
 from inferd.scheduling.sequence_state import (
     SequenceControls,
     SequenceStates,
     StateSpec,
-    filler,
     state_specs,
     take_states,
 )
-from inferd.scheduling.watchdog import Abortable
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -73,6 +81,7 @@ log = logging.getLogger("inferd.scheduling")
 BACKLOG_IDLE_RECHECK_NS = 50_000_000
 BACKLOG_EXPIRED = "timeout of the corresponding sequence has been expired"
 STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+NOT_STARTED = "must specify the START flag on the first request of the sequence"
 
 Clock = Callable[[], int]
 CorrelationId = int | str
@@ -173,28 +182,23 @@ class SequenceBatcher:
         self.state_output_names = frozenset(s.output_name for s in self._state_specs)
         self.all_outputs = [RequestedOutput(o.name) for o in config.output] + self.state_outputs
         self.all_output_names = frozenset(o.name for o in self.all_outputs)
+        #: iterative_sequence: requests without an ID get the next of these (see the module docstring)
+        self.iterative = bool(sb.iterative_sequence)
+        self._next_id = 1
         #: id(request) -> its slot, from its hand-off to the instance until its final response
         self.tickets: dict[int, _Slot] = {}
+        self._policy, self._execute_timeout_ns, self._slot_count = policy, execute_timeout_ns, slot_count
         gates = gate.split() if gate is not None else [None] * len(instances)
-        self._pools = [
-            InstancePool(
-                model_name,
-                model_version,
-                [(name, wrap_instance(inst, self))],
-                policy,
-                stats,
-                loop,
-                clock=clock,
-                execute_timeout_ns=execute_timeout_ns,
-                gate=one_gate,
-            )
-            for (name, inst), one_gate in zip(instances, gates, strict=True)
-        ]
+        self._pools = [self._pool(name, inst, g) for (name, inst), g in zip(instances, gates, strict=True)]
         pairs = [(i, p) for i in range(slot_count) for p in range(len(instances))]
         self._slots = [_Slot(n, p, i) for n, (i, p) in enumerate(pairs)]
         #: free slots, the lowest slot index first (then the lowest instance), as the reference
         self._free = [(s.index, s.pool, s.number) for s in self._slots]
         heapq.heapify(self._free)
+        #: pools of removed instances -> their slots not yet free of their sequences; their stops
+        self._retiring: dict[int, int] = {}
+        self._retired: set[int] = set()
+        self._stops: set[asyncio.Task[None]] = set()
         self._live: dict[CorrelationId, _Sequence] = {}
         self._backlog: collections.deque[_Sequence] = collections.deque()
         self._waiting = 0  # requests in the sequences' queues
@@ -203,6 +207,22 @@ class SequenceBatcher:
         self._stopping = False
         #: the server is shutting down: no new sequence starts, the live ones go on (``drain``)
         self._draining = False
+
+    def _pool(self, name: str, inst: BackendInstance, gate: Gate | None) -> InstancePool:
+        """The pool that runs one instance (wrapped); an iterative model's instance reschedules here."""
+        if self.iterative and isinstance(inst, Reschedulable):
+            inst.rescheduler = self.reschedule
+        return InstancePool(
+            self._model_name,
+            self._model_version,
+            [(name, wrap_instance(inst, self))],
+            self._policy,
+            self._stats,
+            self._loop,
+            clock=self._clock,
+            execute_timeout_ns=self._execute_timeout_ns,
+            gate=gate,
+        )
 
     # -- Scheduler protocol ------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
@@ -217,9 +237,13 @@ class SequenceBatcher:
             )
         cid = request.correlation_id
         if cid == 0 or cid == "":
-            raise InvalidArgumentError(
-                f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
-            )
+            if not self.iterative:
+                raise InvalidArgumentError(
+                    f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
+                )
+            cid = request.correlation_id = self._next_id  # a sequence of its own (module docstring)
+            self._next_id += 1
+            request.flags = SEQUENCE_START
         start = bool(request.flags & SEQUENCE_START)
         end = bool(request.flags & SEQUENCE_END)
         if start and (self._stopping or self._draining):
@@ -227,8 +251,7 @@ class SequenceBatcher:
         seq = self._live.get(cid)
         if seq is None and not start:
             raise InvalidArgumentError(
-                f"inference request for sequence {cid} to model '{name}' must specify the START flag on the "
-                "first request of the sequence"
+                f"inference request for sequence {cid} to model '{name}' {NOT_STARTED}"
             )
         stream = request.stream
         if stream is None:
@@ -291,7 +314,10 @@ class SequenceBatcher:
             self._fail_queue(seq, error)
         self._backlog.clear()
         left = max(0.0, deadline - time.monotonic())
-        await asyncio.gather(*(p.stop(left) for p in self._pools))
+        live = [p for i, p in enumerate(self._pools) if i not in self._retired]
+        self._retired.update(range(len(self._pools)))
+        self._retiring.clear()  # their pools stop here
+        await asyncio.gather(*(p.stop(left) for p in live), *self._stops)
 
     # -- what tests and the statistics may look at ------------------------------------------------
     def stats(self) -> dict[str, int]:
@@ -334,6 +360,9 @@ class SequenceBatcher:
     def _release(self, slot: _Slot) -> None:
         """The slot's sequence is over: the oldest backlogged sequence takes it, else it is free."""
         slot.seq = None
+        if slot.pool in self._retiring:  # its instance was removed: the slot goes with it
+            self._slot_gone(slot.pool)
+            return
         while self._backlog:
             seq = self._backlog.popleft()
             if seq.queue or not seq.ended:
@@ -400,7 +429,85 @@ class SequenceBatcher:
         if seq is not None and stream is not None and stream.cancelled:
             # as the reference: a cancelled request ends its sequence and cancels the ones behind it
             self._end(seq, RequestCancelledError("Request was cancelled"), "CANCELED")
+        elif self.iterative and seq is not None and not request.flags & SEQUENCE_END:
+            # released, not rescheduled: the reference's cancelled END request ends the sequence
+            self._stats.record_request(False, 0, "CANCELED")
+            seq.ended = True
+            if self._live.get(seq.cid) is seq:
+                del self._live[seq.cid]
         self._pump(slot)
+
+    # -- iterative sequences ---------------------------------------------------------------------
+    def reschedule(self, request: InferRequest) -> None:
+        """The model released ``request`` for another execute (from any thread)."""
+        self._loop.call_soon_threadsafe(self._rescheduled, request)
+
+    def _rescheduled(self, request: InferRequest) -> None:
+        """On the loop: ``request`` goes back to its slot, flagged 0, behind what its sequence queued;
+        a sequence that ended meanwhile (idle, or the request was its END) refuses it, as the
+        reference (which only logs it: its client would wait for ever)."""
+        slot = self.tickets.pop(id(request), None)
+        if slot is None:
+            return
+        self._handed -= 1
+        slot.busy = False
+        seq = slot.seq
+        request.flags = 0
+        if seq is None or seq.ended or request.stream is None:
+            error = InvalidArgumentError(
+                f"inference request for sequence {request.correlation_id} to model '{self._model_name}' "
+                f"{NOT_STARTED}"
+            )
+            log.error("Failed to release request: %s", error.message)
+            if request.stream is not None:
+                request.stream.deliver(self._error(request, error), True)
+        else:
+            request.t_queue_ns = seq.last_ns = self._clock()
+            seq.queue.append(request)
+            self._waiting += 1
+        self._pump(slot)
+
+    # -- instance_group updates (core/instance_update.py) -------------------------------------------
+    @property
+    def promoted(self) -> bool:
+        return False  # its pools never move to processes
+
+    def add_instances(self, instances: list[tuple[str, BackendInstance]]) -> list[int]:
+        """A pool and its slots for each of ``instances``; their pool indices."""
+        first = len(self._pools)
+        for name, inst in instances:
+            p = len(self._pools)
+            self._pools.append(self._pool(name, inst, None))
+            for i in range(self._slot_count):
+                slot = _Slot(len(self._slots), p, i)
+                self._slots.append(slot)
+                self._release(slot)  # a backlogged sequence takes it, else it is free
+        return list(range(first, len(self._pools)))
+
+    async def remove_instances(self, indices: list[int], timeout_s: float) -> None:
+        """The pools at ``indices`` take no new sequence; each stops once its sequences ended."""
+        gone = set(indices)
+        self._free = [f for f in self._free if f[1] not in gone]
+        heapq.heapify(self._free)
+        for p in indices:
+            self._retiring[p] = self._slot_count
+        for slot in self._slots:
+            if slot.pool in gone and slot.seq is None:
+                self._slot_gone(slot.pool)
+        stopping = [t for t in self._stops if not t.done()]
+        if stopping:  # the instances idle now finalize before the load answers, as the reference's
+            await asyncio.wait(stopping)
+
+    def _slot_gone(self, pool: int) -> None:
+        """A slot of a removed instance is free of its sequence: after the last, the pool stops."""
+        self._retiring[pool] -= 1
+        if self._retiring[pool] > 0:
+            return
+        del self._retiring[pool]
+        self._retired.add(pool)
+        task = self._loop.create_task(self._pools[pool].stop(0))
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
 
     def _end(self, seq: _Sequence, error: InferdError, reason: str) -> None:
         seq.ended = True
@@ -462,81 +569,3 @@ class SequenceBatcher:
         except ValueError:
             return
         self._end(seq, UnavailableError(BACKLOG_EXPIRED), "REJECTED")
-
-
-class SequenceInstance:
-    """A model instance as the sequence batcher's pool sees it: each execute gets the batch in slot
-    order with fillers (``direct``), and asks the backend for the state outputs too."""
-
-    def __init__(self, inner: BackendInstance, batcher: SequenceBatcher) -> None:
-        self.inner = inner
-        self._batcher = batcher
-
-    @property
-    def inline_ok(self) -> bool:
-        return self.inner.inline_ok
-
-    @property
-    def uses_bls(self) -> bool:
-        return self.inner.uses_bls
-
-    @property
-    def last_timings(self) -> tuple[int, int, int] | None:
-        return self.inner.last_timings
-
-    def unload(self) -> None:
-        self.inner.unload()
-
-    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        b = self._batcher
-        full, positions = requests, None
-        if b.fillers:
-            full, positions = self._arrange(requests)
-        saved = None
-        if b.state_outputs:
-            saved = [(r.outputs, r.output_names) for r in full]
-            for r in full:
-                if r.outputs is None:
-                    r.outputs, r.output_names = b.all_outputs, b.all_output_names
-                else:
-                    names = (
-                        r.output_names if r.output_names is not None else frozenset(o.name for o in r.outputs)
-                    )
-                    r.outputs, r.output_names = [*r.outputs, *b.state_outputs], names | b.state_output_names
-        try:
-            responses = self.inner.execute(full)
-        finally:
-            if saved is not None:
-                for r, (outputs, output_names) in zip(full, saved, strict=True):
-                    r.outputs, r.output_names = outputs, output_names
-        if responses is None or positions is None:
-            return responses
-        return [responses[i] for i in positions]
-
-    def _arrange(self, requests: list[InferRequest]) -> tuple[list[InferRequest], list[int] | None]:
-        """``requests`` at their slots' positions, fillers in the empty slots below the highest; the
-        position of each request of ``requests`` (None: nothing moved)."""
-        tickets = self._batcher.tickets
-        index = [tickets[id(r)].index for r in requests]
-        if index == list(range(len(requests))):
-            return requests, None
-        by_slot = dict(zip(index, requests, strict=True))
-        controls = self._batcher.controls_for_filler()
-        full = [by_slot[i] if i in by_slot else filler(requests[0], controls) for i in range(max(index) + 1)]
-        return full, index
-
-
-class AbortableSequenceInstance(SequenceInstance):
-    """A wrapped instance whose execute the watchdog can stop (a process instance)."""
-
-    def abort(self, reason: str) -> None:
-        inner = self.inner
-        assert isinstance(inner, Abortable)
-        inner.abort(reason)
-
-
-def wrap_instance(inner: BackendInstance, batcher: SequenceBatcher) -> SequenceInstance:
-    """The wrapper for ``inner``, abortable when ``inner`` is."""
-    if isinstance(inner, Abortable):
-        return AbortableSequenceInstance(inner, batcher)
-    return SequenceInstance(inner, batcher)

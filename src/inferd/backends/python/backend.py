@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.machinery
-import importlib.util
 import inspect
 import json
 import logging
-import os
 import sys
 import threading
 import time
-import traceback
-import types
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +18,9 @@ from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, Lo
 from inferd.backends.python import pb_utils
 from inferd.backends.python.containment import runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
+from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
 from inferd.backends.python.modelloop import ModelLoop
+from inferd.backends.python.reschedule import reschedule, take_rescheduled
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
@@ -54,92 +51,6 @@ _CODE_BY_PB = {
     pb_utils.TritonError.ALREADY_EXISTS: ErrorCode.ALREADY_EXISTS,
     pb_utils.TritonError.CANCELLED: ErrorCode.CANCELLED,
 }
-#: what a model's code may raise out of execute and still get an answer to its clients (``sys.exit``
-#: or ``unittest.main()`` in execute raise SystemExit; the reference answers it as an error)
-_MODEL_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
-
-#: inferd's own source folder: its frames never reach a client (the full traceback goes to the log)
-_OWN_SOURCES = str(Path(__file__).resolve().parents[2]) + os.sep
-
-
-def format_exception(e: BaseException) -> str:
-    """``Type: message\\n\\nAt:\\n  file(line): function`` as Triton's stub prints a Python error."""
-    # the model's frames only: Triton's stub calls into model.py from C++, and the server's own
-    # files are nobody's business but the log's
-    log.debug("a Python model raised", exc_info=e)
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_OWN_SOURCES)]
-    at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
-    return f"{type(e).__name__}: {str(e) or '<EMPTY MESSAGE>'}\n\nAt:\n{at}"
-
-
-def _model_file(config: Any, version_dir: Path) -> Path:
-    return version_dir / (config.default_model_filename or "model.py")
-
-
-# -- ``import model`` ------------------------------------------------------------------------------
-_loading = threading.local()  # the module a thread is importing or initializing
-
-
-class _ModelModule(types.ModuleType):
-    """What ``import model`` gives a model's code: that model's own module.
-
-    Triton runs each model in a process of its own, where ``model.py`` (on ``sys.path``) imports as
-    ``model``; models rely on it, e.g. ``unittest.main("model")``. Here every model shares the
-    process, so ``model`` resolves to the module of the model the calling thread runs for.
-    """
-
-    def _target(self) -> ModuleType | None:
-        return getattr(_loading, "module", None) or pb_utils._hooks().module()  # type: ignore[no-any-return]
-
-    def __getattr__(self, name: str) -> Any:
-        mod = self._target()
-        if mod is None:  # no model runs in this thread (hasattr() and friends look too)
-            raise AttributeError(f"module 'model' has no attribute '{name}' outside a model")
-        return getattr(mod, name)
-
-    def __dir__(self) -> list[str]:
-        mod = self._target()
-        return dir(mod) if mod is not None else []
-
-
-def _install_model_alias(model_folders: set[str]) -> None:
-    """Register ``model`` as ``_ModelModule`` unless something real already answers to that name."""
-    if "model" in sys.modules:
-        return
-    paths = [p for p in sys.path if p not in model_folders]
-    if importlib.machinery.PathFinder.find_spec("model", paths) is None:
-        sys.modules["model"] = _ModelModule("model")
-
-
-_model_folders: set[str] = set()
-
-
-def _import_model(path: Path, module_name: str) -> ModuleType:
-    if not path.is_file():
-        raise InvalidArgumentError(f"unable to find '{path}': the Python model file is missing")
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise InvalidArgumentError(f"unable to load '{path}' as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    folder = str(path.parent)
-    _model_folders.add(folder)
-    _install_model_alias(_model_folders)
-    if folder not in sys.path:
-        sys.path.append(folder)  # as Triton's stub does: helper modules beside model.py import
-    _loading.module = module
-    # importable by name, as a module should be: pickle finds the model's functions through it
-    # (multiprocessing.Pool in a model, qa/L0_backend_python bls)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except _MODEL_ERRORS as e:
-        sys.modules.pop(module_name, None)
-        raise InternalError(f"Failed to load model file '{path}': {format_exception(e)}") from e
-    finally:
-        _loading.module = None
-    if not hasattr(module, "TritonPythonModel"):
-        raise InvalidArgumentError(f"'{path}' does not define class TritonPythonModel")
-    return module
 
 
 class PythonBackend:
@@ -153,8 +64,8 @@ class PythonBackend:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
             return
-        path = _model_file(config, version_dir)
-        module = _import_model(path, f"_inferd_autocomplete_{config.name}")
+        path = model_file(config, version_dir)
+        module = import_model(path, f"_inferd_autocomplete_{config.name}")
         cls = module.TritonPythonModel
         hook = getattr(cls, "auto_complete_config", None)
         if hook is None:
@@ -166,7 +77,7 @@ class PythonBackend:
         cfg = pb_utils.ModelConfig(config_to_json(config))
         try:
             result = hook(cfg)
-        except _MODEL_ERRORS as e:
+        except MODEL_ERRORS as e:
             raise InvalidArgumentError(f"auto_complete_config failed: {format_exception(e)}") from e
         if not isinstance(result, pb_utils.ModelConfig):
             raise InvalidArgumentError("auto_complete_config must return the ModelConfig it was given")
@@ -182,7 +93,7 @@ class PythonBackend:
         from inferd.backends.python.process import IN_WORKER, ProcessModel, execution_mode
 
         mode = execution_mode(ctx)
-        path = _model_file(ctx.config, ctx.version_dir)
+        path = model_file(ctx.config, ctx.version_dir)
         limited = memory_limit(ctx) > 0  # (checked in every mode: a bad value fails the load)
         if mode == "auto" and runs_in_workers(ctx.model_name, path, limited):
             mode = "process"
@@ -195,7 +106,7 @@ class PythonBackend:
                 ctx.model_name,
             )
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
-        module = _import_model(path, module_name)
+        module = import_model(path, module_name)
         model = PythonModel(ctx, module)
         if mode == "auto":
             model.auto = ProcessModel(ctx)
@@ -311,31 +222,33 @@ class PythonInstance:
         self.uses_bls = False
         #: the server's loop (where the requests' streams deliver); known from the first request
         self.server_loop: asyncio.AbstractEventLoop | None = None
-        self._hooks = InstanceHooks(self)
+        self.hooks = InstanceHooks(self)
+        #: takes back the requests the model releases for another execute (reschedule.py)
+        self.rescheduler: Callable[[InferRequest], None] | None = None
         self._loop: ModelLoop | None = None
         self._loop_lock = threading.Lock()
-        self._prefix = f"Failed to process the request(s) for model '{name}', message: "
+        self.error_prefix = f"Failed to process the request(s) for model '{name}', message: "
 
     # -- life cycle --------------------------------------------------------------------------------
     def _model_loop(self) -> ModelLoop:
         with self._loop_lock:
             if self._loop is None:
-                self._loop = ModelLoop(self.name, lambda: pb_utils._set_thread_hooks(self._hooks))
+                self._loop = ModelLoop(self.name, lambda: pb_utils._set_thread_hooks(self.hooks))
             return self._loop
 
     def _call(self, fn: Any, *args: Any) -> Any:
         """Call a model method in this thread with the instance's hooks; a coroutine it returns
         runs on the instance's loop."""
         previous = getattr(pb_utils._local, "hooks", None)
-        pb_utils._set_thread_hooks(self._hooks)
-        _loading.module = self.model.module
+        pb_utils._set_thread_hooks(self.hooks)
+        loading.module = self.model.module
         try:
             result = fn(*args)
             if inspect.iscoroutine(result):
                 result = self._model_loop().run(result)
             return result
         finally:
-            _loading.module = None
+            loading.module = None
             pb_utils._set_thread_hooks(previous if previous is not None else pb_utils._default_hooks)
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -344,14 +257,14 @@ class PythonInstance:
         if init is not None:
             try:
                 self._call(init, args)
-            except _MODEL_ERRORS as e:
+            except MODEL_ERRORS as e:
                 self._close_loop()
                 raise InternalError(format_exception(e)) from e
-        self._hooks.phase = "execute"
-        pb_utils._add_fallback(self._hooks)
+        self.hooks.phase = "execute"
+        pb_utils._add_fallback(self.hooks)
 
     def unload(self) -> None:
-        self._hooks.phase = "finalize"
+        self.hooks.phase = "finalize"
         fin = getattr(self.obj, "finalize", None)
         try:
             if fin is not None:
@@ -365,7 +278,7 @@ class PythonInstance:
                 )
             )
             self._close_loop()
-            pb_utils._remove_fallback(self._hooks)
+            pb_utils._remove_fallback(self.hooks)
             self.model.instance_unloaded(self)
 
     def is_ready(self) -> bool:
@@ -375,7 +288,7 @@ class PythonInstance:
             return True
         try:
             result = self._call(fn)
-        except _MODEL_ERRORS as e:
+        except MODEL_ERRORS as e:
             raise InternalError(format_exception(e)) from e
         if not isinstance(result, bool):
             raise InternalError("is_ready() must return a boolean value")
@@ -389,7 +302,7 @@ class PythonInstance:
     # -- execute -------------------------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         # per thread: the pool runs an instance in its worker thread or, inline, on the loop's
-        hooks = self._hooks
+        hooks = self.hooks
         if getattr(pb_utils._local, "hooks", None) is not hooks:
             pb_utils._set_thread_hooks(hooks)
         clock = time.monotonic_ns
@@ -416,14 +329,17 @@ class PythonInstance:
         t1 = clock()
         try:
             results = self._execute(pb_requests)
-        except _MODEL_ERRORS as e:
+        except MODEL_ERRORS as e:
             raise self._failed(e, pb_requests) from e
         t2 = clock()
         if type(results) is not list and inspect.iscoroutine(results):  # async def execute: its loop runs it
             self._model_loop().submit(self._run_async(requests, pb_requests, results))
             self.last_timings = (t1 - t0, clock() - t1, 0)
             return None
+        again = take_rescheduled(self, pb_requests, results) if hooks.marked else None
         responses = self._finish(requests, pb_requests, results)
+        if again:
+            reschedule(self, requests, again)
         self.last_timings = (t1 - t0, t2 - t1, clock() - t2)
         return responses
 
@@ -437,13 +353,16 @@ class PythonInstance:
         try:
             try:
                 results = await coro
-            except _MODEL_ERRORS as e:
+            except MODEL_ERRORS as e:
                 raise self._failed(e, pb_requests) from e
             except asyncio.CancelledError:
                 raise UnavailableError(
                     f"model '{self.model.ctx.model_name}' was unloaded during execute"
                 ) from None
+            again = take_rescheduled(self, pb_requests, results)  # (executes overlap here: every time)
             responses = self._finish(requests, pb_requests, results)
+            if again:
+                reschedule(self, requests, again)
         except InferdError as err:
             version = self.model.version_str
             for r in requests:
@@ -458,7 +377,7 @@ class PythonInstance:
     def _failed(self, e: BaseException, pb_requests: list[pb_utils.InferenceRequest]) -> InferdError:
         """The error of an execute that raised, for the requests it did not answer; those whose one
         response already went out only get their final flag (their client has its answer)."""
-        err = InternalError(self._prefix + format_exception(e))
+        err = InternalError(self.error_prefix + format_exception(e))
         unanswered = 0
         flag_only = []
         with self.lock:
@@ -482,12 +401,14 @@ class PythonInstance:
         self, requests: list[InferRequest], pb_requests: list[pb_utils.InferenceRequest], results: Any
     ) -> list[InferResponse] | None:
         """What execute returned, checked as the reference checks it: responses in request order,
-        or None (the requests answer through their senders, now or later)."""
+        or None (the requests answer through their senders, now or later). The requests the model
+        released for another execute are the caller's (reschedule.py)."""
         if self.model.decoupled:
             if results is not None:
                 self._close_all(pb_requests)
                 raise InternalError(
-                    self._prefix + f"Python model '{self.name}' is using the decoupled mode and the execute "
+                    self.error_prefix
+                    + f"Python model '{self.name}' is using the decoupled mode and the execute "
                     "function must return None."
                 )
             return None
@@ -498,12 +419,12 @@ class PythonInstance:
         if type(results) is not list:
             self._close_all(pb_requests)
             raise InternalError(
-                self._prefix + f"Expected a list in the execute return, found type '{type(results)}'."
+                self.error_prefix + f"Expected a list in the execute return, found type '{type(results)}'."
             )
         if len(results) != len(requests):
             self._close_all(pb_requests)
             raise InternalError(
-                self._prefix
+                self.error_prefix
                 + "Number of InferenceResponse objects do not match the number of InferenceRequest "
                 f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size "
                 f"is:{len(results)}\n"
@@ -514,7 +435,7 @@ class PythonInstance:
                 if res is not None and not isinstance(res, pb_utils.InferenceResponse):
                     self._close_all(pb_requests)
                     raise InternalError(
-                        self._prefix
+                        self.error_prefix
                         + "Expected an 'InferenceResponse' object in the execute function return "
                         f"list, found type '{type(res)}'."
                     )

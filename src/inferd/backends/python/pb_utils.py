@@ -120,6 +120,14 @@ class InferenceResponse:
     __slots__ = ("_error", "_outputs")
 
     def __init__(self, output_tensors: Any = _NO_TENSORS, error: Any = None) -> None:
+        if error is None and type(output_tensors) is list:  # what models write: a list of Tensors
+            for t in output_tensors:
+                if type(t) is not Tensor:
+                    break
+            else:
+                self._outputs = list(output_tensors)
+                self._error = None
+                return
         if (not is_sequence(output_tensors)) or (error is not None and not isinstance(error, TritonError)):
             kwargs = {"output_tensors": output_tensors} if output_tensors is not _NO_TENSORS else {}
             if error is not None:
@@ -265,6 +273,7 @@ class InferenceRequest:
         "_n_sent",
         "_output_names",
         "_params_json",
+        "_release",
         "_sender",
         "_tensors",
     )
@@ -403,10 +412,18 @@ class InferenceRequest:
         return bool(s is not None and s.cancelled)
 
     def set_release_flags(self, flags: int) -> None:
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            raise TritonModelException(
-                "Request rescheduling is available only for models with sequence_batching iterative_sequence"
+        """How the backend releases this request after ``execute``: with
+        ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, for another execute (backends/python/reschedule.py)."""
+        if not is_int(flags) or not 0 <= flags < 2**32:
+            raise incompatible(
+                "set_release_flags",
+                "(self: c_python_backend_utils.InferenceRequest, arg0: int) -> None",
+                (self, flags),
+                {},
             )
+        self._release = flags  # (unset on most requests: read with getattr)
+        if self._hooks is not None:
+            self._hooks.marked = True
 
     # BLS
     def exec(self, decoupled: bool = False) -> Any:
@@ -530,6 +547,9 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 # -- the server side ---------------------------------------------------------------------------
 class _Hooks:
     """What the hosting backend provides to this module (per instance)."""
+
+    #: a request of the instance got release flags (``set_release_flags``) since the backend looked
+    marked = False
 
     def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None:
         raise TritonModelException("response senders are not available outside a model instance")

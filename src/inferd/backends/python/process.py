@@ -57,6 +57,7 @@ from inferd.backends.python.ipc import (
 )
 from inferd.backends.python.memory import WATCH, memory_limit, over_limit, rss_bytes
 from inferd.backends.python.relay import BlsRelay, answer, answer_call
+from inferd.backends.python.reschedule import release
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, error_for_code
@@ -142,6 +143,8 @@ class ProcessInstance:
         self._unread = False
         #: told once this instance unloaded (ProcessModel counts its live instances)
         self.on_unload: Callable[[], None] | None = None
+        #: takes back the requests the model releases for another execute (reschedule.py)
+        self.rescheduler: Callable[[InferRequest], None] | None = None
         self._start()
         if memory_limit:
             WATCH.add(self)
@@ -411,6 +414,11 @@ class ProcessInstance:
         kind = msg[0]
         if kind == "resp":
             self._response(msg[1], msg[2], msg[3])
+        elif kind == "resched":  # released for another execute: no final response comes this time
+            with self._lock:
+                request = self._open.pop(msg[1], None)
+            if request is not None:
+                release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
             self._end(
                 responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],

@@ -47,6 +47,7 @@ from inferd.backends.base import (
     InstanceSpec,
     LoadContext,
     MetricError,
+    Reschedulable,
     ResponseCallback,
     ServerLinks,
 )
@@ -195,6 +196,16 @@ class Worker:
         )
         model = PythonBackend().load(ctx)
         self.instance = model.create_instance(InstanceSpec(*init["spec"]))
+        if isinstance(self.instance, Reschedulable):  # the server reschedules (or refuses) them
+            self.instance.rescheduler = self._rescheduled
+
+    def _rescheduled(self, request: InferRequest) -> None:
+        """The model released ``request`` for another execute: it comes back under a new key."""
+        stream = request.stream
+        if isinstance(stream, ProxyStream):
+            self.streams.pop(stream._key, None)
+            with contextlib.suppress(ChannelClosed):
+                self.channel.send(("resched", stream._key))
 
     # -- what the model asks of the server --------------------------------------------------------
     def infer_async(

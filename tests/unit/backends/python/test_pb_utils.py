@@ -215,11 +215,14 @@ def test_keyword_constructor_wraps_a_received_request() -> None:
     assert r.requested_output_names() == {"Y", "Z"}
 
 
-def test_set_release_flags() -> None:
+def test_set_release_flags_takes_any_uint32_as_the_reference_binding() -> None:
     r = pb_utils.InferenceRequest._wrap(_core_request(), None)
     r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
-    with pytest.raises(pb_utils.TritonModelException, match="iterative_sequence"):
-        r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    r.set_release_flags(7)  # the reference accepts it (and reschedules only on the exact flag)
+    for bad in (-1, 2**32, "2", 2.0, None):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            r.set_release_flags(bad)  # type: ignore[arg-type]
 
 
 def test_bls_request_construction() -> None:

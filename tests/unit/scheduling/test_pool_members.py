@@ -1,0 +1,73 @@
+"""An InstancePool's instances changing while it serves: added ones take requests at once, removed
+ones take nothing new, finish what they run and unload before ``remove_instances`` returns."""
+
+from __future__ import annotations
+
+import asyncio
+
+from poolkit import FakeInstance, Gate, answers, request, run, submit, until, wait_event
+
+from inferd.core.stats import ModelStats
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.queue import BatchPolicy
+
+
+class Counted(FakeInstance):
+    """A FakeInstance that counts its unloads."""
+
+    def __init__(self, fn: Gate | None = None) -> None:
+        super().__init__(fn)
+        self.unloads = 0
+
+    def unload(self) -> None:
+        self.unloads += 1
+
+
+def _pool(loop: asyncio.AbstractEventLoop, *instances: Counted) -> InstancePool:
+    named = [(f"m_0_{i}", inst) for i, inst in enumerate(instances)]
+    return InstancePool("m", "1", named, BatchPolicy(), ModelStats(), loop)  # type: ignore[misc]
+
+
+def test_a_removed_instance_finishes_its_batch_then_unloads_and_the_others_serve() -> None:
+    gate = Gate()
+    busy, other, added = Counted(gate), Counted(), Counted()
+
+    async def go(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _pool(loop, busy, other)
+        first = submit(pool, loop, request("r1"))  # the lowest idle instance: ``busy``
+        await wait_event(gate.started)
+        assert pool.add_instances([("m_0_2", added)]) == [2]  # type: ignore[list-item]
+        removing = asyncio.create_task(pool.remove_instances([0], 10))
+        await asyncio.sleep(0.05)
+        assert not removing.done()  # its batch is still running
+        later = submit(pool, loop, *(request(f"r{i}") for i in range(2, 8)))
+        assert all(a.error is None for a in await answers(later))
+        assert busy.batches == [["r1"]]  # retired: nothing new went to it
+        assert other.batches or added.batches
+        gate.release.set()
+        assert (await answers(first))[0].error is None
+        await asyncio.wait_for(removing, 10)
+        assert busy.unloads == 1 and other.unloads == added.unloads == 0
+        await until(lambda: pool.idle_workers() == 2)
+        await pool.stop(1)
+        assert (busy.unloads, other.unloads, added.unloads) == (1, 1, 1)
+
+    run(go)
+
+
+def test_work_in_flight_on_a_kept_instance_does_not_hold_the_update() -> None:
+    gate = Gate()
+    busy, idle = Counted(gate), Counted()
+
+    async def go(loop: asyncio.AbstractEventLoop) -> None:
+        pool = _pool(loop, busy, idle)
+        first = submit(pool, loop, request("r1"))
+        await wait_event(gate.started)
+        pool.add_instances([("m_0_2", Counted())])  # type: ignore[list-item]
+        await asyncio.wait_for(pool.remove_instances([1], 10), 5)  # the idle one: at once
+        assert idle.unloads == 1 and not first[0].done
+        gate.release.set()
+        assert (await answers(first))[0].error is None
+        await pool.stop(1)
+
+    run(go)
