@@ -79,19 +79,21 @@ def remove_worktree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def servers(base_src: Path, with_reference: bool, out: Path) -> dict[str, BenchServer]:
-    head = INFERD_TEMPLATE.format(python=sys.executable)
+def servers(
+    base_src: Path,
+    with_reference: bool,
+    out: Path,
+    head_src: Path = ROOT / "src",
+    extra: dict[str, Path] | None = None,
+) -> dict[str, BenchServer]:
+    cmd = INFERD_TEMPLATE.format(python=sys.executable)
+    trees = {"base": (base_src, "inferd (BASE)"), "head": (head_src, "inferd (working tree)")}
+    trees.update({name: (src, f"inferd ({name})") for name, src in (extra or {}).items()})
     made = {
-        "base": BenchServer(
-            CommandServer("base", "inferd (BASE)", f"env PYTHONPATH={base_src} {head}", models=MODELS),
-            out / "base.log",
-        ),
-        "head": BenchServer(
-            CommandServer(
-                "head", "inferd (working tree)", f"env PYTHONPATH={ROOT / 'src'} {head}", models=MODELS
-            ),
-            out / "head.log",
-        ),
+        name: BenchServer(
+            CommandServer(name, title, f"env PYTHONPATH={src} {cmd}", models=MODELS), out / f"{name}.log"
+        )
+        for name, (src, title) in trees.items()
     }
     if with_reference:
         made["reference"] = BenchServer(ReferenceServer(models=MODELS), out / "reference.log")
@@ -188,13 +190,21 @@ def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--base", required=True, help="the commit to compare with (a revision git knows)")
+    p.add_argument("--base", help="the commit to compare with (a revision git knows)")
+    p.add_argument("--base-src", type=Path, help="or a source tree to compare with (its src folder)")
+    p.add_argument("--head-src", type=Path, default=ROOT / "src", help="the tree compared (default: ./src)")
+    p.add_argument(
+        "--extra", action="append", default=[], metavar="NAME=SRC", help="one more source tree in every round"
+    )
     p.add_argument("--rounds", type=int, default=3, help="rounds; the order of the servers turns every round")
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="regex over bench.sh's scenario ids")
     p.add_argument("--reference", action="store_true", help="the reference in every round too")
     p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
     p.add_argument("--output", type=Path, help="results folder (default benchmarks/results/ab-<UTC>)")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if (a.base is None) == (a.base_src is None):
+        p.error("give --base or --base-src")
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,14 +223,22 @@ def main(argv: list[str] | None = None) -> int:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     )
     head_desc = head_rev.stdout.strip() + (" + uncommitted changes in src/" if dirty.stdout.strip() else "")
+    if a.head_src.resolve() != (ROOT / "src").resolve():
+        head_desc = str(a.head_src)
+    extra = {k: Path(v) for k, v in (e.split("=", 1) for e in a.extra)}
     load_start = loadavg()
     with tempfile.TemporaryDirectory(prefix="inferd-ab-") as tmp:
-        wt, sha = base_worktree(a.base, Path(tmp))
+        wt: Path | None = None
+        if a.base_src is not None:
+            base_src, sha = a.base_src, str(a.base_src)
+        else:
+            wt, sha = base_worktree(a.base, Path(tmp))
+            base_src = wt / "src"
         try:
-            made = servers(wt / "src", a.reference, out)
+            made = servers(base_src, a.reference, out, a.head_src, extra)
             names = list(made)
             log(
-                f"bench-ab: base {sha[:12]} ({a.base}) against the working tree ({head_desc}); load {load_start}"
+                f"bench-ab: base {sha[:12]} ({a.base or a.base_src}) against the working tree ({head_desc}); load {load_start}"
             )
             rounds: list[Round] = []
             for n in range(1, a.rounds + 1):
@@ -235,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
                         )
                 rounds.append(r)
         finally:
-            remove_worktree(wt)
+            if wt is not None:
+                remove_worktree(wt)
     header = (
-        f"# bench-ab: BASE {sha[:12]} (`{a.base}`) against the working tree ({head_desc})\n\n"
+        f"# bench-ab: BASE {sha[:12]} (`{a.base or a.base_src}`) against {head_desc}\n\n"
         f"{a.rounds} rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{load_start} at the start and {loadavg()} at the end; perf_analyzer shares the machine's cores. "
         "CPU/req: the server's process tree's CPU over the successes its statistics counted."

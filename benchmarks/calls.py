@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,6 +73,13 @@ def _off(*_):
         prof.dump_stats(out)
 signal.signal(signal.SIGUSR1, _on)
 signal.signal(signal.SIGUSR2, _off)
+if out.endswith("-inline"):  # --inline: executes stay on the loop however slow valgrind makes them
+    import importlib.util
+    for name in ("inferd.scheduling.inline", "inferd.scheduling.instances"):  # (older trees: one module)
+        module = importlib.import_module(name) if importlib.util.find_spec(name) else None
+        for constant in ("INLINE_MAX_NS", "SMALL_NS"):
+            if hasattr(module, constant):
+                setattr(module, constant, 10**12)
 from inferd.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -113,7 +121,8 @@ def start_server(
         except OSError:
             pass
         if proc.poll() is not None:
-            raise SystemExit(f"calls: the server exited ({log})")
+            tail = log.read_text(errors="replace")[-2000:]
+            raise SystemExit(f"calls: the server exited ({log}):\n{tail}")
         time.sleep(0.2)
     proc.kill()
     raise SystemExit("calls: the server was not ready in 60 s")
@@ -284,7 +293,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             from sequence_bench import write_repository
 
             repo = write_repository(Path(tmp) / "models", sys.executable, onnx=False)
-        stats = Path(tmp) / ("prof.out-cpu" if args.cpu else "prof.out")
+        stats = Path(tmp) / ("prof.out-cpu" if args.cpu else "prof.out-inline" if args.inline else "prof.out")
         proc, http, grpc_port = start_server(src, repo, stats, Path(tmp) / "server.log", args.instructions)
         n = args.n // args.concurrency * args.concurrency
         doc: dict[str, Any] = {"src": str(src), "proto": args.proto, "model": args.model, "n": n}
@@ -302,11 +311,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 cg("--dump")
                 time.sleep(1.0)
                 total = 0
-                for f in Path(tmp).glob("prof.out.cg*"):
+                for f in Path(tmp).glob(f"{stats.name}.cg*"):
                     for line in f.read_text().splitlines():
                         if line.startswith("totals:") or line.startswith("summary:"):
                             total = max(total, int(line.split()[1]))
                 doc["instructions_per_request"] = total / n
+                if args.keep:  # for callgrind_annotate: where the instructions go, by C function
+                    for f in Path(tmp).glob(f"{stats.name}.cg*"):
+                        shutil.copy(f, f"{args.keep}{f.name.removeprefix(f'{stats.name}.cg')}")
                 return doc
             if args.attach:
                 attached: list[subprocess.Popen[bytes]] = []
@@ -463,6 +475,13 @@ def main() -> None:
     p.add_argument(
         "--instructions", action="store_true", help="instructions per request (valgrind callgrind)"
     )
+    p.add_argument(
+        "--inline",
+        action="store_true",
+        help="keep inline-eligible pools on the loop whatever the slowdown (valgrind makes every execute "
+        "look long, and the pools go back to threads: what a server at full speed does not)",
+    )
+    p.add_argument("--keep", help="--instructions: copy callgrind's output file(s) to this path")
     p.add_argument("--syscalls", action="store_true", help="system calls per request (strace -c)")
     p.add_argument("--json", help="write the per-function table here")
     p.add_argument("--diff", nargs=2, metavar=("BASE", "HEAD"), help="compare two --json tables")

@@ -7,8 +7,10 @@ One ``LogSettings`` per server owns the handler of the ``inferd`` loggers (the r
 JSON object a line for log shippers; the message escaped as a JSON string unless
 ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``, as the reference's), which severities pass (``log_info``, ``log_warning``,
 ``log_error``) and the verbose level. Verbose lines are logged at ``VERBOSE1`` (model load steps
-with their timings, every failed request with its reason) and ``VERBOSE2`` (every request);
-``verbose(n)`` tells whether level n is on, so the hot path asks once and pays nothing when off.
+with their timings, every failed request with its reason, one line per request once it is answered:
+``frontends/request_log.py``) and ``VERBOSE2`` (each request as it arrives, transport details);
+``verbose(n)`` tells whether level n is on. The front ends ask ``REQUESTS.on`` instead, once per
+request: a flag ``set_verbose`` keeps, where ``isEnabledFor`` is a call.
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ VERBOSE2 = 5
 logging.addLevelName(VERBOSE2, "VERBOSE2")
 
 FORMATS = ("default", "ISO8601", "json")
+#: other libraries' debug lines (hpack's, a header field each: transport details) from this level on
+LIBRARY_DEBUG_LEVEL = 2
+
+
+class RequestLogging:
+    """Whether requests are logged: the front ends' one check per request (``REQUESTS``)."""
+
+    __slots__ = ("details", "on")
+
+    def __init__(self) -> None:
+        self.on = False  # --log-verbose 1 and up: a line per request, once answered
+        self.details = False  # 2 and up: each request as it arrives too
+
+
+#: follows the verbose level of the last ``LogSettings`` set (the ``inferd`` loggers' levels are
+#: process-wide too)
+REQUESTS = RequestLogging()
 #: the reference's environment variable: 0 writes messages unescaped (the json format always escapes)
 ESCAPE_ENV = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
 
@@ -109,18 +128,28 @@ _FORMATTERS: dict[str, type[logging.Formatter]] = {
 
 
 class _Severities(logging.Filter):
-    """Drops the severities switched off (``log_info`` covers the verbose levels too, as Triton)."""
+    """Drops the severities switched off (``log_info`` covers the verbose levels too, as Triton), and
+    other libraries' debug lines below ``LIBRARY_DEBUG_LEVEL``: the reference keeps its transport's
+    details for the higher levels (at level 1, hpack's field-by-field decoding was most of the log)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.info = self.warning = self.error = True
+        self.library_debug = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             return self.error
         if record.levelno >= logging.WARNING:
             return self.warning
+        if record.levelno < logging.INFO and not self.library_debug and not _ours(record.name):
+            return False
         return self.info
+
+
+def _ours(name: str) -> bool:
+    """A logger of inferd's own (a Python model's ``pb_utils.Logger`` included)."""
+    return name == "inferd" or name.startswith("inferd.")
 
 
 class LogSettings:
@@ -174,6 +203,9 @@ class LogSettings:
     def set_verbose(self, level: int) -> None:
         self.verbose_level = level
         self.logger.setLevel(logging.INFO if level <= 0 else VERBOSE1 if level == 1 else VERBOSE2)
+        self._severities.library_debug = level >= LIBRARY_DEBUG_LEVEL
+        REQUESTS.on = level >= 1
+        REQUESTS.details = level >= 2
 
     def set_severities(
         self, *, info: bool | None = None, warning: bool | None = None, error: bool | None = None

@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 DEFAULTS = {
     "log_info": True,
@@ -134,3 +135,51 @@ def test_a_clients_text_cannot_forge_a_log_record(start_server: Callable[..., An
     assert len(forged) == 1 and '\\"model add_sub was deleted\\"\\u001b[31m' in forged[0]
     message = json.loads(forged[0].split("] ", 1)[1])
     assert FORGED_NAME in message
+
+
+def test_one_line_per_request_at_level_1(start_server: Callable[..., Any], tmp_path: Path) -> None:
+    """--log-verbose 1: a line per request once answered, with its status, latency, model and id,
+    over both protocols; a failed request's line has its failure's status."""
+    import re
+
+    import numpy as np
+
+    log = tmp_path / "server.log"
+    server = start_server(f"--log-file={log}", "--log-verbose=1")
+    x = np.array([1, 2], dtype=np.float32)
+    http = httpclient.InferenceServerClient(server.url)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        hi = httpclient.InferInput("INPUT0", [2], "FP32")
+        hi.set_data_from_numpy(x)
+        http.infer("identity_fp32", [hi], request_id="req-8")
+        gi = grpcclient.InferInput("INPUT0", [2], "FP32")
+        gi.set_data_from_numpy(x)
+        g.infer("identity_fp32", [gi], request_id="g-1")
+        assert server.infer("nope", {"inputs": []}).status == 404
+        with pytest.raises(InferenceServerException):
+            g.infer("nope", [gi], request_id="g-2")
+        lines = _wait_for_line(log, "model=nope id=g-2")
+        text = "\n".join(lines)
+        ms = r"\d+\.\d{3} ms"
+        assert re.search(
+            rf"HTTP request: POST /v2/models/identity_fp32/infer 200 {ms} model=identity_fp32 id=req-8\"$",
+            text,
+            re.M,
+        )
+        assert re.search(rf"gRPC request: ModelInfer OK {ms} model=identity_fp32 id=g-1\"$", text, re.M)
+        assert re.search(rf"HTTP request: POST /v2/models/nope/infer 404 {ms} model=nope\"$", text, re.M)
+        assert re.search(rf"gRPC request: ModelInfer [A-Z_]+ {ms} model=nope id=g-2\"$", text, re.M)
+        assert not re.search(r"gRPC request: ModelInfer OK .* model=nope", text)
+        # a line each, not one per level-2 arrival (those come at 2 only)
+        assert text.count("id=req-8") == 1 and "request received" not in text
+        # off again: no more lines
+        http.update_log_settings({"log_verbose_level": 0})
+        http.infer("identity_fp32", [hi], request_id="req-9")
+        http.update_log_settings({"log_verbose_level": 1})
+        http.infer("identity_fp32", [hi], request_id="req-10")
+        text = "\n".join(_wait_for_line(log, "id=req-10"))
+        assert "id=req-9" not in text
+    finally:
+        http.close()
+        g.close()

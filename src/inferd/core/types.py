@@ -50,6 +50,8 @@ BYTES = BY_WIRE["BYTES"]
 BF16 = BY_WIRE["BF16"]
 
 _BY_NUMPY: dict[np.dtype[np.generic], DataType] = {r.numpy: r for r in _ROWS if r.wire not in ("BF16",)}
+#: the numpy dtypes (native byte order) that stand for a datatype of their own
+NUMPY_DTYPES = tuple(_BY_NUMPY)
 
 
 def from_numpy(dtype: np.dtype[np.generic]) -> DataType:

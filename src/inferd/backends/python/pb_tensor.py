@@ -14,6 +14,8 @@ from inferd.backends.python.pb_args import incompatible
 from inferd.backends.python.pb_errors import TritonModelException
 from inferd.core import types as _types
 
+#: the native dtypes ``Tensor`` takes without asking ``types.from_numpy`` (the others: it decides)
+_SUPPORTED = frozenset(_types.NUMPY_DTYPES)
 BF16_AS_NUMPY = (
     "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
 )
@@ -32,6 +34,17 @@ class Tensor:
     _name: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 2 and not kwargs:  # what models write: a name and an array of a known dtype
+            name, data = args
+            if type(name) is str and name and type(data) is np.ndarray and data.dtype in _SUPPORTED:
+                self._name = name
+                self._array = data
+                self._dt: _types.DataType | None = None
+                return
+        self._checked_init(args, kwargs)
+
+    def _checked_init(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``__init__`` with every check the reference makes, and its errors."""
         if len(args) != 2 or kwargs or not isinstance(args[0], str) or not isinstance(args[1], np.ndarray):
             raise incompatible(
                 "__init__",
@@ -49,7 +62,7 @@ class Tensor:
             raise TritonModelException("NumPy dtype is not supported.") from None
         self._name = name
         self._array = data
-        self._dt: _types.DataType | None = None
+        self._dt = None
 
     @staticmethod
     def _typed(name: str, array: np.ndarray[Any, Any], datatype: _types.DataType | None) -> Tensor:

@@ -351,7 +351,22 @@ class ResponseEncoder:
 
     def __init__(self, capacity: int = 1024) -> None:
         self._outputs: dict[tuple[str, str, tuple[int, ...]], bytes] = {}
+        #: model name -> (version, the two fields encoded)
+        self._models: dict[str, tuple[str, bytes]] = {}
         self._capacity = capacity
+
+    def _model(self, name: str, version: str) -> bytes:
+        """The ``model_name`` and ``model_version`` fields (the last version seen of each model kept)."""
+        known = self._models.get(name)
+        if known is not None and known[0] == version:
+            return known[1]
+        enc = (field(0x0A, name.encode()) if name else b"") + (
+            field(0x12, version.encode()) if version else b""
+        )
+        if len(self._models) >= self._capacity:
+            self._models.clear()
+        self._models[name] = (version, enc)
+        return enc
 
     def _output(self, t: Tensor) -> bytes:
         key = (t.name, t.datatype.wire, t.shape)
@@ -375,11 +390,7 @@ class ResponseEncoder:
         Outputs with a shared-memory ``targets`` window are written there; their entry in
         ``raw_output_contents`` stays empty, as the reference keeps the list aligned with ``outputs``.
         """
-        parts: list[bytes | memoryview] = []
-        if resp.model_name:
-            parts.append(field(0x0A, resp.model_name.encode()))
-        if resp.model_version:
-            parts.append(field(0x12, resp.model_version.encode()))
+        parts: list[bytes | memoryview] = [self._model(resp.model_name, resp.model_version)]
         if resp.id:
             parts.append(field(0x1A, resp.id.encode()))
         if final:

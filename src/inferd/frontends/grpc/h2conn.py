@@ -109,7 +109,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._decoder = Decoder()
         self._decoder.max_allowed_table_size = 4096
         self._decoder.max_header_list_size = limits.max_header_list
-        self._block_cache: dict[bytes, list[tuple[str, str]]] = {}
+        #: header blocks that left the dynamic table as it was: what ``parse_headers`` made of them
+        self._block_cache: dict[bytes, Any] = {}
         self._table_mark: tuple[int, int, Any] = (0, 0, None)
         self.streams: dict[int, S] = {}
         self._last_sid = 0
@@ -132,9 +133,15 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._unsent = Unsent(self._budget)
 
     # -- hooks -----------------------------------------------------------------------------------
+    def parse_headers(self, headers: list[tuple[str, str]]) -> Any:
+        """What ``open_stream`` takes of a request's header list: kept with a cached header block, so
+        that a client's repeated calls are read once (default: the list)."""
+        return headers
+
     @abc.abstractmethod
-    def open_stream(self, sid: int, headers: list[tuple[str, str]]) -> S:
-        """A new stream from its request headers (registered by the caller); subclasses decide."""
+    def open_stream(self, sid: int, headers: Any) -> S:
+        """A new stream from its request headers as ``parse_headers`` gave them (registered by the
+        caller); subclasses decide."""
 
     def started(self, st: S) -> None:
         """The stream is registered (``remote_closed`` tells whether its request already ended)."""
@@ -411,8 +418,9 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._headers_sid, self._headers_block, self._headers_size = 0, [], 0
             self._header_block(hflags, sid, block)
 
-    def _decode_block(self, block: bytes) -> list[tuple[str, str]] | None:
-        """The header list of a block; a block that left the dynamic table as it was is cached."""
+    def _decode_block(self, block: bytes) -> Any:
+        """``parse_headers`` of a block's header list (None: not HPACK); a block that left the dynamic
+        table as it was is cached."""
         cached = self._block_cache.get(block)
         if cached is not None:
             return cached
@@ -421,6 +429,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             headers: list[tuple[str, str]] = dec.decode(block)  # type: ignore[assignment]
         except HPACKError:
             return None
+        parsed = self.parse_headers(headers)
         table = dec.header_table
         entries = table.dynamic_entries
         mark = (len(entries), table._maxsize, entries[0] if entries else None)
@@ -428,8 +437,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._block_cache.clear()
             self._table_mark = mark
         elif len(self._block_cache) < 256:
-            self._block_cache[block] = headers
-        return headers
+            self._block_cache[block] = parsed
+        return parsed
 
     def _header_block(self, flags: int, sid: int, block: bytes) -> None:
         headers = self._decode_block(block)
@@ -469,14 +478,16 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             if self._send_window > MAX_WINDOW:
                 self._error(FLOW_CONTROL_ERROR, "window overflow")
                 return
-            for st in list(self._blocked.values()):
-                self._flush(st)
+            if self._blocked:
+                for st in list(self._blocked.values()):
+                    self._flush(st)
         else:
             stream = self.streams.get(sid)
             if stream is not None:
                 stream.send_window += inc
                 self._flush(stream)
-        self._wake_writers()
+        if self._window_waiters:  # (a stream's writer waits for window: ModelStreamInfer)
+            self._wake_writers()
 
     def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
         if flags & ACK:
@@ -534,7 +545,10 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         """Stream data, sent as the windows allow (the rest waits for WINDOW_UPDATE)."""
         if st.closed:
             return
-        st.outq += data
+        if st.outq is None:
+            st.outq = bytearray(data)
+        else:
+            st.outq += data
         self._flush(st)
 
     def end_stream(self, st: S, trailer: bytes) -> None:

@@ -27,7 +27,6 @@ from inferd.core.response import ResponseStream
 from inferd.frontends.flow import WriteBudget
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
-    DATA,
     END_HEADERS,
     END_STREAM,
     HEADERS,
@@ -47,7 +46,7 @@ from inferd.frontends.grpc.service import (
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge, inflate
 from inferd.frontends.sweep import sweep_forever
 from inferd.frontends.tls import server_context
-from inferd.logs import VERBOSE2
+from inferd.logs import REQUESTS, VERBOSE1
 
 log = logging.getLogger("inferd.grpc")
 
@@ -62,6 +61,9 @@ _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
 _UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
 _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
 _DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
+#: a unary answer's HEADERS and trailers frame headers, up to the stream id
+_HEADERS_FRAME = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
+_TRAILERS_FRAME = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
 #: grpc-timeout units (gRPC over HTTP/2) in seconds
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
@@ -113,8 +115,14 @@ class _Context:
     async def write(self, message: bytes) -> None:
         st = self._stream
         st.conn.send_message(st, message)
-        while len(st.outq) > _HIGH_WATER and not st.closed:
+        while len(st.outq or b"") > _HIGH_WATER and not st.closed:
             await st.conn.wait_window()
+
+
+#: what a call's request headers say: ``:path``, grpc-encoding, grpc-timeout (seconds), the metadata
+_Head = tuple[str, str, float | None, tuple[tuple[str, str], ...]]
+#: request headers that are not the call's metadata
+_NOT_METADATA = frozenset(("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"))
 
 
 class _Call(H2Stream):
@@ -136,21 +144,28 @@ class _Call(H2Stream):
         "timer",
     )
 
-    def __init__(self, conn: GrpcConnection, sid: int, path: str, send_window: int) -> None:
-        super().__init__(conn, sid, send_window)
-        self.path = path
+    def __init__(self, conn: GrpcConnection, sid: int, head: _Head, send_window: int) -> None:
+        # H2Stream's fields written out here (one call less per call)
+        self.conn = conn
+        self.id = sid
+        self.send_window = send_window
+        self.recv_unacked = 0
+        self.hold_acks = False
+        self.outq: bytearray | None = None
+        self.trailer: bytes | None = None
+        self.headers_sent = False
+        self.closed = False
+        self.remote_closed = False
+        self.path, self.encoding, self.timeout, self.metadata = head  # timeout: grpc-timeout, seconds
         self.body: list[bytes] = []
         self.answered = False
-        self.encoding = ""
-        self.metadata: tuple[tuple[str, str], ...] = ()
         self.task: asyncio.Task[None] | None = None
         self.response: ResponseStream | None = None
         #: ModelStreamInfer: messages as they arrive (None: the client half-closed)
         self.inbox: asyncio.Queue[bytes | None] | None = None
         self.inbox_bytes = 0  # bytes of the messages in ``inbox``
-        self.pending = bytearray()  # bytes of a message not complete yet (streams)
+        self.pending: bytearray | None = None  # bytes of a message not complete yet (streams)
         self.received = 0  # bytes of the request buffered (unary)
-        self.timeout: float | None = None  # grpc-timeout, seconds
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -201,7 +216,8 @@ class GrpcConnection(H2Connection[_Call]):
             self._error(ENHANCE_YOUR_CALM, "the server has too many connections")
 
     # -- streams ---------------------------------------------------------------------------------
-    def open_stream(self, sid: int, headers: list[tuple[str, str]]) -> _Call:
+    def parse_headers(self, headers: list[tuple[str, str]]) -> _Head:
+        """(``:path``, grpc-encoding, grpc-timeout, metadata): once per header block a client repeats."""
         path = ""
         encoding = ""
         timeout = None
@@ -214,24 +230,24 @@ class GrpcConnection(H2Connection[_Call]):
                 encoding = value
             elif name == "grpc-timeout":
                 timeout = parse_timeout(value)
-            elif name not in ("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"):
+            elif name not in _NOT_METADATA:
                 metadata.append((name, value))
-        st = _Call(self, sid, path, self._peer_initial_window)
-        st.encoding = encoding
-        st.metadata = tuple(metadata)
-        st.timeout = timeout
-        return st
+        return path, encoding, timeout, tuple(metadata)
+
+    def open_stream(self, sid: int, headers: _Head) -> _Call:
+        return _Call(self, sid, headers, self._peer_initial_window)
 
     def started(self, st: _Call) -> None:
         h = self._h
-        if log.isEnabledFor(VERBOSE2):  # verbose level 2: every call
-            log.log(VERBOSE2, "gRPC call: %s", st.path)
         if st.timeout is not None:
             st.timer = asyncio.get_running_loop().call_later(st.timeout, self._deadline, st)
         if st.path == h.stream_infer:
             st.inbox = asyncio.Queue()
+            st.pending = bytearray()
             st.task = asyncio.get_running_loop().create_task(self._run_stream(st))
         elif st.path not in h.unary and st.path != h.model_infer and st.path != h.health_check:
+            if REQUESTS.on:  # (the known methods' lines are the servicer's)
+                log.log(VERBOSE1, "gRPC request: %s UNIMPLEMENTED", st.path)
             self.finish(st, _UNIMPLEMENTED, f"Method not found: {st.path}")
 
     def stream_data(self, st: _Call, data: bytes) -> None:
@@ -280,8 +296,8 @@ class GrpcConnection(H2Connection[_Call]):
     def _feed(self, st: _Call, payload: bytes) -> None:
         """ModelStreamInfer: complete messages into the stream's inbox."""
         buf = st.pending
+        assert st.inbox is not None and buf is not None
         buf += payload
-        assert st.inbox is not None
         while len(buf) >= 5:
             n = int.from_bytes(buf[1:5], "big")
             if n > self._h.max_message:  # refused before it is buffered
@@ -399,8 +415,7 @@ class GrpcConnection(H2Connection[_Call]):
         st.answered = True
         if st.timer is not None:
             self._stop_timer(st)
-        msg = length_prefixed(message)
-        n = len(msg)
+        n = len(message) + 5  # its length prefix too
         if (
             not st.headers_sent
             and not self._write_paused
@@ -408,14 +423,28 @@ class GrpcConnection(H2Connection[_Call]):
             and n <= st.send_window
             and n <= self._peer_max_frame
             and not st.outq
-        ):  # the common case: the whole answer in one write
+        ):  # the common case: the whole answer in one write, the frames' fixed parts prepared
             self._send_window -= n
             st.send_window -= n
             st.headers_sent = True
+            sid = st.id.to_bytes(4, "big")
             self._write(
-                frame(HEADERS, END_HEADERS, st.id, RESPONSE_HEADERS)
-                + frame(DATA, 0, st.id, msg)
-                + frame(HEADERS, END_HEADERS | END_STREAM, st.id, TRAILERS_OK)
+                b"".join(
+                    (
+                        _HEADERS_FRAME,
+                        sid,
+                        RESPONSE_HEADERS,
+                        n.to_bytes(3, "big"),
+                        b"\x00\x00",  # DATA, no flags
+                        sid,
+                        b"\x00",  # the message, not compressed
+                        (n - 5).to_bytes(4, "big"),
+                        message,
+                        _TRAILERS_FRAME,
+                        sid,
+                        TRAILERS_OK,
+                    )
+                )
             )
             self._closed(st)
             return

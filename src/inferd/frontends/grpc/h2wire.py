@@ -116,7 +116,7 @@ class H2Stream:
         self.send_window = send_window
         self.recv_unacked = 0
         self.hold_acks = False  # the request data is not taken as fast as it comes: no WINDOW_UPDATE
-        self.outq = bytearray()  # data waiting for flow-control window
+        self.outq: bytearray | None = None  # data waiting for flow-control window (made when needed)
         self.trailer: bytes | None = None  # the last header block, sent once outq is empty
         self.headers_sent = False
         self.closed = False  # we ended it (END_STREAM or reset): nothing more is sent

@@ -27,7 +27,7 @@ from inferd.core.model import Model
 from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
+from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.forward import compile_forward_pattern
 from inferd.frontends.grpc import trace as _trace
@@ -43,9 +43,15 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
+from inferd.frontends.grpc.log_settings import log_settings
 from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out
-from inferd.logs import FORMATS as LOG_FORMATS
-from inferd.logs import VERBOSE1, LogSettings
+from inferd.frontends.request_log import (
+    logged_health_check,
+    logged_model_infer,
+    logged_stream_request,
+    logged_unary,
+)
+from inferd.logs import REQUESTS, VERBOSE1, LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Trace, Tracing
@@ -204,6 +210,11 @@ class InferenceServicer:
 
     async def call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
         """A unary RPC (not ModelInfer): the request's bytes in, the answer's bytes out; RpcError."""
+        if REQUESTS.on:  # --log-verbose 1: a line per call
+            return await logged_unary(rpc, self._call_unary(rpc, payload, context))
+        return await self._call_unary(rpc, payload, context)
+
+    async def _call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
         self.authorize(rpc, context.invocation_metadata())
         try:
             try:
@@ -219,6 +230,11 @@ class InferenceServicer:
 
     def health_check(self, payload: bytes, metadata: Metadata | None = None) -> bytes:
         """``grpc.health.v1.Health/Check``: SERVING iff the server is ready (any service name)."""
+        if REQUESTS.on:  # --log-verbose 1: a line per call
+            return logged_health_check(self._health_check, payload, metadata)
+        return self._health_check(payload, metadata)
+
+    def _health_check(self, payload: bytes, metadata: Metadata | None) -> bytes:
         self.authorize("ServerReady", metadata)
         if not well_formed(payload):
             raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR)
@@ -233,6 +249,8 @@ class InferenceServicer:
     ) -> ResponseStream | None:
         """ModelInfer without a task: the answer (or the failure) comes through a callback, on the
         loop; the returned stream is what to cancel when the client goes away."""
+        if REQUESTS.on:  # --log-verbose 1: a line once answered (all it costs while off)
+            answer, fail = logged_model_infer(payload, answer, fail)
         call: _Call | None = None
         try:
             self.authorize("ModelInfer", metadata)
@@ -397,28 +415,7 @@ class InferenceServicer:
         return _trace.trace_setting(self.core, self.tracing, request)
 
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        """The logging extension: each setting applied in the reference's order, with its checks."""
-        logs = self.logs
-        if logs is None:
-            raise UnavailableError("the server does not support dynamic logging")
-        settings = request.settings
-        if "log_file" in settings:
-            raise UnsupportedError("log file location can not be updated through network protocol")
-        try:
-            _apply_log_settings(logs, settings)
-        finally:  # what was applied, up to an error, in every --workers process
-            logs.changed()
-        resp = pb.LogSettingsResponse()
-        for key, current in logs.settings().items():
-            field = (
-                "bool_param"
-                if isinstance(current, bool)
-                else "uint32_param"
-                if isinstance(current, int)
-                else "string_param"
-            )
-            setattr(resp.settings[key], field, current)
-        return resp
+        return log_settings(self.logs, request)
 
     # -- inference -------------------------------------------------------------------------------
     async def ModelInfer(self, request: Any, context: Context) -> bytes:
@@ -536,7 +533,8 @@ class InferenceServicer:
                 pending.discard(stream)
                 finish_if_idle()
 
-        stream.set_callback(on_response if call.trace is None else _trace.traced(call.trace, on_response))
+        callback = on_response if call.trace is None else _trace.traced(call.trace, on_response)
+        stream.set_callback(logged_stream_request(msg, callback) if REQUESTS.on else callback)
 
 
 class _Call:
@@ -576,25 +574,3 @@ def _parameter_value(p: Any) -> Any:
     """A ModelRepositoryParameter's value (bool, int, str or bytes)."""
     which = p.WhichOneof("parameter_choice")
     return None if which is None else getattr(p, which)
-
-
-def _apply_log_settings(logs: LogSettings, settings: Any) -> None:
-    """A LogSettings request's settings onto ``logs``, in the reference's order and with its checks."""
-    for key in ("log_info", "log_warning", "log_error"):
-        if key in settings:
-            value = settings[key]
-            if value.WhichOneof("parameter_choice") != "bool_param":
-                raise InvalidArgumentError(f"expect boolean for '{key}'")
-            logs.set_severities(**{key.removeprefix("log_"): value.bool_param})
-    if "log_verbose_level" in settings:
-        value = settings["log_verbose_level"]
-        if value.WhichOneof("parameter_choice") != "uint32_param":
-            raise InvalidArgumentError("expect int32 for 'log_verbose_level'")
-        logs.set_verbose(value.uint32_param)
-    if "log_format" in settings:
-        value = settings["log_format"]
-        if value.WhichOneof("parameter_choice") != "string_param":
-            raise InvalidArgumentError("expect string for 'log_format'")
-        if value.string_param not in LOG_FORMATS:
-            raise InvalidArgumentError(f"invalid argument for log_format, got: {value.string_param}")
-        logs.set_format(value.string_param)

@@ -41,7 +41,8 @@ from inferd.frontends.http.status import serve_status
 from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
-from inferd.logs import LogSettings
+from inferd.frontends.request_log import LoggedResponder
+from inferd.logs import REQUESTS, LogSettings
 from inferd.shm.system import CUDA_IPC_HANDLE_SIZE, CudaSharedMemoryManager, SharedMemoryManager
 from inferd.trace import Trace, Tracing
 
@@ -162,6 +163,17 @@ class HttpApp:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
+        path = req.path
+        if path.startswith("/v2/models/") and req.method == "POST" and self.access is None:
+            m = _MODEL_RE.match(path)
+            if m is not None and m.group(3) == "infer":  # inference: its one log check in _infer
+                self.infer(req, resp, m.group(1), m.group(2) or "")
+                return
+        if REQUESTS.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
+            resp = LoggedResponder(resp, req.method, path, req.query)  # type: ignore[assignment]
+        self._route(req, resp)
+
+    def _route(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
         if self.access is not None and refused(self.access, req, resp):
             return
@@ -453,7 +465,12 @@ class HttpApp:
         body: bytes | InferdError | None,
         at: tuple[int, int] | None = None,
     ) -> None:
-        call = _InferCall(self, req, resp, body, at)
+        if REQUESTS.on:  # --log-verbose 1: a line once answered, with the request's id
+            if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
+                resp = LoggedResponder(resp, req.method, req.path, req.query)  # type: ignore[assignment]
+            call: _InferCall = _LoggedInferCall(self, req, resp, body, at)
+        else:
+            call = _InferCall(self, req, resp, body, at)
         try:
             if version:
                 call.version = version = parse_version(version)
@@ -548,14 +565,25 @@ class _InferCall:
             log.exception("encoding the response of model '%s' failed", r.model_name)
             _error(resp, InternalError(f"failed to encode the response: {e}"))
             return
-        headers: list[tuple[str, str]] = []
-        if hlen >= 0:
-            headers.append(("Inference-Header-Content-Length", str(hlen)))
+        headers = b"\r\nInference-Header-Content-Length: %d" % hlen if hlen >= 0 else b""
         if compress:
             assert isinstance(body, list)
             body, encoding = _compress(req, body)
             if encoding is not None:
-                headers.append(("Content-Encoding", encoding))
+                headers += b"\r\nContent-Encoding: %b" % encoding.encode()
             if len(body) == 1 and isinstance(body[0], bytes):
                 body = body[0]
         resp.send(200, body, "application/octet-stream" if hlen >= 0 else _JSON, headers)
+
+
+class _LoggedInferCall(_InferCall):
+    """An /infer request while requests are logged (its responder a ``LoggedResponder``): its line
+    gets the request's id."""
+
+    __slots__ = ()
+
+    def decode(self, model: Model) -> InferRequest:
+        line = self.resp.line  # type: ignore[attr-defined]  # (before a trace wraps the responder)
+        request = super().decode(model)
+        line.request_id = request.id
+        return request

@@ -24,63 +24,26 @@ import logging
 import ssl as ssl_module
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httptools
 import orjson
 
 from inferd.frontends.flow import Unsent, WriteBudget
-from inferd.frontends.http.responder import STATUS_LINES, status_line
+from inferd.frontends.http.head import METHODS, NAMES, Reject, too_large, too_many
+from inferd.frontends.http.head import HttpLimits as HttpLimits  # what the server takes, here too
+from inferd.frontends.http.head import origin_form as origin_form
+from inferd.frontends.http.responder import STATUS_LINES, ExtraHeaders, status_line
 from inferd.frontends.http.responder import HttpRequest as HttpRequest  # the handlers' types, here too
 from inferd.frontends.http.responder import Responder as Responder
 from inferd.frontends.sweep import sweep_forever
-from inferd.logs import VERBOSE2
 
 log = logging.getLogger("inferd.http")
 
 _JSON = "application/json"
 _MAX_PIPELINE = 64  # requests of a connection under way (read, not answered) before it holds the next
-
-
-@dataclass(slots=True, frozen=True)
-class HttpLimits:
-    """What one client may make the server hold (``ServerOptions`` sets them; 0 turns a timeout off)."""
-
-    max_body: int = 1 << 26
-    max_url: int = 16384
-    max_header_bytes: int = 65536
-    max_headers: int = 100
-    max_connections: int = 10000
-    header_timeout_s: float = 30.0
-    idle_timeout_s: float = 300.0
-    #: bytes of unsent answers over the connections past their own mark (``frontends/flow.py``)
-    max_unsent: int = 64 << 20
-
-
-def origin_form(target: str) -> str:
-    """An absolute-form request target (``http://host:port/path?query``, any scheme, any host) as
-    the origin-form the routes read, as the reference serves it; any other target as it is."""
-    scheme, sep, rest = target.partition("://")
-    if not sep or not scheme.isascii() or not scheme.isalpha():
-        return target
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    return rest[cut:]
-
-
-def _both_framings(headers: dict[str, str]) -> bool:
-    """A request framed both by Transfer-Encoding and by Content-Length (answered, then closed)."""
-    return "content-length" in headers and "transfer-encoding" in headers
-
-
-class _Reject(Exception):
-    """A request over a limit: answer ``status`` with ``message`` and close the connection."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
+#: the lines after the status line, up to the length, by content type (filled as they are used)
+_HEADS: dict[str, bytes] = {}
 
 App = Callable[[HttpRequest, Responder], Any]
 
@@ -105,8 +68,9 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
-        self._header_bytes = 0
         self._body_bytes = 0
+        self._piece = 0  # bytes in the piece being parsed
+        self._body_digits = len(str(limits.max_body))
         #: bytes received while a request's head (request line and header fields) is read: a head
         #: over the limits is refused as it arrives, not once httptools has buffered all of it
         self._head_bytes = 0
@@ -118,9 +82,7 @@ class HttpConnection(asyncio.Protocol):
         self.reading_since: float | None = None
         self._headers_done = False
         # answers ready before the ones ahead of them: written when their turn comes
-        self._pending: dict[
-            Responder, tuple[int, bytes | list[bytes | memoryview], str, list[tuple[str, str]] | None]
-        ] = {}
+        self._pending: dict[Responder, tuple[int, bytes | list[bytes | memoryview], str, ExtraHeaders]] = {}
         self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
         #: flow control: requests read, held back (their responders are at the end of ``_queue``)
         self._backlog: collections.deque[tuple[HttpRequest, Responder]] = collections.deque()
@@ -223,6 +185,7 @@ class HttpConnection(asyncio.Protocol):
         if self._rejected:  # answered and closing: what is left of the request is never read
             return
         self._began = False
+        self._piece = len(data)
         parser = self._parser
         if parser is None:
             parser = self._parser = self._new_parser()
@@ -230,7 +193,7 @@ class HttpConnection(asyncio.Protocol):
             parser.feed_data(data)
         except httptools.HttpParserCallbackError as e:
             cause = e.__context__
-            if isinstance(cause, _Reject):
+            if isinstance(cause, Reject):
                 self.reject(cause.status, cause.message)
             else:
                 log.error("HTTP parser callback failed", exc_info=cause)
@@ -242,11 +205,15 @@ class HttpConnection(asyncio.Protocol):
         else:
             # a piece that leaves the head unfinished was head (one that began a request may hold
             # the end of the one before: not counted, so at most one piece more is ever held)
-            if not self._headers_done and not self._began and not self._rejected:
-                self._head_bytes += len(data)
-                if self._head_bytes > self._head_limit:
-                    limit = self._limits.max_header_bytes
-                    self.reject(431, f"the request's header fields are larger than {limit} bytes")
+            if not self._headers_done and not self._rejected:
+                if not self._began:
+                    self._head_bytes += len(data)
+                    if self._head_bytes > self._head_limit:
+                        limit = self._limits.max_header_bytes
+                        self.reject(431, f"the request's header fields are larger than {limit} bytes")
+                        return
+                if len(self._headers) > self._limits.max_headers:  # a head arriving in pieces
+                    self.reject(431, too_many(self._limits.max_headers))
 
     def reject(self, status: int, message: str) -> None:
         """Answer a request over a limit and close: what is left of it is never read."""
@@ -261,7 +228,6 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._body = []
-        self._header_bytes = 0
         self._head_bytes = 0
         self._began = True
         self._body_bytes = 0
@@ -271,32 +237,45 @@ class HttpConnection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self._limits.max_url:
-            raise _Reject(414, f"the request URL is longer than {self._limits.max_url} bytes")
+            raise Reject(414, f"the request URL is longer than {self._limits.max_url} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        limits = self._limits
-        self._header_bytes += len(name) + len(value)
-        if self._header_bytes > limits.max_header_bytes:
-            raise _Reject(431, f"the request's header fields are larger than {limits.max_header_bytes} bytes")
-        key = name.decode("latin-1").lower()
-        v = value.decode("latin-1")
-        prev = self._headers.get(key)
-        if prev is None and len(self._headers) >= limits.max_headers:
-            raise _Reject(431, f"the request has more than {limits.max_headers} header fields")
-        self._headers[key] = v if prev is None else f"{prev},{v}"
+        # their number and size are checked once the head is complete (and, for a head arriving in
+        # pieces, after each piece: the head's bytes are bounded as they come, in data_received)
+        key = NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
+        headers = self._headers
+        prev = headers.get(key)
+        headers[key] = value.decode("latin-1") if prev is None else f"{prev},{value.decode('latin-1')}"
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
-        length = self._headers.get("content-length")
-        if length is not None and length.strip().isdigit() and int(length) > self._limits.max_body:
-            raise _Reject(413, _too_large(int(length), self._limits.max_body))
-        if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+        headers = self._headers
+        limits = self._limits
+        if len(headers) > limits.max_headers:
+            raise Reject(431, too_many(limits.max_headers))
+        # (a head that came whole in one piece no longer than the limit is within it)
+        if (not self._began or self._piece > limits.max_header_bytes) and (
+            sum(map(len, headers)) + sum(map(len, headers.values())) > limits.max_header_bytes
+        ):
+            raise Reject(431, f"the request's header fields are larger than {limits.max_header_bytes} bytes")
+        length = headers.get("content-length")
+        if (
+            length is not None
+            and len(length) >= self._body_digits  # (fewer digits: under the limit)
+            and length.strip().isdigit()
+            and int(length) > limits.max_body
+        ):
+            raise Reject(413, too_large(int(length), limits.max_body))
+        expect = headers.get("expect")
+        if expect is not None and expect.lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         if self._body_bytes > self._limits.max_body:
-            raise _Reject(413, _too_large(self._body_bytes, self._limits.max_body))
+            raise Reject(413, too_large(self._body_bytes, self._limits.max_body))
         self._body.append(body)
 
     def _new_parser(self) -> httptools.HttpRequestParser:
@@ -314,18 +293,26 @@ class HttpConnection(asyncio.Protocol):
         if url[:1] != "/":
             url = origin_form(url)
         path, _, query = url.partition("?")
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        method = parser.get_method().decode("latin-1")
-        if log.isEnabledFor(VERBOSE2):  # verbose level 2: every request
-            log.log(VERBOSE2, "HTTP request: %s %s", method, url)
-        keep_alive = parser.should_keep_alive() and not self.draining and not _both_framings(self._headers)
-        responder = Responder(self, keep_alive, parser.get_http_version() != "1.0")
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        name = parser.get_method()
+        method = METHODS.get(name) or name.decode("latin-1")
+        headers = self._headers
+        keep_alive = parser.should_keep_alive()
+        # chunked framing unless HTTP/1.0; a request kept alive without a Connection header is 1.1
+        framed = (keep_alive and "connection" not in headers) or parser.get_http_version() != "1.0"
+        if keep_alive and (
+            self.draining or ("transfer-encoding" in headers and "content-length" in headers)
+        ):  # both framings: answered, then closed
+            keep_alive = False
+        responder = Responder(self, keep_alive, framed)
+        request = HttpRequest(method, path, query, headers, body)
         queue = self._queue
-        queue.append(responder)
-        request = HttpRequest(method, path, query, self._headers, body)
-        if self._write_paused or self._backlog or len(queue) > _MAX_PIPELINE or self._budget.over:
+        if queue or self._write_paused or self._budget.over:  # answers owed, or near a bound
+            queue.append(responder)
             self._hold(request, responder)
         else:
+            queue.append(responder)
             self._dispatch(request, responder)
         # kept while the handler runs: a traced request's HTTP_RECV_START
         self.reading_since = None
@@ -374,7 +361,7 @@ class HttpConnection(asyncio.Protocol):
         status: int,
         body: bytes | list[bytes | memoryview],
         content_type: str,
-        extra_headers: list[tuple[str, str]] | None,
+        extra_headers: ExtraHeaders,
     ) -> None:
         queue = self._queue
         if queue and queue[0] is responder:
@@ -440,38 +427,37 @@ class HttpConnection(asyncio.Protocol):
         status: int,
         body: bytes | list[bytes | memoryview],
         content_type: str,
-        extra_headers: list[tuple[str, str]] | None,
+        extra_headers: ExtraHeaders,
         keep_alive: bool,
     ) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        if isinstance(body, list):
-            length = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body)
-        else:
-            length = len(body)
-        lines = [
-            STATUS_LINES.get(status) or status_line(status),
-            b"Content-Type: ",
-            content_type.encode(),
-            b"\r\nContent-Length: ",
-            str(length).encode(),
-        ]
+        head = _HEADS.get(content_type)
+        if head is None:
+            head = b"Content-Type: %b\r\nContent-Length: " % content_type.encode()
+            if len(_HEADS) < 64:  # the server's own few types
+                _HEADS[content_type] = head
         if extra_headers:
-            for k, v in extra_headers:
-                lines.append(f"\r\n{k}: {v}".encode())
-        if not keep_alive:
-            lines.append(b"\r\nConnection: close")
-        lines.append(b"\r\n\r\n")
-        if isinstance(body, list):
-            if sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body) < 65536:
-                transport.write(b"".join(lines) + b"".join(body))
-            else:
-                transport.write(b"".join(lines))
-                transport.writelines(body)
+            extra = (
+                extra_headers
+                if isinstance(extra_headers, bytes)
+                else "".join([f"\r\n{k}: {v}" for k, v in extra_headers]).encode()
+            )
         else:
-            lines.append(body)
-            transport.write(b"".join(lines))
+            extra = b""
+        end = b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n"
+        line = STATUS_LINES.get(status) or status_line(status)
+        if isinstance(body, bytes):
+            transport.write(b"".join((line, head, b"%d" % len(body), extra, end, body)))
+        else:
+            length = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body)
+            lines = b"".join((line, head, b"%d" % length, extra, end))
+            if length < 65536:
+                transport.write(lines + b"".join(body))
+            else:
+                transport.write(lines)
+                transport.writelines(body)
         if self._write_paused:
             self._unsent.count(transport)
         if not keep_alive:
@@ -502,13 +488,6 @@ class HttpConnection(asyncio.Protocol):
                 return
         elif not self._queue and limits.idle_timeout_s and now - self.last_io > limits.idle_timeout_s:
             self.close(only_idle=True)  # keep-alive, idle: nothing owed, nothing coming
-
-
-def _too_large(size: int, limit: int) -> str:
-    return (
-        f"the request body of {size} bytes is larger than the limit of {limit} bytes; use "
-        "--http-max-input-size to raise it"
-    )
 
 
 class HttpServer:

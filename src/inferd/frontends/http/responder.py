@@ -36,6 +36,10 @@ def status_line(status: int) -> bytes:
     return STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n{_NOSNIFF}".encode()
 
 
+#: headers an answer adds: (name, value) pairs, or their lines encoded already (each ``\r\nName: value``)
+ExtraHeaders = list[tuple[str, str]] | bytes | None
+
+
 @dataclass(slots=True)
 class HttpRequest:
     """A parsed request: method, path, query, lower-cased headers and the whole body."""
@@ -73,7 +77,7 @@ class Responder:
         status: int,
         body: bytes | list[bytes | memoryview],
         content_type: str = "application/json",
-        extra_headers: list[tuple[str, str]] | None = None,
+        extra_headers: ExtraHeaders = None,
     ) -> None:
         if self._done:
             return
