@@ -6,7 +6,8 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 MODELS := examples/models
-# two installs: what serving the example repository needs (make run), and on top of it the test and
+# two installs: what serving the example repository and running README.md's snippets need (make run:
+# the examples extra has the snippets' clients), and on top of it the test and
 # benchmark tools and the heavy optional backends the tests load (OpenVINO, TensorFlow: about 1.5 GB)
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
@@ -29,6 +30,8 @@ install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
+# incremental: a model is written again only when what it is made from (its source, the packages'
+# versions) or its files changed (examples/build_models.py); each one built is printed with its time
 models: $(RUN_STAMP)
 	$(BIN)/python examples/build_models.py $(MODELS)
 

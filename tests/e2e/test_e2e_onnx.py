@@ -94,7 +94,9 @@ def test_tiny_mlp_answers_what_the_graph_computes(client: httpclient.InferenceSe
     result = client.infer("tiny_mlp", [_input("INPUT0", x)])
     y = result.as_numpy("OUTPUT0")
     assert y.shape == (3, 3)
-    np.testing.assert_allclose(y, build_models.tiny_mlp_reference(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        y, build_models.family("onnx_models").tiny_mlp_reference(x), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
 
 
@@ -103,7 +105,10 @@ def test_tiny_mlp_concurrent_requests(client: httpclient.InferenceServerClient) 
     pending = [client.async_infer("tiny_mlp", [_input("INPUT0", x)]) for x in xs]
     for x, p in zip(xs, pending, strict=True):
         np.testing.assert_allclose(
-            p.get_result().as_numpy("OUTPUT0"), build_models.tiny_mlp_reference(x), rtol=1e-5, atol=1e-6
+            p.get_result().as_numpy("OUTPUT0"),
+            build_models.family("onnx_models").tiny_mlp_reference(x),
+            rtol=1e-5,
+            atol=1e-6,
         )
 
 
@@ -177,8 +182,8 @@ def test_densenet_wrong_datatype_is_refused(client: httpclient.InferenceServerCl
 def digits() -> tuple[Any, np.ndarray[Any, Any]]:
     """The classifier digits_onnx was exported from (trained again: the same, deterministically) and
     held-out images it never saw."""
-    _, x_test, _, _ = build_models.digits_data()
-    return build_models.digits_classifier(), x_test
+    _, x_test, _, _ = build_models.family("digits").digits_data()
+    return build_models.family("digits").digits_classifier(), x_test
 
 
 def test_digits_config_batches_and_labels(client: httpclient.InferenceServerClient) -> None:

@@ -207,7 +207,7 @@ def test_errors_answer_and_the_models_keep_serving(
 def test_the_digits_example_classifies(http: httpclient.InferenceServerClient) -> None:
     rng = np.random.default_rng(7)
     x = rng.random((3, 1, 8, 8), dtype=np.float32)
-    expected = build_models.digits_torch_module()(torch.from_numpy(x)).detach().numpy()
+    expected = build_models.family("digits").digits_torch_module()(torch.from_numpy(x)).detach().numpy()
     r = http.infer(
         "digits_torch",
         [_http_input("INPUT__0", x)],

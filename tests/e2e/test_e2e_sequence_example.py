@@ -83,7 +83,7 @@ def test_chunks_answer_what_the_whole_signal_answers(server: InferdProcess) -> N
         http.close()
     np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(chunked[1], whole[1], rtol=1e-6, atol=1e-6)
-    smoothed, mean = build_models.signal_smoother_reference(signal)
+    smoothed, mean = build_models.family("onnx_models").signal_smoother_reference(signal)
     np.testing.assert_allclose(whole[0], smoothed, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(whole[1], mean, rtol=1e-5, atol=1e-5)
     assert whole[0][0] == signal[0]  # START: the average begins at the first sample
@@ -121,5 +121,8 @@ def test_signals_interleaved_on_a_grpc_stream(server: InferdProcess) -> None:
     for cid, signal in signals.items():
         streamed = np.concatenate([parts[f"{cid}:{i}"] for i in range(len(sizes))])
         np.testing.assert_allclose(
-            streamed, build_models.signal_smoother_reference(signal)[0], rtol=1e-5, atol=1e-5
+            streamed,
+            build_models.family("onnx_models").signal_smoother_reference(signal)[0],
+            rtol=1e-5,
+            atol=1e-5,
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -11,7 +13,8 @@ import pytest
 
 from inferd import __version__
 from inferd.cli import TritonFormatter, build_parser, format_table, main, options_from_args, serve
-from inferd.options import ServerOptions
+from inferd.compat_flags import DEPRECATED_TRACE, IGNORED
+from inferd.options import FLAG_GROUPS, ServerOptions
 
 
 def parse(*argv: str) -> ServerOptions:
@@ -71,6 +74,70 @@ def test_flag_forms(argv: list[str], field: str, value: object) -> None:
 def test_a_bare_boolean_flag_before_another_flag() -> None:
     opts = parse("--strict-model-config", "--model-repository", "/m", "--allow-grpc", "--http-port=1")
     assert opts.strict_model_config and opts.allow_grpc and opts.http_port == 1
+
+
+def subparser(command: str) -> argparse.ArgumentParser:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = action.choices[command]
+    return sub
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(ServerOptions) if f.metadata.get("cli", True)}
+
+
+def test_flag_groups_list_every_flag_once() -> None:
+    listed = [name for _, _, names in FLAG_GROUPS for name in names]
+    assert sorted(listed) == sorted(FIELDS)  # each field with a flag, once, and nothing else
+
+
+@pytest.mark.parametrize("command", ["serve", "serve-ray"])
+def test_help_groups_the_flags_by_topic_and_keeps_every_flag(command: str) -> None:
+    groups = {g.title: g._group_actions for g in subparser(command)._action_groups if g._group_actions}
+    titles = [title for title, _, _ in FLAG_GROUPS]
+    assert list(groups)[: len(titles) + 1] == ["options", *titles]  # in this order, and nothing between
+    assert [a.option_strings for a in groups["options"]] == [["-h", "--help"]]  # nothing left ungrouped
+    assert "other" not in groups
+    for title, _, names in FLAG_GROUPS:
+        assert [a.dest for a in groups[title]] == list(names)
+    flags = {o for actions in groups.values() for a in actions for o in a.option_strings}
+    for f in FIELDS.values():
+        assert set(f.metadata.get("flags") or ["--" + f.name.replace("_", "-")]) <= flags
+    compat = groups["Triton compatibility: flags accepted and ignored"]
+    assert [a.option_strings[0] for a in compat] == [f.flag for f in IGNORED]
+    trace = groups["Triton compatibility: deprecated trace flags"]
+    assert [a.option_strings[0] for a in trace] == [f.flag for f in DEPRECATED_TRACE]
+
+
+def test_help_shows_each_default_once_in_one_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    for f in FIELDS.values():
+        assert "default:" not in f.metadata["help"], f.name  # the parser appends it, the text does not
+    monkeypatch.setenv("COLUMNS", "1000")  # one line a flag's help
+    parser = subparser("serve")
+    text = parser.format_help()
+    assert "%(" not in text and text.startswith("usage: inferd serve --model-repository PATH")
+    shown = {}  # flag -> the parenthesis the parser appended to its help
+    for action in parser._actions:
+        if action.dest in FIELDS:
+            assert action.help is not None
+            last = re.search(r"\(([^()]*)\)$", action.help)
+            assert last, action.help
+            shown[action.option_strings[0]] = last.group(1)
+    for f in FIELDS.values():
+        flag = (f.metadata.get("flags") or ["--" + f.name.replace("_", "-")])[0]
+        assert shown[flag].count("default:") == (0 if f.metadata.get("required") else 1), flag
+    assert text.count("(default: ") + text.count("; default: ") == len(FIELDS) - 1  # shown once each
+    assert shown["--model-repository"] == "required; repeatable"
+    assert shown["--load-model"] == "repeatable; default: not set"
+    assert shown["--rate-limit-resource"] == "repeatable; default: the most any instance asks for"
+    assert shown["--exit-on-error"] == "default: true"
+    assert shown["--strict-model-config"] == "default: false"
+    assert shown["--model-load-timeout-secs"] == "default: 600"
+    assert shown["--model-memory-budget"] == "default: not set"
+    assert shown["--http-port"] == "default: 8000"
+    assert shown["--metrics-address"] == "default: --http-address"
+    assert shown["--log-format"] == "default: default"
+    values = re.findall(r"default: ([^;)]*)\)", text)
+    assert not {"None", "True", "False", "[]", "''"} & set(values)
 
 
 def test_invalid_boolean(capsys: pytest.CaptureFixture[str]) -> None:
