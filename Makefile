@@ -79,7 +79,7 @@ e2e: install azurite browser
 	$(BIN)/pytest -q -n 2 tests/e2e
 
 # three rounds of every row (about 30 minutes on 2 cores); ARGS passes options (benchmarks/run.py --help)
-bench: install
+bench: install models
 	$(BIN)/python benchmarks/run.py $(ARGS)
 
 # one short round: checks that the benchmark runs, leaves BENCHMARKS.md alone

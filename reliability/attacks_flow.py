@@ -44,6 +44,7 @@ FLOW_DEFAULTS: dict[str, Any] = {
 }
 _MODEL = "identity_fp32"
 _DECOUPLED = "dec_ctl"
+DECOUPLED_MODEL = _DECOUPLED  # the stream cases' model, in every repository they run on
 _ID = re.compile(rb'"id":"(\d+)"')
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reliability import attacks as attacks_mod
-from reliability import fuzz_grpc, fuzz_h2, fuzz_http, fuzz_http_spec
+from reliability import attacks_flow, fuzz_grpc, fuzz_h2, fuzz_http, fuzz_http_spec
 from reliability.common import (
     DEFAULT_MODEL_DIRS,
     MiB,
@@ -78,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="inferd-fuzz-"))
     sources = args.models or list(DEFAULT_MODEL_DIRS)
-    repo = build_repository(work / "models", sources, (*fuzz_http_spec.FUZZ_MODELS, "parallel_sleep"))
+    # the fuzzed models, and those the attacks use: slow_model's, and the stream cases' decoupled model
+    attack_models = ("parallel_sleep", attacks_flow.DECOUPLED_MODEL)
+    repo = build_repository(work / "models", sources, (*fuzz_http_spec.FUZZ_MODELS, *attack_models))
+    # a stream's model waits for its client far longer than slow_model's watchdog: its own limit is off
+    with (repo / attacks_flow.DECOUPLED_MODEL / "config.pbtxt").open("a") as f:
+        f.write('\nparameters { key: "execute_timeout_secs" value: { string_value: "0" } }\n')
     server_args = [
         "--http-max-input-size", str(args.http_max_input_size),
         "--grpc-max-message-size", str(args.grpc_max_message_size),

@@ -173,6 +173,8 @@ def test_one_line_per_request_at_level_1(start_server: Callable[..., Any], tmp_p
         assert not re.search(r"gRPC request: ModelInfer OK .* model=nope", text)
         # a line each, not one per level-2 arrival (those come at 2 only)
         assert text.count("id=req-8") == 1 and "request received" not in text
+        # transport details (hpack decoding each header field) are for level 2, as the reference's
+        assert "hpack" not in text
         # off again: no more lines
         http.update_log_settings({"log_verbose_level": 0})
         http.infer("identity_fp32", [hi], request_id="req-9")
