@@ -341,3 +341,26 @@ def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
     finally:
         client.close()
         proc.stop()
+
+
+@pytest.mark.parametrize(
+    ("model", "config"),
+    [("no_such_model", None), ("identity_fp32", "{"), ("identity_fp32", '{"nonsense": 1}')],
+)
+def test_grpc_failed_loads_answer_as_the_reference(
+    explicit: InferdProcess, model: str, config: str | None
+) -> None:
+    """Recorded on Triton 2.51 (explicit mode, gRPC): a missing model and an invalid config override
+    both answer INTERNAL "failed to load '<model>', failed to poll from model repository"; inferd
+    adds the reason after it (README: a failed load says why). The model already serving stays so."""
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{explicit.grpc_port}")
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model(model, config=config)
+        assert e.value.status() == "StatusCode.INTERNAL"
+        assert e.value.message().startswith(
+            f"failed to load '{model}', failed to poll from model repository: "
+        )
+        assert client.is_model_ready("identity_fp32")
+    finally:
+        client.close()
