@@ -1,8 +1,10 @@
 """The composition root: the core, the shared-memory registry and the front ends, in one order.
 
 ``inferd serve`` (``cli.py``) and the in-process API (``inferd.Server``, ``api.py``) both run a
-``Runtime``; nothing else builds front ends. Start: load the models, then gRPC, HTTP and metrics
-(a port that cannot be bound is an error, except metrics, as in the reference). Stop: stop
+``Runtime``; nothing else builds front ends. Start: load the models, then gRPC, metrics and HTTP
+(a port that cannot be bound is an error, except metrics, as in the reference; HTTP last, so that
+a client that finds /v2/health/live answering finds every port open; the reference opens metrics
+last). Stop: stop
 accepting new connections and new sequences, drain what the open connections still bring (the
 requests in flight, the live sequences' next requests) up to ``--exit-timeout-secs``, unload the
 models, then close the connections, the metrics endpoint and the shared-memory mappings.
@@ -168,6 +170,8 @@ class Runtime:
                     ) from e
                 self.grpc = grpc_server
                 log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_server.port)
+            if options.allow_metrics:  # before HTTP: a client that finds HTTP live finds metrics too
+                await self._start_metrics()
             if options.allow_http:
                 from inferd.frontends.http.protocol import HttpServer
 
@@ -188,8 +192,6 @@ class Runtime:
                     ) from e
                 self.http = http
                 log.info("Started HTTPService at %s:%d", options.http_address, http.port)
-            if options.allow_metrics:
-                await self._start_metrics()
         except FrontendError:
             await self.stop(0)
             raise

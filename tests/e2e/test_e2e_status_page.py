@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -71,12 +72,17 @@ def test_the_status_page_shows_a_request_the_test_sent(server: InferdProcess, tm
     served = {m["name"]: m.get("served", 0) for m in before["models"]}["identity_bytes"]
     for _ in range(3):
         assert server.infer("identity_bytes", doc).status == 200
+    sent = time.monotonic()
     rows, dom = _browse(f"{server.base_url}/", tmp_path / "status.png")
+    # the rate covers the last 10 s: on a loaded machine Chromium may draw the page after that
+    within_window = time.monotonic() - sent < 9
     assert "identity_bytes" in rows and "add_sub" in rows, dom[:2000]
     cells = rows["identity_bytes"]
     assert cells[:3] == ["identity_bytes", "1", "READY"]
     assert int(cells[4]) >= served + 3  # served
-    assert cells[6].endswith("req/s") and float(cells[6].split()[0]) > 0  # the three are within 10 s
+    assert cells[6].endswith("req/s")
+    if within_window:  # the three are within the rate's 10 s
+        assert float(cells[6].split()[0]) > 0
     assert cells[7].endswith("ms")  # p50 latency
     assert (tmp_path / "status.png").stat().st_size > 1000
     # the same page on the metrics port
