@@ -329,6 +329,7 @@ class Runtime:
                     found.append(f"{connections} open HTTP connection(s)")
                 log.info("Timeout %d: Found %s", max(0, round(deadline - now)), ", ".join(found))
             await asyncio.sleep(_DRAIN_POLL_S)
+        core.refuse_requests()  # the drain is over: what comes now, on an open connection, is refused
         clean = True
         error = UnavailableError(
             f"the server is shutting down: the request did not finish within {timeout:g} s"

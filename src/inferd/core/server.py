@@ -88,7 +88,8 @@ class ServerCore:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._live = False
-        self._stopping = False
+        self._stopping = False  # new requests are refused (``refuse_requests``)
+        self._stopped = False  # ``stop`` has begun
         self.version = __version__
         #: streams of the requests submitted and not answered yet (failed at a forced shutdown)
         self._open: set[ResponseStream] = set()
@@ -155,9 +156,9 @@ class ServerCore:
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish in-flight ones (up to the exit timeout), unload."""
-        if self._stopping:
+        if self._stopped:
             return
-        self._stopping = True
+        self._stopped = self._stopping = True
         if self._poll is not None:
             self._poll.cancel()
         for task in list(self._later):  # requests still waiting for a load on demand
@@ -419,6 +420,11 @@ class ServerCore:
         except Exception as e:  # a decoder's bug: answered, logged
             log.exception("queueing a request for '%s' after its load failed", name)
             stream.deliver(InferResponse(name, version, error=InternalError(str(e))), True)
+
+    def refuse_requests(self) -> None:
+        """From now on a new request is answered UNAVAILABLE "Server is stopping"; at once, not at
+        ``stop``'s first step: a request read in between would reach a scheduler already failing."""
+        self._stopping = True
 
     def fail_open_requests(self, error: InferdError) -> int:
         """Answer every request still open with ``error`` (a shutdown past its exit timeout: an error
