@@ -8,8 +8,6 @@ FIL backend loads every model through Treelite; see tests/unit/backends/test_fil
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,19 +23,13 @@ from conftest import REPO_ROOT, InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
 
 import fil_models as fm
+from repo_paths import load_script
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def _build_models() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "inferd_example_build_fil", REPO_ROOT / "examples" / "build_models.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "examples" / "build_models.py", "inferd_example_build_fil")
 
 
 @pytest.fixture(scope="module")

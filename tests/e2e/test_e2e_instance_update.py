@@ -13,7 +13,6 @@ worker processes (new instances are workers too).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import InferdProcess
 
-from repo_paths import FIXTURES
+from repo_paths import FIXTURES, load_script
 
 RECORDER = FIXTURES / "make_reference_instance_update.py"
 OBSERVED: list[dict[str, Any]] = json.loads(
@@ -34,11 +33,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _recorder() -> Any:
-    spec = importlib.util.spec_from_file_location("make_reference_instance_update", RECORDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECORDER, "make_reference_instance_update")
 
 
 @pytest.fixture(params=["thread", "process"])

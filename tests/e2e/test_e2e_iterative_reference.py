@@ -10,7 +10,6 @@ client with that text.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import InferdProcess
 
-from repo_paths import FIXTURES
+from repo_paths import FIXTURES, load_script
 
 RECORDER = FIXTURES / "make_reference_iterative.py"
 OBSERVED: list[dict[str, Any]] = json.loads((FIXTURES / "reference_observed_iterative.json").read_text())
@@ -29,11 +28,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _recorder() -> Any:
-    spec = importlib.util.spec_from_file_location("make_reference_iterative", RECORDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECORDER, "make_reference_iterative")
 
 
 @pytest.fixture(params=["thread", "process"])

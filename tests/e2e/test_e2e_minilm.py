@@ -7,8 +7,6 @@ sentence-transformers pipeline computes from the same files, over HTTP and gRPC 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +18,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import REPO_ROOT, InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
+
+from repo_paths import load_script
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,14 +43,7 @@ MIN_COSINE = 0.99999
 
 
 def _build_models() -> ModuleType:
-    name = "inferd_example_build"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / "build_models.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_script(REPO_ROOT / "examples" / "build_models.py", "inferd_example_build")
 
 
 build_models = _build_models()

@@ -8,8 +8,6 @@ program, the example ``digits_torch`` (examples/build_models.py) with its labels
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,18 +20,13 @@ import tritonclient.http as httpclient
 from conftest import REPO_ROOT, InferdProcess, grpc_client, http_client, serving
 from tritonclient.utils import InferenceServerException
 
+from repo_paths import load_script
+
 pytestmark = pytest.mark.timeout(120)
 
 
 def _build_models() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "inferd_example_build_torch", REPO_ROOT / "examples" / "build_models.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "examples" / "build_models.py", "inferd_example_build_torch")
 
 
 build_models = _build_models()

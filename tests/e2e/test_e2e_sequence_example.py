@@ -4,10 +4,8 @@ gRPC stream, several signals at a time, and both match the same computation in n
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import queue
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -19,19 +17,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import REPO_ROOT, InferdProcess
 
+from repo_paths import load_script
+
 pytestmark = pytest.mark.timeout(120)
 MODEL = "signal_smoother"
 
 
 def _build_models() -> ModuleType:
-    name = "inferd_example_build"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / "build_models.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_script(REPO_ROOT / "examples" / "build_models.py", "inferd_example_build")
 
 
 build_models = _build_models()

@@ -259,9 +259,9 @@ def delete(name: str) -> list[str]:
         removed.append(f"Serve application '{name}'")
     try:  # after the replicas: a replica's poll would make it again (collector.py)
         actor = ray.get_actor(_collector.NAME.format(app=name), namespace=_collector.NAMESPACE)
-    except ValueError:
-        pass
-    else:
+    except ValueError:  # none: Ray's answer for a name it does not know
+        actor = None
+    if actor is not None:
         ray.kill(actor, no_restart=True)
         removed.append("its statistics actor")
     if serve.status().proxies and not serve.status().applications:

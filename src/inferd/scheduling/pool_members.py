@@ -47,15 +47,10 @@ class PoolMembers:
     _promote: Callable[[], dict[int, BackendInstance]] | None
     _auto: AutoMode | None
     _queue: RequestQueue
-
-    def _worker(self, index: int, cond: threading.Condition) -> None:
-        raise NotImplementedError
-
-    def _wake_one(self) -> None:
-        raise NotImplementedError
-
-    def _wake_all(self) -> None:
-        raise NotImplementedError
+    # and the methods of InstancePool it calls
+    _worker: Callable[[int, threading.Condition], None]
+    _wake_one: Callable[[], None]
+    _wake_all: Callable[[], None]
 
     # -- instance_group updates ----------------------------------------------------------------------
     @property

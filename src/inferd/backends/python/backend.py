@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
-from inferd.backends.python.containment import runs_in_workers
+from inferd.backends.python.containment import IN_WORKER, execution_mode, runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
 from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
 from inferd.backends.python.modelloop import ModelLoop
@@ -90,7 +90,7 @@ class PythonBackend:
 
     def load(self, ctx: LoadContext) -> BackendModel:
         from inferd.backends.python.memory import memory_limit
-        from inferd.backends.python.process import IN_WORKER, ProcessModel, execution_mode
+        from inferd.backends.python.process import ProcessModel
 
         mode = execution_mode(ctx)
         path = model_file(ctx.config, ctx.version_dir)

@@ -1,4 +1,5 @@
-"""``execution_mode: auto``: whether a model's own code can end the process it runs in.
+"""``execution_mode``: the mode a model asks for (``execution_mode``), and for ``auto`` whether a
+model's own code can end the process it runs in.
 
 A Python model in a thread instance shares the server's process: a segfault in native code it calls,
 or an ``os._exit``, ends the server and every other model with it. A worker process contains that
@@ -21,6 +22,12 @@ import importlib.machinery
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.backends.base import LoadContext
 
 log = logging.getLogger("inferd.python")
 
@@ -154,3 +161,23 @@ class _Scan(ast.NodeVisitor):
         if _called(node) in ("__import__", "import_module") and isinstance(first, str):
             self._imports(first)
         self.generic_visit(node)
+
+
+# -- the mode asked for -------------------------------------------------------------------------
+EXECUTION_MODES = ("auto", "thread", "process")
+#: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
+IN_WORKER = "inferd-in-worker"
+
+
+def execution_mode(ctx: LoadContext) -> str:
+    """The model's ``execution_mode`` parameter, else ``--backend-config=python,execution-mode=...``."""
+    if ctx.backend_config.get(IN_WORKER):
+        return "thread"
+    param = ctx.config.parameters.get("execution_mode")
+    mode = param.string_value if param is not None else ctx.backend_config.get("execution-mode", "auto")
+    if mode not in EXECUTION_MODES:
+        raise InvalidArgumentError(
+            f"execution_mode of model '{ctx.model_name}' must be one of {', '.join(EXECUTION_MODES)}, "
+            f"got '{mode}'"
+        )
+    return mode

@@ -120,3 +120,22 @@ class Logger:
     def log_verbose(message: Any) -> None:
         _message("log_verbose", message)
         _log.debug('"%s"', message, stacklevel=2)
+
+
+# -- a model config's parts (pb_utils exports them) ------------------------------------------
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for i in model_config.get("input", []):
+        if i["name"] == name:
+            return i  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for o in model_config.get("output", []):
+        if o["name"] == name:
+            return o  # type: ignore[no-any-return]
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))

@@ -12,6 +12,7 @@ import numpy as np
 from inferd.backends.python import dlpack as _dlpack
 from inferd.backends.python.pb_args import incompatible
 from inferd.backends.python.pb_errors import TritonModelException
+from inferd.core import tensor as _core_tensor
 from inferd.core import types as _types
 
 #: the native dtypes ``Tensor`` takes without asking ``types.from_numpy`` (the others: it decides)
@@ -146,3 +147,39 @@ class Tensor:
         dt = self._dt
         shown = dt.wire if dt is _types.BF16 else self._array.dtype
         return f"Tensor({self._name!r}, shape={list(self._array.shape)}, dtype={shown})"
+
+
+# -- type conversions (pb_utils exports them) ------------------------------------------------
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    row.config: (np.object_ if row is _types.BYTES else row.numpy.type)
+    for row in _types.BY_CONFIG.values()
+    if row is not _types.BF16
+}
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``np.float32`` (``TYPE_STRING`` -> ``np.object_``)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """TRITONSERVER_DataType code -> numpy type."""
+    row = _types.BY_TRITON_CODE[data_type]
+    return np.object_ if row is _types.BYTES else row.numpy.type
+
+
+def numpy_to_triton_type(data_type: Any) -> int:
+    """numpy type -> TRITONSERVER_DataType code."""
+    return _types.from_numpy(np.dtype(data_type)).triton_code
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """Object/bytes array -> uint8 array of length-prefixed elements (None when empty)."""
+    if input_tensor.size == 0:
+        return None
+    return np.frombuffer(_core_tensor.serialize_bytes(input_tensor), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray[Any, Any]:
+    """Length-prefixed bytes -> object array of ``bytes``."""
+    return _core_tensor.deserialize_bytes(encoded_tensor)

@@ -17,12 +17,15 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any
 
-import numpy as np
-
 from inferd.backends.python.pb_args import REQUIRED, bind, incompatible, is_int, is_sequence, is_str_list
 from inferd.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from inferd.backends.python.pb_config import Logger as Logger
 from inferd.backends.python.pb_config import ModelConfig as ModelConfig
+from inferd.backends.python.pb_config import get_input_config_by_name as get_input_config_by_name
+from inferd.backends.python.pb_config import get_output_config_by_name as get_output_config_by_name
+from inferd.backends.python.pb_config import (
+    using_decoupled_model_transaction_policy as using_decoupled_model_transaction_policy,
+)
 from inferd.backends.python.pb_errors import TritonError as TritonError
 from inferd.backends.python.pb_errors import TritonModelException as TritonModelException
 from inferd.backends.python.pb_metrics import Metric as Metric
@@ -30,10 +33,15 @@ from inferd.backends.python.pb_metrics import MetricFamily as MetricFamily
 from inferd.backends.python.pb_metrics import MetricKind as MetricKind
 from inferd.backends.python.pb_metrics import MetricsTarget
 from inferd.backends.python.pb_tensor import BF16_AS_NUMPY as BF16_AS_NUMPY
+from inferd.backends.python.pb_tensor import TRITON_STRING_TO_NUMPY as TRITON_STRING_TO_NUMPY
 from inferd.backends.python.pb_tensor import Tensor as Tensor
+from inferd.backends.python.pb_tensor import deserialize_bytes_tensor as deserialize_bytes_tensor
+from inferd.backends.python.pb_tensor import numpy_to_triton_type as numpy_to_triton_type
+from inferd.backends.python.pb_tensor import serialize_byte_tensor as serialize_byte_tensor
+from inferd.backends.python.pb_tensor import triton_string_to_numpy as triton_string_to_numpy
+from inferd.backends.python.pb_tensor import triton_to_numpy_type as triton_to_numpy_type
 from inferd.core import request as _core_request
 from inferd.core import tensor as _core_tensor
-from inferd.core import types as _types
 
 # -- constants ---------------------------------------------------------------------------------
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = _core_request.SEQUENCE_START
@@ -44,40 +52,6 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 TRITONSERVER_MEMORY_CPU = 0
 TRITONSERVER_MEMORY_CPU_PINNED = 1
 TRITONSERVER_MEMORY_GPU = 2
-
-TRITON_STRING_TO_NUMPY: dict[str, Any] = {
-    row.config: (np.object_ if row is _types.BYTES else row.numpy.type)
-    for row in _types.BY_CONFIG.values()
-    if row is not _types.BF16
-}
-
-
-def triton_string_to_numpy(triton_type_string: str) -> Any:
-    """``"TYPE_FP32"`` -> ``np.float32`` (``TYPE_STRING`` -> ``np.object_``)."""
-    return TRITON_STRING_TO_NUMPY[triton_type_string]
-
-
-def triton_to_numpy_type(data_type: int) -> Any:
-    """TRITONSERVER_DataType code -> numpy type."""
-    row = _types.BY_TRITON_CODE[data_type]
-    return np.object_ if row is _types.BYTES else row.numpy.type
-
-
-def numpy_to_triton_type(data_type: Any) -> int:
-    """numpy type -> TRITONSERVER_DataType code."""
-    return _types.from_numpy(np.dtype(data_type)).triton_code
-
-
-def serialize_byte_tensor(input_tensor: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
-    """Object/bytes array -> uint8 array of length-prefixed elements (None when empty)."""
-    if input_tensor.size == 0:
-        return None
-    return np.frombuffer(_core_tensor.serialize_bytes(input_tensor), dtype=np.uint8)
-
-
-def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray[Any, Any]:
-    """Length-prefixed bytes -> object array of ``bytes``."""
-    return _core_tensor.deserialize_bytes(encoded_tensor)
 
 
 class PreferredMemory:
@@ -469,24 +443,6 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
         if t.name() == name:
             return t
     return None
-
-
-def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for i in model_config.get("input", []):
-        if i["name"] == name:
-            return i  # type: ignore[no-any-return]
-    return None
-
-
-def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for o in model_config.get("output", []):
-        if o["name"] == name:
-            return o  # type: ignore[no-any-return]
-    return None
-
-
-def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
-    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
 
 # -- the model's server ------------------------------------------------------------------------

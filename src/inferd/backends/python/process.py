@@ -60,7 +60,7 @@ from inferd.backends.python.relay import BlsRelay, answer, answer_call
 from inferd.backends.python.reschedule import release
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
-from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError, error_for_code
+from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
 
 log = logging.getLogger("inferd.python")
 
@@ -524,25 +524,6 @@ _WORKERS: dict[str, set[ProcessInstance]] = {}
 def worker_pids(model_name: str) -> list[int]:
     """The worker processes running now for ``model_name``'s instances."""
     return [i.pid for i in list(_WORKERS.get(model_name, ())) if i.pid and i._proc is not None]
-
-
-EXECUTION_MODES = ("auto", "thread", "process")
-#: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
-IN_WORKER = "inferd-in-worker"
-
-
-def execution_mode(ctx: LoadContext) -> str:
-    """The model's ``execution_mode`` parameter, else ``--backend-config=python,execution-mode=...``."""
-    if ctx.backend_config.get(IN_WORKER):
-        return "thread"
-    param = ctx.config.parameters.get("execution_mode")
-    mode = param.string_value if param is not None else ctx.backend_config.get("execution-mode", "auto")
-    if mode not in EXECUTION_MODES:
-        raise InvalidArgumentError(
-            f"execution_mode of model '{ctx.model_name}' must be one of {', '.join(EXECUTION_MODES)}, "
-            f"got '{mode}'"
-        )
-    return mode
 
 
 class ProcessModel:

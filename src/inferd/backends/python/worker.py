@@ -51,6 +51,7 @@ from inferd.backends.base import (
     ResponseCallback,
     ServerLinks,
 )
+from inferd.backends.python.containment import IN_WORKER
 from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.backends.python.ipc import (
     Channel,
@@ -64,7 +65,6 @@ from inferd.backends.python.ipc import (
     unpack_request,
     unpack_response,
 )
-from inferd.backends.python.process import IN_WORKER
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, error_for_code

@@ -30,9 +30,6 @@ import struct
 import time
 from typing import Any, Generic, TypeVar
 
-from hpack import Decoder
-from hpack.exceptions import HPACKError
-
 from inferd.frontends.flow import Unsent, WriteBudget
 from inferd.frontends.grpc.h2wire import (
     ACK,
@@ -63,6 +60,7 @@ from inferd.frontends.grpc.h2wire import (
     S_MAX_HEADER_LIST,
     SETTINGS,
     WINDOW_UPDATE,
+    HeaderBlocks,
     frame,
 )
 from inferd.frontends.grpc.h2wire import H2Limits as H2Limits  # h2server's types, here too
@@ -106,12 +104,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._need = 0
         self._dead = False  # a connection error was answered with GOAWAY: ignore what follows
         self._preface = False
-        self._decoder = Decoder()
-        self._decoder.max_allowed_table_size = 4096
-        self._decoder.max_header_list_size = limits.max_header_list
-        #: header blocks that left the dynamic table as it was: what ``parse_headers`` made of them
-        self._block_cache: dict[bytes, Any] = {}
-        self._table_mark: tuple[int, int, Any] = (0, 0, None)
+        self._blocks = HeaderBlocks(limits.max_header_list, self.parse_headers)
         self.streams: dict[int, S] = {}
         self._last_sid = 0
         self._headers_sid = 0  # a header block continues in CONTINUATION frames
@@ -418,30 +411,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._headers_sid, self._headers_block, self._headers_size = 0, [], 0
             self._header_block(hflags, sid, block)
 
-    def _decode_block(self, block: bytes) -> Any:
-        """``parse_headers`` of a block's header list (None: not HPACK); a block that left the dynamic
-        table as it was is cached."""
-        cached = self._block_cache.get(block)
-        if cached is not None:
-            return cached
-        dec = self._decoder
-        try:
-            headers: list[tuple[str, str]] = dec.decode(block)  # type: ignore[assignment]
-        except HPACKError:
-            return None
-        parsed = self.parse_headers(headers)
-        table = dec.header_table
-        entries = table.dynamic_entries
-        mark = (len(entries), table._maxsize, entries[0] if entries else None)
-        if mark != self._table_mark:
-            self._block_cache.clear()
-            self._table_mark = mark
-        elif len(self._block_cache) < 256:
-            self._block_cache[block] = parsed
-        return parsed
-
     def _header_block(self, flags: int, sid: int, block: bytes) -> None:
-        headers = self._decode_block(block)
+        headers = self._blocks.decode(block)  # (None: not HPACK)
         if headers is None:
             self._error(0x9, "header block")  # COMPRESSION_ERROR
             return

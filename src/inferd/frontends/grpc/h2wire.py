@@ -1,12 +1,17 @@
 """HTTP/2 wire pieces for the lean gRPC server: frame headers, HPACK integers and literals, fixed
 header blocks, gRPC message framing. Pure functions and constants (RFC 9113, RFC 7541, gRPC over
-HTTP/2), and the plain state ``h2conn`` keeps: a connection's limits, a stream's windows and queue."""
+HTTP/2), and the plain state ``h2conn`` keeps: a connection's limits, a stream's windows and queue, its
+header blocks' HPACK decoding (``HeaderBlocks``)."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from hpack import Decoder
+from hpack.exceptions import HPACKError
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types
@@ -121,3 +126,40 @@ class H2Stream:
         self.headers_sent = False
         self.closed = False  # we ended it (END_STREAM or reset): nothing more is sent
         self.remote_closed = False  # the client half-closed it
+
+
+class HeaderBlocks:
+    """A connection's HPACK decoding of header blocks. A block that left the dynamic table as it was
+    decodes the same next time: what ``parse`` made of its header list is kept with it, so that a
+    client's repeated calls are read once."""
+
+    __slots__ = ("_cache", "_decoder", "_mark", "_parse")
+
+    def __init__(self, max_header_list: int, parse: Callable[[list[tuple[str, str]]], Any]) -> None:
+        dec = self._decoder = Decoder()
+        dec.max_allowed_table_size = 4096
+        dec.max_header_list_size = max_header_list
+        self._parse = parse
+        self._cache: dict[bytes, Any] = {}
+        self._mark: tuple[int, int, Any] = (0, 0, None)
+
+    def decode(self, block: bytes) -> Any:
+        """``parse`` of the block's header list; None when the block is not valid HPACK."""
+        cached = self._cache.get(block)
+        if cached is not None:
+            return cached
+        dec = self._decoder
+        try:
+            headers: list[tuple[str, str]] = dec.decode(block)  # type: ignore[assignment]
+        except HPACKError:
+            return None
+        parsed = self._parse(headers)
+        table = dec.header_table
+        entries = table.dynamic_entries
+        mark = (len(entries), table._maxsize, entries[0] if entries else None)
+        if mark != self._mark:
+            self._cache.clear()
+            self._mark = mark
+        elif len(self._cache) < 256:
+            self._cache[block] = parsed
+        return parsed
