@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/calls.py --diff base.json head.json      # what is new per request
     .venv/bin/python benchmarks/calls.py --proto grpc --n 1000 --instructions         # callgrind
     .venv/bin/python benchmarks/calls.py --model ensemble_add_sub --concurrency 8 --cpu
+    .venv/bin/python benchmarks/calls.py --serve-flags '--trace-config level=TIMESTAMPS ...' --json t.json
 
 Steadier measures than throughput on a shared machine. The server (``inferd serve`` from ``--src``
 with this venv, serving tests/fixtures/reference_models, or seq_accumulate) runs with cProfile armed
@@ -92,7 +93,7 @@ def free_port() -> int:
 
 
 def start_server(
-    src: Path, repo: Path, stats_out: Path, log: Path, valgrind: bool = False
+    src: Path, repo: Path, stats_out: Path, log: Path, valgrind: bool = False, flags: str = ""
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     http, grpc, metrics = free_port(), free_port(), free_port()
     cmd = [sys.executable, "-c", BOOT, str(stats_out), "serve", "--model-repository", str(repo)]
@@ -106,6 +107,7 @@ def start_server(
             *cmd,
         ]
     cmd += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    cmd += shlex.split(flags.replace("{tmp}", str(log.parent)))
     env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.Popen(
         cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
@@ -294,7 +296,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
             repo = write_repository(Path(tmp) / "models", sys.executable, onnx=False)
         stats = Path(tmp) / ("prof.out-cpu" if args.cpu else "prof.out-inline" if args.inline else "prof.out")
-        proc, http, grpc_port = start_server(src, repo, stats, Path(tmp) / "server.log", args.instructions)
+        proc, http, grpc_port = start_server(
+            src, repo, stats, Path(tmp) / "server.log", args.instructions, args.serve_flags
+        )
         n = args.n // args.concurrency * args.concurrency
         doc: dict[str, Any] = {"src": str(src), "proto": args.proto, "model": args.model, "n": n}
         doc["concurrency"] = args.concurrency
@@ -468,6 +472,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--concurrency", type=int, default=1, help="client processes (above 1: batches form)")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument(
+        "--serve-flags",
+        default="",
+        help="more flags for inferd serve ({tmp}: the run's temporary folder), e.g. tracing: "
+        "'--trace-config triton,file={tmp}/t.json --trace-config level=TIMESTAMPS --trace-config rate=1'",
+    )
     p.add_argument("--cpu", action="store_true", help="no profiler: the server's CPU per request, per thread")
     p.add_argument(
         "--attach", help="a command run during the measured requests, ended by SIGINT ({pid}: the server's)"

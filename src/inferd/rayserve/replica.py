@@ -38,6 +38,8 @@ _MERGED: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: how a replica's health check failure begins (deploy.py prints the reason Serve recorded)
 NOT_READY = "inferd replica not ready"
+#: why a replica whose repository lists nothing is not ready
+NO_MODELS = "its model repository lists no models (empty, or read while it was being uploaded)"
 
 
 class _Raw:
@@ -409,13 +411,15 @@ class InferdReplica:
 
 def unready(core: ServerCore) -> str | None:
     """Why a replica's server is not ready to serve (None: it is): its core is not live, it is not
-    ready (a model that failed to load, under --strict-readiness), or nothing loaded and something
-    failed (a repository that cannot be read, every model broken) whatever the readiness flag."""
+    ready (a model that failed to load, under --strict-readiness), nothing loaded and something
+    failed (a repository that cannot be read, every model broken) whatever the readiness flag, or
+    its repository lists no model at all: an empty store, or one read in the middle of an upload
+    (S3 coming back), which would make a healthy replica that answers every request 400."""
     if not core.live():
         return f"{NOT_READY}: its core is not live"
     failures = core.load_failures()
     if core.ready() and not (failures and not core.repository_index(ready_only=True)):
-        return None
+        return None if core.repository_index() else f"{NOT_READY}: {NO_MODELS}"
     reasons = "; ".join(
         f"'{name}'{f' version {version}' if version else ''}: {reason}" for name, version, reason in failures
     )
@@ -447,4 +451,4 @@ for _rpc in UNARY_RPCS:
     if _rpc != "ModelInfer":
         setattr(InferdReplica, _rpc, _unary_method(_rpc))
 
-__all__ = ["NOT_READY", "InferdReplica", "unready"]
+__all__ = ["NOT_READY", "NO_MODELS", "InferdReplica", "unready"]

@@ -12,7 +12,7 @@ import pytest
 from inferd.cli import build_parser
 from inferd.core.server import ServerCore
 from inferd.rayserve.deploy import SEPARATE_THREAD_ENV, deployment_options, proxy_mismatch
-from inferd.rayserve.replica import NOT_READY, unready
+from inferd.rayserve.replica import NO_MODELS, NOT_READY, unready
 
 
 def _args(*flags: str) -> argparse.Namespace:
@@ -68,6 +68,7 @@ class _Core:
     strict: bool = True
     failures: list[tuple[str, str, str]] = field(default_factory=list)
     loaded: list[str] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)  # in the repository, not loaded (explicit mode)
 
     def live(self) -> bool:
         return self.is_live
@@ -79,7 +80,11 @@ class _Core:
         return self.failures
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return [{"name": name, "version": "1", "state": "READY"} for name in self.loaded]
+        ready = [{"name": name, "version": "1", "state": "READY"} for name in self.loaded]
+        if ready_only:
+            return ready
+        failed = [{"name": name, "state": "UNAVAILABLE"} for name, _, _ in self.failures]
+        return ready + failed + [{"name": name} for name in self.known]
 
 
 def _unready(core: _Core) -> str | None:
@@ -88,7 +93,9 @@ def _unready(core: _Core) -> str | None:
 
 def test_a_replica_is_healthy_only_when_its_server_is_ready() -> None:
     assert _unready(_Core(loaded=["add_sub"])) is None
-    assert _unready(_Core()) is None  # explicit mode with nothing asked for: nothing failed
+    assert _unready(_Core(known=["add_sub"])) is None  # explicit mode with nothing asked for
+    # an empty repository (or an S3 prefix read while its upload had not begun): never healthy
+    assert _unready(_Core()) == f"{NOT_READY}: {NO_MODELS}"
     assert _unready(_Core(is_live=False)) == f"{NOT_READY}: its core is not live"
     unreadable = _Core(
         failures=[("s3://m/r", "", "failed to read model repository 's3://m/r': no credentials")]
