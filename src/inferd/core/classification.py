@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.core.model import Model
+    from inferd.core.response import InferResponse
 
 #: the output datatypes Triton classifies; integers print as integers, floats with %f
 _SUPPORTED = frozenset(
@@ -50,3 +54,18 @@ def classify(tensor: Tensor, n: int, labels: tuple[str, ...], batched: bool) -> 
         out = np.empty((k,), dtype=np.object_)
         out[:] = _top(flat, k, labels)
     return Tensor.from_array(tensor.name, out, BYTES)
+
+
+def apply_classification(wanted: dict[str, int], model: Model, resp: InferResponse) -> None:
+    """The classification extension on one response: each output asked for as top-N classes."""
+    resp.outputs = [
+        classify(
+            t,
+            wanted[t.name],
+            model.outputs[t.name].labels if t.name in model.outputs else (),
+            model.max_batch_size > 0,
+        )
+        if t.name in wanted
+        else t
+        for t in resp.outputs
+    ]

@@ -16,7 +16,7 @@ from typing import Any
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
 from inferd.core.cache import ResponseCache, answer_from_cache, cache_size
-from inferd.core.classification import classify
+from inferd.core.classification import apply_classification
 from inferd.core.facade import Decoder
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -349,7 +349,7 @@ class ServerCore:
             for o in outputs:
                 if o.classification > 0:
                     wanted = {o.name: o.classification for o in outputs if o.classification > 0}
-                    stream.postprocess = partial(_apply_classification, wanted, model)
+                    stream.postprocess = partial(apply_classification, wanted, model)
                     break
         request.stream = stream
         self._open.add(stream)
@@ -584,18 +584,3 @@ class ServerCore:
         if self.control is None:
             raise UnavailableError("the server has not started")
         await self.control.unload(name, unload_dependents)
-
-
-def _apply_classification(wanted: dict[str, int], model: Model, resp: InferResponse) -> None:
-    """The classification extension on one response: each output asked for as top-N classes."""
-    resp.outputs = [
-        classify(
-            t,
-            wanted[t.name],
-            model.outputs[t.name].labels if t.name in model.outputs else (),
-            model.max_batch_size > 0,
-        )
-        if t.name in wanted
-        else t
-        for t in resp.outputs
-    ]
