@@ -197,3 +197,38 @@ def test_an_idle_instance_does_not_outrun_a_requests_timeout() -> None:
         await pool.stop(1)
 
     run(main)
+
+
+def test_a_timer_that_fires_early_is_set_again() -> None:
+    """uvloop's millisecond timers may fire just before a deadline: the request is still rejected
+    when its deadline passes, not left to wait out the execute ahead of it (CI met this once)."""
+    gate = Gate()
+    inst = FakeInstance(gate)
+    now = [0]
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        pool = InstancePool(
+            "m",
+            "1",
+            [("m_0", inst)],
+            BatchPolicy(max_batch_size=1),
+            ModelStats(),
+            loop,
+            clock=lambda: now[0],
+            # the first request's own timer (60 s) must not be the one that rejects the second
+            queue=PolicyQueue(LevelPolicy(default_timeout_ns=60 * 10**9, allow_override=True)),
+        )
+        (first,) = submit(pool, loop, _req(0))
+        await until(gate.started.is_set)
+        (late,) = submit(pool, loop, _req(1, timeout_us=2000))  # deadline: 2 ms on the pool's clock
+        await asyncio.sleep(0.02)  # its timer fired, more than once, while the clock says 0
+        assert not late.done
+        now[0] = 2 * MS + 1
+        (resp,) = await answers([late])
+        assert resp.error is not None and resp.error.message == "Request timeout expired"
+        gate.release.set()
+        assert [r.error for r in await answers([first])] == [None]
+        assert inst.batches == [["0"]]
+        await pool.stop(1)
+
+    run(main)
