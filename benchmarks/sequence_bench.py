@@ -24,11 +24,15 @@ from pathlib import Path
 import servers
 from async_bench import perf_analyzer
 from bench_paths import ROOT
+from cpu import CpuMeter
 from side import median, run_alone
 
 CONCURRENCY = 8
 SEQUENCE_LENGTH = 20
 GOAL = 2.0
+#: issue 26: a sequence request's server CPU (seq_python_http_c8), microseconds
+CPU_GOAL_US = 120
+CPU_ROW = "seq_python_http_c8"
 
 ACCUMULATE_CONFIG = """\
 name: "seq_accumulate"
@@ -120,7 +124,11 @@ def measure(
                     url = f"localhost:{ports.http if proto == 'http' else ports.grpc}"
                     raw = out / f"r{rnd}-{name}-{row}.txt"
                     extra = ["--sequence-length", str(SEQUENCE_LENGTH)]
+                    meter = CpuMeter(server.pid, ports.http, model)
                     got = perf_analyzer(model, url, proto, extra, count, CONCURRENCY, raw, shape)
+                    cpu_us = meter.us_per_success()
+                    if got and cpu_us is not None:
+                        got["cpu_us"] = cpu_us
                     results.setdefault(row, {}).setdefault(name, []).append(got)
                     print(f"round {rnd} {name:9} {row:22} {got}", flush=True)
             finally:
@@ -136,13 +144,16 @@ def render(results: dict[str, dict[str, list[dict[str, float]]]], start: str, en
         f"running sum per correlation id kept by the model) and `signal_smoother` (ONNX Runtime, `oldest`, "
         f"implicit state carried by the server; the reference's CPU build has no onnxruntime backend, so it runs on inferd alone), one instance each; perf_analyzer `--sequence-length "
         f"{SEQUENCE_LENGTH}` at concurrency {CONCURRENCY}, sync mode, count windows. {rounds} round(s); load "
-        f"average at start / end: {start} / {end}.",
+        f"average at start / end: {start} / {end}. CPU per request: the server's process tree's CPU time "
+        f"over the successes its statistics counted during the row (benchmarks/cpu.py), median (rounds).",
         "",
         "| row | inferd infer/s (median; rounds) | inferd p50 / p99 (us) | reference infer/s (median; rounds) "
-        "| reference p50 / p99 (us) | inferd / reference |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| reference p50 / p99 (us) | inferd / reference | inferd CPU per request (us) "
+        "| reference CPU per request (us) | CPU ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     verdicts = []
+    cpu_verdict = "not measured"
     for row, *_ in ROWS:
         cells = [f"`{row}`"]
         med: dict[str, float | None] = {}
@@ -156,12 +167,24 @@ def render(results: dict[str, dict[str, list[dict[str, float]]]], start: str, en
         a, b = med["inferd"], med["reference"]
         r = a / b if a is not None and b else None
         cells.append(f"{r:.2f}x" if r is not None else "-")
+        cpu: dict[str, float | None] = {}
+        for name in ("inferd", "reference"):
+            runs = [x for x in results.get(row, {}).get(name, []) if x and "cpu_us" in x]
+            cpu[name] = median(runs, "cpu_us")
+            per = " ".join(f"{x['cpu_us']:,.0f}" for x in runs)
+            cells.append(f"{cpu[name]:,.0f} ({per})" if cpu[name] is not None else "-")
+        c_a, c_b = cpu["inferd"], cpu["reference"]
+        cells.append(f"{c_a / c_b:.2f}x" if c_a is not None and c_b else "-")
+        if row == CPU_ROW and c_a is not None:
+            met = "met" if c_a <= CPU_GOAL_US else "missed"
+            cpu_verdict = f"`{row}` {c_a:,.0f} us ({met})"
         lines.append("| " + " | ".join(cells) + " |")
         if r is not None:
             verdicts.append(f"`{row}` {r:.2f}x ({'met' if r >= GOAL else 'missed'})")
     lines += [
         "",
         f"- goal (issue 12): inferd >= {GOAL:g}x the reference: " + (", ".join(verdicts) or "not measured"),
+        f"- goal (issue 26): a sequence request's server CPU <= {CPU_GOAL_US} us: {cpu_verdict}",
         "",
     ]
     return "\n".join(lines)
