@@ -56,13 +56,16 @@ A = np.arange(16, dtype=np.float32).reshape(1, 16)
 B = np.ones((1, 16), dtype=np.float32)
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+def wait_for(
+    check: Callable[[], bool], what: str, timeout: float = 90.0, explain: Callable[[], str] | None = None
+) -> None:
+    """Poll ``check``; on a timeout, ``explain()`` says what the cluster looked like then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f": {explain()}" if explain is not None else ""))
 
 
 class RayNodes:
@@ -403,16 +406,26 @@ def test_a_replica_started_while_s3_is_down_waits_for_it(application: Cluster) -
     application.moto = start_moto(application.moto.port)  # in memory: empty again
     application.upload()
 
+    last_error: list[str] = []
+
     def serving() -> bool:
         try:
             infer(httpclient, httpclient.InferenceServerClient(application.http, network_timeout=10))
-        except Exception:
+        except Exception as e:
+            last_error[:] = [f"{type(e).__name__}: {e}"]
             return False
         return True
 
+    def explain() -> str:  # a failure here once gave no clue: say what Serve and the client saw
+        status = serve.status().applications[APP].deployments[DEPLOYMENT]
+        return (
+            f"last answer {last_error}; replica states {dict(status.replica_states)}; "
+            f"deployment {status.status}: {str(status.message)[-1500:]}; replicas {replica_actors()}"
+        )
+
     # Serve starts a replica about every 8 s; on a loaded 2-core machine each start loads the models
     # from S3 for tens of seconds: a generous bound (the wait ends as soon as one serves)
-    wait_for(serving, "a replica serving add_sub once S3 is back", timeout=420)
+    wait_for(serving, "a replica serving add_sub once S3 is back", timeout=420, explain=explain)
     assert running_replicas() >= 1 and not set(victims) & set(replica_actors())
 
 
