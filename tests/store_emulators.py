@@ -194,7 +194,11 @@ def s3_client(endpoint: str) -> Any:
 
 
 def _files(src: Path) -> Iterator[tuple[str, Path]]:
-    for path in sorted(src.rglob("*")):
+    """The files to upload, each model's config.pbtxt before its version folders: a server that lists
+    the store in between then meets a model without versions (it fails to load, and a Serve replica
+    is unready and replaced) rather than a model.py without its config, which loads READY with no
+    inputs or outputs (the reference too) and answers every request 400."""
+    for path in sorted(src.rglob("*"), key=lambda p: (p.parent, p.name != "config.pbtxt", p)):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
             yield path.relative_to(src).as_posix(), path
 
