@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ports import free_port
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS, ROOT
 
 REPO_ROOT = ROOT  # the name the e2e modules import
@@ -44,12 +44,6 @@ REFERENCE_MODEL_NAMES = (
 START_STALL_S = 60.0
 START_LIMIT_S = 600.0
 STOP_TIMEOUT_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_repository(dest: Path) -> Path:
@@ -243,7 +237,7 @@ class InferdProcess:
             why = f"it exited with {code}" if code is not None else "its start stalled (StartProgress)"
             if code is None:
                 self.kill()
-            if "failed to start HTTP service" not in last:
+            if not any(f"failed to start {what} service" in last for what in ("HTTP", "GRPC")):
                 break
         raise RuntimeError(f"inferd did not become live: {why}; log:\n{last}")
 

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import InferdProcess
 
+from ports import free_port
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
 from store_emulators import (
     S3_ENV,
@@ -26,7 +27,6 @@ from store_emulators import (
     Emulator,
     azurite_command,
     azurite_connection_string,
-    free_port,
     gcs_client,
     s3_client,
     start_azurite,

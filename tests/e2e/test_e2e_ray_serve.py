@@ -36,8 +36,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from ports import free_port
 from repo_paths import REFERENCE_MODELS
-from store_emulators import S3_ENV, Emulator, free_port, s3_client, start_moto, upload_s3
+from store_emulators import S3_ENV, Emulator, s3_client, start_moto, upload_s3
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")

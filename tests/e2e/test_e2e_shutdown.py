@@ -21,6 +21,8 @@ from typing import Any
 
 from conftest import InferdProcess
 
+from ports import free_port
+
 HANGING_INIT = """
 import time
 
@@ -95,12 +97,6 @@ def test_sigterm_past_the_exit_timeout_answers_the_request_in_flight(
     assert status == 503 and b"did not finish within 2 s" in body
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     for name, source in (("hangs", HANGING_INIT), ("fine", IDENTITY)):
@@ -111,7 +107,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def _serve(repo: Path, log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repo), "--http-port", str(port),
            "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false", *args]  # fmt: skip
     with open(log, "wb") as out:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+
+from ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 
@@ -41,17 +42,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TlsServer:
     """``inferd serve`` with TLS on its ports, ready once its HTTPS health check answers."""
 
     def __init__(self, repository: Path, log: Path, certs: Path, args: list[str], client_cert: bool) -> None:
-        self.port, self.grpc_port, self.metrics_port = _free_port(), _free_port(), _free_port()
+        self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository),
                "--http-port", str(self.port), "--grpc-port", str(self.grpc_port),
                "--metrics-port", str(self.metrics_port), "--exit-on-error=false", *args]  # fmt: skip
