@@ -22,8 +22,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from conftest import REPO_ROOT, InferdProcess, free_port
+from conftest import REPO_ROOT, InferdProcess
 
+from ports import free_port
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
 
 #: a model that answers with the pid of the process that ran it
@@ -330,6 +331,32 @@ def test_a_process_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr[-3000:]
     assert "before it was ready; stopping" in done.stderr
     assert "failed to load all models" in done.stderr
+
+
+@pytest.mark.parametrize("taken", ["grpc", "http"])
+def test_a_second_server_on_the_same_ports_fails_to_start(workers: InferdProcess, taken: str) -> None:
+    """The processes share their ports with SO_REUSEPORT, but not with another server: a second
+    ``--workers`` server on a port of the first one's fails as one process would (it used to start
+    and take half of the first one's connections), and the first serves on."""
+    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    ports[taken] = workers.port if taken == "http" else workers.grpc_port
+    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(workers.repository)]
+    cmd += ["--workers", "2", "--exit-on-error=false"]
+    cmd += ["--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"])]
+    cmd += ["--metrics-port", str(ports["metrics"])]
+    second = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        _, stderr = second.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        second.kill()
+        pytest.fail(
+            f"the second server started on the first one's {taken} port: {second.communicate()[1][-3000:]}"
+        )
+    assert second.returncode == 1, stderr[-3000:]
+    service = "HTTP service" if taken == "http" else "GRPC service"
+    assert f"error: failed to start {service} at 0.0.0.0:{ports[taken]}: " in stderr
+    assert "in use" in stderr and "started worker" not in stderr
+    assert {_whoami_fresh_connection(workers) for _ in range(20)} <= _serving_processes(workers)
 
 
 def test_workers_need_fixed_ports(tmp_path: Path) -> None:

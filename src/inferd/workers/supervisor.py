@@ -17,6 +17,12 @@ of the supervisor's (``peers.py``).
   is killed.
 - The processes end with the supervisor, also when it is SIGKILLed (``PR_SET_PDEATHSIG``: they
   drain and exit).
+- The ports are the supervisor's (``_claim_ports``): it first binds each one alone, so that a port
+  another server holds fails the start as it fails one process ("failed to start HTTP service at
+  ...: address in use"), then holds it bound (not listening, so it takes no connection) with
+  SO_REUSEPORT until it exits. SO_REUSEPORT alone would let a second ``--workers`` server of the
+  same user join the port and take half of this one's connections, silently; every supervisor binds
+  alone first, so a second one fails, also across a process's restart.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +72,67 @@ def _refusal(options: ServerOptions) -> str | None:
         if used and port == 0:
             return f"--workers {options.workers} needs a fixed port: {flag} 0 would give each process its own"
     return None
+
+
+class PortTaken(Exception):
+    """A port the server needs is held by another: the message is what ``inferd serve`` prints."""
+
+
+def _claim(address: str, port: int) -> list[socket.socket]:
+    """Bind ``address:port`` alone (OSError when anything holds it), then hold it with SO_REUSEPORT:
+    the serving processes join it, a server that binds alone, as every supervisor first does, fails.
+    The addresses are asyncio's for ``create_server``: "" is every interface, IPv6 sockets v6-only."""
+    held: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, where in dict.fromkeys(infos):
+            for reuse_port in (False, True):
+                s = socket.socket(family, kind, proto)
+                if family == socket.AF_INET6:
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if reuse_port:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                    held.append(s)
+                try:
+                    s.bind(where)
+                finally:
+                    if not reuse_port:
+                        s.close()
+    except BaseException:
+        for s in held:
+            s.close()
+        raise
+    return held
+
+
+def _claim_ports(options: ServerOptions) -> list[socket.socket]:
+    """The server's ports, claimed in the order one process binds them; PortTaken (with the message
+    one process prints) when gRPC or HTTP is taken. A metrics port in use is logged and the server
+    goes on without it, as the reference does."""
+    held: list[socket.socket] = []
+    wanted = [
+        ("GRPC service", options.grpc_address, options.grpc_port, options.allow_grpc),
+        (
+            "Metrics Service",
+            options.metrics_address or options.http_address,
+            options.metrics_port,
+            options.allow_metrics,
+        ),
+        ("HTTP service", options.http_address, options.http_port, options.allow_http),
+    ]
+    for what, address, port, used in wanted:
+        if not used:
+            continue
+        try:
+            held += _claim(address, port)
+        except OSError as e:
+            if what == "Metrics Service":
+                log.error("failed to start Metrics Service at %s:%d: %s", address, port, e)
+                continue
+            for s in held:
+                s.close()
+            raise PortTaken(f"failed to start {what} at {address}:{port}: {e}") from e
+    return held
 
 
 class Supervisor:
@@ -218,4 +286,13 @@ def supervise(options: ServerOptions, command_line: list[str]) -> int:
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
-    return Supervisor(options, command_line).run()
+    try:
+        ports = _claim_ports(options)
+    except PortTaken as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        return Supervisor(options, command_line).run()
+    finally:
+        for s in ports:
+            s.close()
