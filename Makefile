@@ -23,7 +23,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,fil,openvino,tensorflow,s3,azure,gcs,otel,deploy,ray]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,fil,openvino,tensorflow,s3,azure,gcs,otel,deploy,ray,gpu]'
 	touch $(STAMP)
 
 install-run: $(RUN_STAMP)

@@ -269,6 +269,10 @@ TOP = (
 )
 
 
+def test_gpu_discovery_imports_nothing_of_the_server() -> None:
+    assert _violations(lambda m: _in(m, "inferd.gpu"), lambda e: _in(e.target, "inferd.gpu")) == []
+
+
 @pytest.mark.parametrize("forbidden", ["inferd.frontends", "inferd.cli", "inferd.api"])
 def test_nothing_below_the_frontends_imports_them(forbidden: str) -> None:
     below = [m for m in MODULES if m != ROOT and not _in(m, *TOP)]

@@ -1,0 +1,47 @@
+"""GPU discovery: CUDA_VISIBLE_DEVICES read as the CUDA runtime reads it, and a machine without
+NVML or a GPU (this one, CI) finding none."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferd.gpu import devices
+
+UUIDS = ["GPU-8f6c1a2b-0000", "GPU-8f7d3c4d-1111", "GPU-11aa22bb-2222"]
+
+
+@pytest.mark.parametrize(
+    ("env", "visible"),
+    [
+        (None, [0, 1, 2]),
+        ("", []),
+        ("2,0", [2, 0]),
+        (" 1 , 2 ", [1, 2]),
+        ("1,7,2", [1]),  # the list ends at an index that names no GPU
+        ("0,0,1", [0]),  # or at one named again
+        ("-1,0", []),
+        ("GPU-11aa", [2]),  # a unique UUID prefix
+        ("GPU-8f,1", []),  # an ambiguous prefix names none
+        ("GPU-8f7d3c4d-1111,0", [1, 0]),
+        ("MIG-1,0", []),
+        ("nonsense", []),
+    ],
+)
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(env: str | None, visible: list[int]) -> None:
+    assert devices.select_visible(UUIDS, env) == visible
+
+
+def test_a_machine_without_nvml_or_a_gpu_finds_none() -> None:
+    pytest.importorskip("pynvml")  # (installed by make install: its no-driver path is what runs here)
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    devices.machine_gpus.cache_clear()
+    assert devices.machine_gpus() == ()
+    assert devices.usable_gpus() == ()
