@@ -43,7 +43,7 @@ say() { printf '[gpu-check %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 commit_of() {
   local c
-  if c=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null); then
+  if [ -e "$ROOT/.git" ] && c=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null); then
     [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && c="$c (with uncommitted changes)"
     echo "$c"
   elif [ -s "$ROOT/.whl/COMMIT" ]; then
