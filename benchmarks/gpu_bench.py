@@ -21,8 +21,9 @@ Rows (models: gpu_models.py, in a temporary repository; the server is ``python -
 
 The served rows are measured by perf_analyzer when ``--perf-analyzer`` (or ``$PERF_ANALYZER``) names
 one that runs (time windows of ``seconds``, stability 25% over up to 6 windows, one looser retry, as
-bench.sh), else by a Python client (tritonclient HTTP, one process per concurrent request). Rounds
-alternate which side goes first; the tables give medians with each round's figure. Everything is
+bench.sh), else by a Python client (tritonclient HTTP, one process per concurrent request), after
+a few unmeasured seconds of each served model (the first executes of each batch size pick kernels).
+Rounds alternate which side goes first; the tables give medians with each round's figure. Everything is
 written to ``DIR/gpu_bench.md`` (GPU.md-ready) and ``DIR/gpu_bench.json`` after each measurement, so
 a run cut short keeps what it measured.
 """
@@ -39,6 +40,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,31 +61,44 @@ Result = dict[str, Any]
 def _client_worker(
     url: str, model: str, shape: tuple[int, ...], seconds: float, barrier: Any, out: Any
 ) -> None:
-    """One concurrent request stream: tritonclient HTTP, binary input and output, after a warm-up."""
-    import tritonclient.http as httpclient
+    """One concurrent request stream: tritonclient HTTP, binary input and output, after a warm-up;
+    puts (rate, latencies) or ("error", text), and breaks the barrier when it cannot start."""
+    try:
+        import tritonclient.http as httpclient
 
-    client = httpclient.InferenceServerClient(url, connection_timeout=60, network_timeout=300)
-    inp = httpclient.InferInput("INPUT__0", [1, *shape], "FP32")
-    inp.set_data_from_numpy(np.random.default_rng().random((1, *shape), dtype=np.float32), binary_data=True)
-    wanted = [httpclient.InferRequestedOutput("OUTPUT__0", binary_data=True)]
-    for _ in range(5):
-        client.infer(model, [inp], outputs=wanted)
-    barrier.wait(timeout=300)
-    lat: list[float] = []
-    begun = time.perf_counter()
-    end = begun + seconds
-    while True:
-        t0 = time.perf_counter()
-        client.infer(model, [inp], outputs=wanted)
-        t1 = time.perf_counter()
-        lat.append(t1 - t0)
-        if t1 >= end:
-            break
-    out.put((len(lat) / (t1 - begun), lat))
-    client.close()
+        client = httpclient.InferenceServerClient(url, connection_timeout=60, network_timeout=300)
+        inp = httpclient.InferInput("INPUT__0", [1, *shape], "FP32")
+        inp.set_data_from_numpy(
+            np.random.default_rng().random((1, *shape), dtype=np.float32), binary_data=True
+        )
+        wanted = [httpclient.InferRequestedOutput("OUTPUT__0", binary_data=True)]
+        for _ in range(5):
+            client.infer(model, [inp], outputs=wanted)
+    except Exception as e:
+        out.put(("error", f"{type(e).__name__}: {e}"))
+        barrier.abort()
+        return
+    barrier.wait(timeout=120)
+    try:
+        lat: list[float] = []
+        begun = time.perf_counter()
+        end = begun + seconds
+        while True:
+            t0 = time.perf_counter()
+            client.infer(model, [inp], outputs=wanted)
+            t1 = time.perf_counter()
+            lat.append(t1 - t0)
+            if t1 >= end:
+                break
+        out.put((len(lat) / (t1 - begun), lat))
+    except Exception as e:
+        out.put(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        client.close()
 
 
 def python_client(url: str, model: str, shape: tuple[int, ...], concurrency: int, seconds: float) -> Result:
+    """``concurrency`` request streams, a process each, started together and measured for ``seconds``."""
     ctx = mp.get_context("spawn")  # this process may hold a CUDA context: never fork it
     barrier, out = ctx.Barrier(concurrency + 1), ctx.Queue()
     procs = [
@@ -93,13 +108,19 @@ def python_client(url: str, model: str, shape: tuple[int, ...], concurrency: int
     for p in procs:
         p.start()
     try:
-        barrier.wait(timeout=300)
+        try:
+            barrier.wait(timeout=180)
+        except threading.BrokenBarrierError:
+            raise RuntimeError(f"a client did not start: {out.get(timeout=10)[1]}") from None
         got = [out.get(timeout=seconds + 300) for _ in procs]
     finally:
         for p in procs:
             p.join(10)
             if p.is_alive():
                 p.kill()
+    errors = [text for rate, text in got if rate == "error"]
+    if errors:
+        raise RuntimeError(f"{len(errors)} client(s) failed: {errors[0]}")
     lat = sorted(x for _, ls in got for x in ls)
     return {"infer_per_s": sum(rate for rate, _ in got), **_quantiles(lat), "client": "python"}
 
@@ -266,6 +287,10 @@ class Bench:
         ports = server.start()
         url = f"localhost:{ports.http}"
         try:
+            # unmeasured: the first executes of each batch size pick kernels (TorchScript's profiling
+            # runs, cuDNN's algorithms), and dynamic batching meets batch sizes 1 to 16
+            python_client(url, "resnet", self.p.input_shape, 1, self.p.seconds)
+            python_client(url, "resnet_dyn", self.p.input_shape, self.p.concurrency, 2 * self.p.seconds)
             for rnd in range(1, self.p.rounds + 1):  # who goes first flips each round
                 loop = functools.partial(self._loop_round, torch, model_pt, device)
                 served = functools.partial(self._served_round, url, rnd)
