@@ -12,7 +12,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models clean
+.PHONY: install install-run run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -91,6 +91,14 @@ bench-quick: install
 BASE ?= HEAD
 bench-ab: install
 	$(BIN)/python benchmarks/ab.py --base $(BASE) $(ARGS)
+
+# what a lent GPU machine (the workplace's device tool: Python 3.12, no package index) lacks to run
+# scripts/gpu_check.sh: Python 3.12 manylinux wheels computed from pyproject.toml's dependencies and
+# tritonclient's clients less the device image's packages, with perf_analyzer if it fits, in .whl/
+# (ignored by git; carried with the call); fails past 55 MiB. Run it right before a device call: it
+# writes .whl/COMMIT, the commit the check reports (.git does not travel)
+gpu-wheels: install
+	$(BIN)/python scripts/gpu_wheels.py
 
 # reliability suites (issue 10): they rewrite their sections of RELIABILITY.md; ARGS passes options
 # (python -m reliability.fuzz --help); make test runs a short version of each

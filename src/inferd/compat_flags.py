@@ -59,7 +59,6 @@ IGNORED: tuple[CompatFlag, ...] = (
     CompatFlag("--min-supported-compute-capability", float, _NO_GPU + "no compute capability to check"),
     CompatFlag("--enable-peer-access", bool, _NO_GPU + "no GPU peer access"),
     CompatFlag("--model-load-gpu-limit", str, _NO_GPU + "no GPU memory to limit", repeatable=True),
-    CompatFlag("--allow-gpu-metrics", bool, _NO_GPU + "no GPU metrics"),
     CompatFlag(
         "--host-policy",
         str,

@@ -309,6 +309,11 @@ class ServerOptions:
     allow_cpu_metrics: bool = option(
         True, "export the CPU utilization and memory gauges (nv_cpu_*) on /metrics"
     )
+    allow_gpu_metrics: bool = option(
+        True,
+        "export the GPU gauges (nv_gpu_*, nv_energy_consumption: utilization, memory, power, energy per GPU, "
+        "read through NVML) on /metrics; nothing without a GPU",
+    )
     allow_status_page: bool = option(
         True, "serve the live status page at GET / (and its data at /v2/status) on the HTTP and metrics ports"
     )
@@ -320,7 +325,9 @@ class ServerOptions:
         },
     )
     metrics_interval_ms: int = option(
-        2000, "the CPU and memory gauges are sampled at most this often (milliseconds)"
+        2000,
+        "the CPU and memory gauges are sampled at most this often, the GPU gauges polled every half of it "
+        "(milliseconds)",
     )
 
     def __post_init__(self) -> None:
@@ -452,6 +459,7 @@ FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "metrics_address",
             "metrics_port",
             "allow_cpu_metrics",
+            "allow_gpu_metrics",
             "metrics_config",
             "metrics_interval_ms",
             "allow_status_page",

@@ -7,7 +7,8 @@ a client that finds /v2/health/live answering finds every port open; the referen
 last). Stop: stop
 accepting new connections and new sequences, drain what the open connections still bring (the
 requests in flight, the live sequences' next requests) up to ``--exit-timeout-secs``, unload the
-models, then close the connections, the metrics endpoint and the shared-memory mappings.
+models, then close the connections, the metrics endpoint (and the GPU metrics' poll thread) and the
+shared-memory mappings.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class Runtime:
                     ) from e
                 self.grpc = grpc_server
                 log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_server.port)
+            await self._start_gpu_metrics()
             if options.allow_metrics:  # before HTTP: a client that finds HTTP live finds metrics too
                 await self._start_metrics()
             if options.allow_http:
@@ -245,6 +247,19 @@ class Runtime:
             return server_context(options.http_ssl_cert, options.http_ssl_key, options.http_ssl_root_cert)
         except InferdError as e:
             raise FrontendError(f"failed to start HTTP service: {e}") from e
+
+    async def _start_gpu_metrics(self) -> None:
+        """The GPUs' families (metrics/gpu.py) where GPUs are found: polled through NVML on a thread
+        of their own with ``--allow-metrics`` and ``--allow-gpu-metrics``; the status page lists the
+        GPUs either way. NVML is asked off the loop."""
+        from inferd.gpu.devices import machine_gpus
+        from inferd.metrics.gpu import for_server
+
+        options = self.options
+        poll = options.allow_metrics and options.allow_gpu_metrics
+        self.core.gpu_metrics = await asyncio.to_thread(
+            lambda: for_server(machine_gpus(), options.metrics_interval_ms, poll)
+        )
 
     async def _start_metrics(self) -> None:
         from inferd.metrics.http import metrics_server
@@ -367,6 +382,8 @@ class Runtime:
             await self.http.stop()
         if self.metrics is not None:
             await self.metrics.stop()
+        if self.core.gpu_metrics is not None:
+            await asyncio.to_thread(self.core.gpu_metrics.stop)
         self.shm.close()
         self.tracing.close()  # what the settings still hold goes to the trace files
         return clean

@@ -9,6 +9,7 @@ from typing import Any
 from conftest import InferdProcess
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.gpu.devices import machine_gpus
 from repo_paths import PROTOCOL
 
 FAMILIES = {
@@ -104,6 +105,8 @@ def test_every_family_the_reference_exports(server: InferdProcess) -> None:
     samples = _samples(text)
     assert 0.0 <= samples[("nv_cpu_utilization", ())] <= 1.0
     assert 0 < samples[("nv_cpu_memory_used_bytes", ())] <= samples[("nv_cpu_memory_total_bytes", ())]
+    if not machine_gpus():  # as the reference's CPU build: no GPU family at all (test_e2e_gpu_metrics.py)
+        assert {n for n in families if n.startswith(("nv_gpu_", "nv_energy_"))} == set()
 
 
 def test_summaries_and_no_latency_counters(start_server: Any) -> None:

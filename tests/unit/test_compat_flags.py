@@ -118,6 +118,13 @@ def test_no_compat_flag_no_note() -> None:
     assert parsed()[1] == []
 
 
+@pytest.mark.parametrize(("argv", "value"), [((), True), (("--allow-gpu-metrics=false",), False)])
+def test_allow_gpu_metrics_is_an_option_now(argv: tuple[str, ...], value: bool) -> None:
+    """No longer ignored: the GPU families (metrics/gpu.py) where GPUs are found, default on."""
+    options, notes = parsed(*argv)
+    assert options.allow_gpu_metrics is value and notes == []
+
+
 @pytest.mark.parametrize(
     "argv",
     [

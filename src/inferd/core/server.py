@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
@@ -42,6 +42,9 @@ from inferd.errors import (
 )
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import RateLimiter
+
+if TYPE_CHECKING:
+    from inferd.metrics.gpu import GpuMetrics
 
 log = logging.getLogger("inferd")
 
@@ -107,6 +110,9 @@ class ServerCore:
         self.budget: MemoryBudget | None = None
         #: requests waiting for their model's load on demand
         self._later: set[asyncio.Task[None]] = set()
+        #: the GPUs' families on /metrics and the status page (metrics/gpu.py; the Runtime sets it
+        #: where GPUs are found, None elsewhere)
+        self.gpu_metrics: GpuMetrics | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:

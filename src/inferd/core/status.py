@@ -4,8 +4,9 @@ Per model version: its state and reason, instances, requests served and failed, 
 over the last ``RATE_WINDOW_S`` seconds, p50 and p99 of request latency and of queue time over the
 last ``WINDOW_S`` seconds (from each version's ring of its last ``stats.RECENT`` requests: at very
 high rates the window is those requests, which the answer says), and the requests pending now.
-Read from the statistics the server keeps anyway; nothing is counted for the page alone but the
-ring.
+Where the server finds GPUs, each one (``metrics/gpu.py``: what it is, and its utilization, memory
+and power while the GPU metrics are polled). Read from the statistics the server keeps anyway;
+nothing is counted for the page alone but the ring.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def status(core: ServerCore) -> dict[str, Any]:
                 window_truncated=len(recent) == recent_len(stats) and bool(recent) and recent[0][0] > since,
             )
         models.append(row)
-    return {
+    doc: dict[str, Any] = {
         "server": {
             "id": core.options.id,
             "version": core.version,
@@ -83,6 +84,9 @@ def status(core: ServerCore) -> dict[str, Any]:
         "rate_window_s": RATE_WINDOW_S,
         "models": models,
     }
+    if core.gpu_metrics is not None:  # only where GPUs are found: elsewhere the answer is as before
+        doc["gpus"] = core.gpu_metrics.status()
+    return doc
 
 
 def recent_len(stats: Any) -> int:

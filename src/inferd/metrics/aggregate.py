@@ -35,6 +35,10 @@ MACHINE_FAMILIES = frozenset(
         "nv_gpu_utilization",
         "nv_gpu_memory_total_bytes",
         "nv_gpu_memory_used_bytes",
+        "nv_gpu_power_usage",
+        "nv_gpu_power_limit",
+        # each process counts from its own start: the first part's count stands for the machine's
+        "nv_energy_consumption",
     }
 )
 #: ratios, averages and durations of one event in each part, which do not add up: the highest

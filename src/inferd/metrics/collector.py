@@ -175,7 +175,9 @@ def render(server: ServerCore) -> bytes:
     _process_events(out, family)
     if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
         out.extend(server.budget.metric_lines())
-    out.extend(SYSTEM.lines(server.options.metrics_interval_ms / 1000, cpu=server.options.allow_cpu_metrics))
+    options = server.options
+    gpu = server.gpu_metrics.lines() if server.gpu_metrics is not None and server.gpu_metrics.polling else []
+    out.extend(SYSTEM.lines(options.metrics_interval_ms / 1000, cpu=options.allow_cpu_metrics, gpu=gpu))
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
         out.extend(custom.render())

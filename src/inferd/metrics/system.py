@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 _CPU = ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]")
 _MEM_TOTAL = ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes")
@@ -65,20 +66,26 @@ class SystemGauges:
                 self.utilization = (cpu[0] - self._cpu[0]) / (cpu[1] - self._cpu[1])
             self._cpu, self._at = cpu, now
 
-    def lines(self, interval_s: float, cpu: bool = True) -> list[str]:
-        """The five families in the reference's order, as exposition text lines; without ``cpu``
-        (``--allow-cpu-metrics=false``) the pinned memory pool's two only, as the reference."""
-        gauges: list[tuple[tuple[str, str], float]] = [(_PINNED_TOTAL, 0), (_PINNED_USED, 0)]
+    def lines(self, interval_s: float, cpu: bool = True, gpu: Sequence[str] = ()) -> list[str]:
+        """The five families in the reference's order, as exposition text lines, with ``gpu`` (the
+        GPU families' lines, ``metrics/gpu.py``) between the pinned memory pool's and the CPU's, where
+        the reference registers them; without ``cpu`` (``--allow-cpu-metrics=false``) no CPU family,
+        as the reference."""
+        out: list[str] = []
+
+        def gauges(*pairs: tuple[tuple[str, str], float]) -> None:
+            for (name, doc), value in pairs:
+                out.extend((f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name} {value}"))
+
+        gauges((_PINNED_TOTAL, 0), (_PINNED_USED, 0))
+        out.extend(gpu)
         if cpu:
             self.refresh(interval_s)
-            gauges += [
+            gauges(
                 (_CPU, round(self.utilization, 6)),
                 (_MEM_TOTAL, self.mem_total),
                 (_MEM_USED, self.mem_used),
-            ]
-        out: list[str] = []
-        for (name, doc), value in gauges:
-            out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name} {value}"]
+            )
         return out
 
 
