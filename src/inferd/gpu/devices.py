@@ -117,3 +117,28 @@ def usable_gpus(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> tuple
         for g in machine_gpus()
         if float(f"{g.compute_capability[0]}.{g.compute_capability[1]}") >= min_compute_capability
     )
+
+
+@dataclass(frozen=True)
+class SupportedGpus:
+    """The GPUs model instances may be placed on, as the reference's model configuration checks see
+    them (its ``supported_gpus``), with the minimum compute capability that chose them (its messages
+    print it). Built once per server (:func:`supported_gpus`); the config checks take it as an
+    argument, so a test hands them any list."""
+
+    gpus: tuple[Gpu, ...] = ()
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The GPUs' CUDA ids in ascending order (the reference's ``std::set<int>``)."""
+        return tuple(sorted({g.id for g in self.gpus}))
+
+
+#: a machine without a usable GPU (the config checks' default)
+NO_GPUS = SupportedGpus()
+
+
+def supported_gpus(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> SupportedGpus:
+    """The usable GPUs (:func:`usable_gpus`) as the config checks take them."""
+    return SupportedGpus(usable_gpus(min_compute_capability), min_compute_capability)
