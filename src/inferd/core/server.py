@@ -40,7 +40,7 @@ from inferd.errors import (
     UnsupportedError,
     error_for_code,
 )
-from inferd.gpu import devices
+from inferd.gpu.devices import gpus_for_models
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import RateLimiter
 
@@ -65,24 +65,6 @@ EXTENSIONS = (
 
 #: (request, response) validations remembered per model version
 VALIDATION_CACHE_SIZE = 256
-
-
-def _gpus_for_models(min_compute_capability: float) -> devices.SupportedGpus:
-    """The GPUs model instances may use (NVML's, at or above the minimum), logged where there are any."""
-    gpus = devices.supported_gpus(min_compute_capability)
-    for g in devices.machine_gpus():
-        cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
-        if g in gpus.gpus:
-            log.info("GPU %d: %s (%s, compute capability %s) for model instances", g.id, g.name, g.uuid, cc)
-        else:
-            log.warning(
-                "GPU %d: %s has compute capability %s, below --min-supported-compute-capability %s: not used",
-                g.id,
-                g.name,
-                cc,
-                min_compute_capability,
-            )
-    return gpus
 
 
 class ServerCore:
@@ -159,7 +141,7 @@ class ServerCore:
             rate_limiter=self.rate_limiter,
             load_retries=options.model_load_retry_count,
             model_namespacing=options.model_namespacing,
-            gpus=_gpus_for_models(options.min_supported_compute_capability),
+            gpus=gpus_for_models(options.min_supported_compute_capability),
         )
         self.control = ModelControl(
             options.model_control_mode,

@@ -142,3 +142,22 @@ NO_GPUS = SupportedGpus()
 def supported_gpus(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> SupportedGpus:
     """The usable GPUs (:func:`usable_gpus`) as the config checks take them."""
     return SupportedGpus(usable_gpus(min_compute_capability), min_compute_capability)
+
+
+def gpus_for_models(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> SupportedGpus:
+    """:func:`supported_gpus`, each GPU found logged with whether model instances may use it (a
+    server's start; nothing is logged without a GPU)."""
+    gpus = supported_gpus(min_compute_capability)
+    for g in machine_gpus():
+        cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+        if g in gpus.gpus:
+            log.info("GPU %d: %s (%s, compute capability %s) for model instances", g.id, g.name, g.uuid, cc)
+        else:
+            log.warning(
+                "GPU %d: %s has compute capability %s, below --min-supported-compute-capability %s: not used",
+                g.id,
+                g.name,
+                cc,
+                min_compute_capability,
+            )
+    return gpus

@@ -3,6 +3,8 @@ NVML or a GPU (this one, CI) finding none."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from inferd.gpu import devices
@@ -63,3 +65,16 @@ def test_supported_gpus_are_those_at_or_above_the_minimum_compute_capability(
 
 def test_no_gpus_is_the_config_checks_default() -> None:
     assert devices.NO_GPUS.ids == () and devices.NO_GPUS.min_compute_capability == 6.0
+
+
+def test_a_server_logs_each_gpu_and_whether_models_may_use_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    found = (_gpu(0, (9, 0)), _gpu(1, (6, 1)))
+    monkeypatch.setattr(devices, "machine_gpus", lambda: found)
+    with caplog.at_level(logging.INFO, logger="inferd.gpu"):
+        assert devices.gpus_for_models(7.0).ids == (0,)
+    assert caplog.messages == [
+        "GPU 0: a GPU (GPU-00000000, compute capability 9.0) for model instances",
+        "GPU 1: a GPU has compute capability 6.1, below --min-supported-compute-capability 7.0: not used",
+    ]
