@@ -56,7 +56,6 @@ IGNORED: tuple[CompatFlag, ...] = (
     CompatFlag("--pinned-memory-pool-byte-size", int, _NO_GPU + "no pinned memory pool"),
     CompatFlag("--cuda-memory-pool-byte-size", str, _NO_GPU + "no CUDA memory pool", repeatable=True),
     CompatFlag("--cuda-virtual-address-size", str, _NO_GPU + "no CUDA address space", repeatable=True),
-    CompatFlag("--min-supported-compute-capability", float, _NO_GPU + "no compute capability to check"),
     CompatFlag("--enable-peer-access", bool, _NO_GPU + "no GPU peer access"),
     CompatFlag("--model-load-gpu-limit", str, _NO_GPU + "no GPU memory to limit", repeatable=True),
     CompatFlag(

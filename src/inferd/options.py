@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferd.gpu.devices import MIN_COMPUTE_CAPABILITY
+
 
 def option(default: Any, help: str, **cli: Any) -> Any:
     """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices``, ``metavar``,
@@ -101,6 +103,13 @@ class ServerOptions:
     )
     model_config_name: str | None = option(
         None, "read this file of each model folder instead of config.pbtxt (when it exists)", metavar="NAME"
+    )
+    min_supported_compute_capability: float = option(
+        MIN_COMPUTE_CAPABILITY,
+        "the GPUs model instances may use (KIND_GPU, KIND_AUTO): those of at least this CUDA compute "
+        "capability, found through NVML (the gpu extra); without one every instance runs on the CPU",
+        metavar="MAJOR.MINOR",
+        default_text=f"{MIN_COMPUTE_CAPABILITY}",
     )
     backend_config: list[str] = field(
         default_factory=list,
@@ -365,6 +374,7 @@ FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "how models execute, and the response cache",
         (
             "backend_config",
+            "min_supported_compute_capability",
             "model_execute_timeout_secs",
             "rate_limit",
             "rate_limit_resource",

@@ -136,7 +136,6 @@ IGNORED_IN_LAUNCH_SCRIPT = (
     "--cuda-memory-pool-byte-size",
     "--backend-directory",
     "--allow-sagemaker",
-    "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
 )
 
@@ -279,7 +278,7 @@ def test_a_launch_script_with_gpu_and_pool_flags_starts_and_logs_each_ignored_fl
     for flag in IGNORED_IN_LAUNCH_SCRIPT:
         assert log.count(f"ignoring {flag}=") == 1, flag
     # the flags with a meaning here are not among the ignored ones
-    for flag in ("--model-load-retry-count", "--model-namespacing"):
+    for flag in ("--model-load-retry-count", "--model-namespacing", "--min-supported-compute-capability"):
         assert f"ignoring {flag}" not in log
 
 

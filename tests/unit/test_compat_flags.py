@@ -91,7 +91,6 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
         "--cuda-memory-pool-byte-size=1:67108864",
         "--backend-directory=/opt/tritonserver/backends",
         "--allow-sagemaker=false",
-        "--min-supported-compute-capability=6.0",
         "--buffer-manager-thread-count",
         "4",
         "--enable-peer-access",
@@ -105,7 +104,6 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
         "ignoring --buffer-manager-thread-count=4: tensors stay in host memory: no buffer manager",
         "ignoring --pinned-memory-pool-byte-size=268435456: inferd runs on the CPU: no pinned memory pool",
         "ignoring --cuda-memory-pool-byte-size=0:67108864,1:67108864: inferd runs on the CPU: no CUDA memory pool",
-        "ignoring --min-supported-compute-capability=6.0: inferd runs on the CPU: no compute capability to check",
         "ignoring --enable-peer-access=True: inferd runs on the CPU: no GPU peer access",
         "ignoring --host-policy=gpu0,numa-node=0: NUMA host policies are not applied (pin the process with "
         "numactl, taskset or Kubernetes' CPU manager)",
@@ -123,6 +121,13 @@ def test_allow_gpu_metrics_is_an_option_now(argv: tuple[str, ...], value: bool) 
     """No longer ignored: the GPU families (metrics/gpu.py) where GPUs are found, default on."""
     options, notes = parsed(*argv)
     assert options.allow_gpu_metrics is value and notes == []
+
+
+def test_min_supported_compute_capability_is_an_option_not_an_ignored_flag() -> None:
+    """It picks the GPUs model instances may use (gpu/devices.py), the reference's default 6.0."""
+    assert ServerOptions().min_supported_compute_capability == 6.0
+    options, notes = parsed("--min-supported-compute-capability=8.0")
+    assert (options.min_supported_compute_capability, notes) == (8.0, [])
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,20 @@ from inferd.core.response import InferResponse
 
 @dataclass(slots=True, frozen=True)
 class InstanceSpec:
-    """One model instance to create: its name (``<group>_<i>``), kind and device."""
+    """One model instance to create: its name (``<group>_<i>``; a ``KIND_GPU`` group's ``i``-th
+    instance bears it on each of its GPUs, as in the reference), kind and device (the CUDA id of a
+    ``KIND_GPU`` instance, else 0)."""
 
     name: str
     kind: str  # "CPU" | "GPU" | "MODEL"
     device_id: int
+
+
+def instance_devices(group: Any) -> list[int]:
+    """The devices a (normalised) instance group places its ``count`` instances on, each: every GPU
+    it lists for ``KIND_GPU`` (``count`` x GPUs instances in all, as the reference's
+    ``PrepareInstances``), else device 0 once."""
+    return list(group.gpus) if group.kind == group.KIND_GPU else [0]
 
 
 #: receives the responses of a request run for a model (BLS), on the server's loop: each response
@@ -160,7 +169,12 @@ class BackendModel(Protocol):
 
 
 class Backend(Protocol):
-    """A backend (python, onnxruntime, ...): completes configs and loads model versions."""
+    """A backend (python, onnxruntime, ...): completes configs and loads model versions.
+
+    Optional: ``gpu_available() -> bool``, whether it can place an instance on a GPU in this process
+    (``KIND_AUTO`` becomes ``KIND_GPU`` only then: ``registry.runs_on_gpu``); a backend without it
+    is taken to, as the reference takes every backend.
+    """
 
     name: str
 

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, instance_devices
 from inferd.backends.signature import GraphTensor, complete_config
 from inferd.core.tensor import TensorSpec
 from inferd.core.types import DataType
@@ -88,8 +88,11 @@ class NativeModel(ABC):
         self.max_batch_size = int(config.max_batch_size)
         self.inputs = [TensorSpec.from_config(i) for i in config.input]
         self.outputs = [TensorSpec.from_config(o) for o in config.output]
-        #: instances the config asks for (a group of count 0 makes one): thread defaults divide by it
-        self.instance_count = sum(max(1, g.count) for g in config.instance_group) or 1
+        #: instances the config asks for (a group of count 0 makes one; a KIND_GPU group that many on
+        #: each of its GPUs): thread defaults divide by it
+        self.instance_count = (
+            sum(max(1, g.count) * len(instance_devices(g)) for g in config.instance_group) or 1
+        )
         self.path = self.find(config, ctx.version_dir)
         self.import_framework()
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):

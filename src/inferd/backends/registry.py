@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import logging
+from typing import Any
 
 from inferd.backends.base import Backend
 from inferd.errors import InvalidArgumentError
@@ -17,6 +19,7 @@ _BUILTIN: dict[str, str] = {
     "fil": "inferd.backends.fil.backend:FilBackend",
 }
 _ENTRY_POINT_GROUP = "inferd.backends"
+log = logging.getLogger("inferd.backends")
 _cache: dict[str, Backend] = {}
 
 
@@ -48,3 +51,32 @@ def get_backend(name: str) -> Backend:
     backend: Backend = factory()
     _cache[name] = backend
     return backend
+
+
+def runs_on_gpu(name: str) -> bool:
+    """Whether backend ``name`` can place an instance on a GPU in this process: its optional
+    ``gpu_available()`` (which may import its framework), True without one (the reference's rule for
+    every backend) and for a backend that is not found (the config checks say why)."""
+    try:
+        backend = get_backend(name)
+    except InvalidArgumentError:
+        return True
+    check = getattr(backend, "gpu_available", None)
+    return True if check is None else bool(check())
+
+
+def auto_gpu(cfg: Any, have_gpus: bool) -> bool:
+    """Whether the ``KIND_AUTO`` groups of ``cfg`` (a config before normalisation) may become
+    ``KIND_GPU``: the server has GPUs and the model's backend can run there (asked only then, as
+    it may import the framework)."""
+    if not have_gpus or cfg.platform == "ensemble":
+        return False
+    if runs_on_gpu(cfg.backend):
+        return True
+    if len(cfg.instance_group) == 0 or any(g.kind == g.KIND_AUTO for g in cfg.instance_group):
+        log.info(
+            "model '%s': KIND_AUTO is KIND_CPU: the %s backend cannot run on a GPU here",
+            cfg.name,
+            cfg.backend,
+        )
+    return False

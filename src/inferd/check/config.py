@@ -22,11 +22,12 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from inferd.backends.registry import get_backend
+from inferd.backends.registry import auto_gpu, get_backend
 from inferd.check.files import complete_onnx
 from inferd.check.positions import ConfigIndex, StructureError
 from inferd.check.report import ModelReport
 from inferd.errors import InferdError
+from inferd.gpu.devices import NO_GPUS, SupportedGpus
 from inferd.repository import (
     CONFIG_FILENAME,
     ModelConfig,
@@ -57,6 +58,8 @@ class CheckOptions:
     import_python: bool = False
     #: print notes (what was not checked and why)
     verbose: bool = False
+    #: the GPUs instance groups may use (the CLI passes this machine's; none by default)
+    gpus: SupportedGpus = NO_GPUS
 
 
 @dataclass(slots=True)
@@ -198,14 +201,16 @@ def check_config(md: ModelDir, options: CheckOptions, report: ModelReport) -> Mo
         return result
     if not _auto_complete(cfg, result, options, version_dirs[0] if version_dirs else None):
         return result
+    gpus, on_gpu = options.gpus, auto_gpu(cfg, bool(options.gpus.gpus))
+    mbs = options.default_max_batch_size
     try:
-        normalize_config(cfg, md.name, default_max_batch_size=options.default_max_batch_size)
+        normalize_config(cfg, md.name, default_max_batch_size=mbs, gpus=gpus, auto_gpu=on_gpu)
     except InferdError as e:  # the name differs from the folder's: go on under the folder's name
         _error(result, e.message, ("name",))
         cfg.name = md.name
-        normalize_config(cfg, md.name, default_max_batch_size=options.default_max_batch_size)
+        normalize_config(cfg, md.name, default_max_batch_size=mbs, gpus=gpus, auto_gpu=on_gpu)
     result.complete = True
-    _validate(cfg, result)
+    _validate(cfg, result, options.gpus)
     if cfg.platform != "ensemble" and cfg.backend != "python":
         try:
             require_io(cfg)
@@ -215,9 +220,9 @@ def check_config(md: ModelDir, options: CheckOptions, report: ModelReport) -> Mo
     return result
 
 
-def _validate(cfg: Any, result: ModelResult) -> None:
+def _validate(cfg: Any, result: ModelResult, gpus: SupportedGpus) -> None:
     report = result.report
-    for base, check in config_checks(cfg):
+    for base, check in config_checks(cfg, gpus):
         try:
             check()
         except InferdError as e:

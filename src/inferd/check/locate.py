@@ -32,7 +32,7 @@ _KEYWORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"shape tensor", "is_shape_tensor"),
         (r"more than once", "name"),
         (r"profile", "profile"),
-        (r"KIND_\w+ but specifies one or more GPUs", "gpus"),
+        (r"KIND_\w+ but specifies one or more GPUs|unsupported gpu id|specifies no GPUs", "gpus"),
         (r"kind KIND_", "kind"),
         (r"Response Cache", "response_cache"),
         (r"decoupled", "decoupled"),

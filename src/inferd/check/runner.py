@@ -22,6 +22,7 @@ from inferd.check.ensembles import check_ensemble
 from inferd.check.files import collect, signature_check
 from inferd.check.report import ModelReport, Problem
 from inferd.errors import InferdError
+from inferd.gpu.devices import MIN_COMPUTE_CAPABILITY, supported_gpus
 from inferd.repository import DUPLICATE_REASON, DuplicateModel, scan_repositories
 
 __all__ = ["add_arguments", "check_repositories", "run"]
@@ -147,6 +148,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="max_batch_size auto-complete gives batching models (--backend-config=default-max-batch-size)",
     )
+    parser.add_argument(
+        "--min-supported-compute-capability",
+        type=float,
+        default=MIN_COMPUTE_CAPABILITY,
+        metavar="MAJOR.MINOR",
+        help="KIND_GPU groups may name this machine's GPUs of at least this compute capability (as the server)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="also print notes: what was not checked")
 
 
@@ -160,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         default_max_batch_size=args.default_max_batch_size,
         import_python=args.import_python,
         verbose=args.verbose,
+        gpus=supported_gpus(args.min_supported_compute_capability),
     )
     problems, models = check_repositories(args.repositories, options)
     for problem in problems:

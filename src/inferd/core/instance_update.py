@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec
+from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, instance_devices
 from inferd.core.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -52,18 +52,19 @@ class Member:
 
 
 def wanted_instances(cfg: Any) -> list[tuple[InstanceSpec, bytes]]:
-    """The instances ``cfg``'s ``instance_group`` asks for, in order, each with its signature."""
+    """The instances ``cfg``'s ``instance_group`` asks for, in order, each with its signature: as the
+    reference's ``PrepareInstances``, ``<group>_<i>`` for each ``i`` below ``count``, on each device
+    of the group (``KIND_GPU``: every GPU it lists, each such instance bearing the same name)."""
     out = []
     for group in cfg.instance_group:
         kind = _KIND_NAMES.get(group.kind, "CPU")
-        devices = list(group.gpus) or [0]
         settings = type(group)()
         settings.CopyFrom(group)
         settings.name, settings.count = "[Normalized]", 1  # as the reference's InstanceConfigSignature
         base = settings.SerializeToString(deterministic=True)
         for i in range(group.count):
-            device = devices[i % len(devices)]
-            out.append((InstanceSpec(f"{group.name}_{i}", kind, device), base + b"@%d" % device))
+            for device in instance_devices(group):
+                out.append((InstanceSpec(f"{group.name}_{i}", kind, device), base + b"@%d" % device))
     return out or [(InstanceSpec(f"{cfg.name}_0", "CPU", 0), b"")]
 
 

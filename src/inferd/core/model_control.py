@@ -377,6 +377,7 @@ class ModelControl:
                 settings.strict_model_config,
                 settings.default_max_batch_size,
                 override,
+                settings.gpus,
             )
         except InferdError as e:  # as the reference's backends find it at load: the version fails
             if not md.versions:

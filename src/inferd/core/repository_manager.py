@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
-from inferd.backends.registry import get_backend
+from inferd.backends.registry import auto_gpu, get_backend
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -19,6 +19,7 @@ from inferd.core.readiness import ReadinessCheck
 from inferd.core.routing import VersionRouter, parse_weights, router_for
 from inferd.core.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
+from inferd.gpu.devices import NO_GPUS, SupportedGpus
 from inferd.logs import VERBOSE1
 from inferd.repository import (
     DuplicateModel,
@@ -97,10 +98,16 @@ class LoadedModels:
 
 
 def prepare_config(
-    md: ModelDir, config_name: str | None, strict: bool, default_mbs: int, override: Any | None = None
+    md: ModelDir,
+    config_name: str | None,
+    strict: bool,
+    default_mbs: int,
+    override: Any | None = None,
+    gpus: SupportedGpus = NO_GPUS,
 ) -> Any:
     """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
-    instead of the model's file (a load request's ``config``)."""
+    instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
+    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``)."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
@@ -109,8 +116,10 @@ def prepare_config(
         backend.auto_complete(
             cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
         )
-    normalize_config(cfg, md.name, default_max_batch_size=default_mbs)
-    validate_config(cfg)
+    normalize_config(
+        cfg, md.name, default_max_batch_size=default_mbs, gpus=gpus, auto_gpu=auto_gpu(cfg, bool(gpus.gpus))
+    )
+    validate_config(cfg, gpus)
     if cfg.platform != "ensemble" and cfg.backend != "python":
         # a Python model may declare no tensors at all: the reference loads it READY
         require_io(cfg)
@@ -170,6 +179,9 @@ class LoadSettings:
     load_retries: int = 0
     #: ``--model-namespacing``: the reason a name held by two repositories gives (repository/remote.py)
     model_namespacing: bool = False
+    #: the GPUs instance groups may use (gpu/devices.py: those NVML finds at or above
+    #: ``--min-supported-compute-capability``; ServerCore passes them, none by default)
+    gpus: SupportedGpus = NO_GPUS
 
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
@@ -311,6 +323,8 @@ async def load_repositories(
                     settings.config_name,
                     settings.strict_model_config,
                     settings.default_max_batch_size,
+                    None,
+                    settings.gpus,
                 )
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except InferdError as e:

@@ -40,6 +40,7 @@ from inferd.errors import (
     UnsupportedError,
     error_for_code,
 )
+from inferd.gpu.devices import gpus_for_models
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import RateLimiter
 
@@ -146,6 +147,7 @@ class ServerCore:
             rate_limiter=self.rate_limiter,
             load_retries=options.model_load_retry_count,
             model_namespacing=options.model_namespacing,
+            gpus=gpus_for_models(options.min_supported_compute_capability),
         )
         self.control = ModelControl(
             options.model_control_mode,

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inferd.backends.base import instance_devices
+
 if TYPE_CHECKING:
     from inferd.core.server import ServerCore
 
@@ -59,7 +61,7 @@ def status(core: ServerCore) -> dict[str, Any]:
             p50, p99 = _quantiles(window)
             q50, q99 = _quantiles([q for t, q in queue if t >= since])
             row.update(
-                instances=sum(g.count for g in model.config.instance_group) or 1,
+                instances=sum(g.count * len(instance_devices(g)) for g in model.config.instance_group) or 1,
                 served=served,
                 failed=failed,
                 errors_in_window=sum(1 for t, _d, ok in recent if t >= since and not ok),

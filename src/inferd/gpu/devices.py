@@ -117,3 +117,47 @@ def usable_gpus(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> tuple
         for g in machine_gpus()
         if float(f"{g.compute_capability[0]}.{g.compute_capability[1]}") >= min_compute_capability
     )
+
+
+@dataclass(frozen=True)
+class SupportedGpus:
+    """The GPUs model instances may be placed on, as the reference's model configuration checks see
+    them (its ``supported_gpus``), with the minimum compute capability that chose them (its messages
+    print it). Built once per server (:func:`supported_gpus`); the config checks take it as an
+    argument, so a test hands them any list."""
+
+    gpus: tuple[Gpu, ...] = ()
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The GPUs' CUDA ids in ascending order (the reference's ``std::set<int>``)."""
+        return tuple(sorted({g.id for g in self.gpus}))
+
+
+#: a machine without a usable GPU (the config checks' default)
+NO_GPUS = SupportedGpus()
+
+
+def supported_gpus(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> SupportedGpus:
+    """The usable GPUs (:func:`usable_gpus`) as the config checks take them."""
+    return SupportedGpus(usable_gpus(min_compute_capability), min_compute_capability)
+
+
+def gpus_for_models(min_compute_capability: float = MIN_COMPUTE_CAPABILITY) -> SupportedGpus:
+    """:func:`supported_gpus`, each GPU found logged with whether model instances may use it (a
+    server's start; nothing is logged without a GPU)."""
+    gpus = supported_gpus(min_compute_capability)
+    for g in machine_gpus():
+        cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
+        if g in gpus.gpus:
+            log.info("GPU %d: %s (%s, compute capability %s) for model instances", g.id, g.name, g.uuid, cc)
+        else:
+            log.warning(
+                "GPU %d: %s has compute capability %s, below --min-supported-compute-capability %s: not used",
+                g.id,
+                g.name,
+                cc,
+                min_compute_capability,
+            )
+    return gpus

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.backends.base import instance_devices
 from inferd.errors import InvalidArgumentError
 
 #: the device key of global resources, and of counts given for every device (the reference's keys)
@@ -130,8 +131,10 @@ def demands(name: str, device: int, config: Any | None) -> InstanceSlot:
 
 def group_limits(cfg: Any) -> list[Any | None]:
     """Each instance's ``rate_limiter`` message, in the order the loader makes the instances (group by
-    group, ``count`` each); None for the one instance of a config without groups."""
-    return [g.rate_limiter for g in cfg.instance_group for _ in range(g.count)] or [None]
+    group, ``count`` on each of its devices); None for the one instance of a config without groups."""
+    return [
+        g.rate_limiter for g in cfg.instance_group for _ in range(g.count * len(instance_devices(g)))
+    ] or [None]
 
 
 class RateLimiter:

@@ -369,6 +369,20 @@ def test_threads_from_cpu_nthread_or_the_cores_shared(
     )
 
 
+def test_kind_gpu_is_refused_and_kind_auto_stays_on_the_cpu(tmp_path: Path) -> None:
+    """This fil backend runs on the CPU: KIND_AUTO is KIND_CPU where GPUs are found (gpu_available),
+    and a KIND_GPU instance fails its load saying so."""
+    assert FilBackend().gpu_available() is False
+    model = load(
+        tmp_path,
+        fm.xgboost("cancer", "binary:logistic"),
+        "xgboost_json",
+        fm.config("m", "xgboost_json", 30, 1),
+    )
+    with pytest.raises(UnavailableError, match="is KIND_GPU, but the fil backend runs on the CPU"):
+        model.create_instance(InstanceSpec("m_0", "GPU", 0))
+
+
 # -- engines ---------------------------------------------------------------------------------------
 
 

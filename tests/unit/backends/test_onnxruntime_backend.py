@@ -21,11 +21,11 @@ from inferd.backends.onnxruntime.backend import OnnxInstance, OnnxModel, OnnxRun
 from inferd.backends.onnxruntime.graph import check_config_against_graph
 from inferd.backends.onnxruntime.options import (
     default_intra_op_threads,
-    execution_providers,
     intra_op_threads,
     session_options,
     session_settings,
 )
+from inferd.backends.onnxruntime.providers import execution_providers
 from inferd.backends.registry import get_backend
 from inferd.backends.signature import GraphTensor, complete_config
 from inferd.core.request import InferRequest, RequestedOutput
@@ -800,21 +800,7 @@ def test_execution_accelerators() -> None:
     )
     with pytest.raises(InvalidArgumentError, match="unknown Execution Accelerator 'magic' is requested"):
         execution_providers(unknown, cpu, ["CPUExecutionProvider"])
-    gpu = InstanceSpec("m_0", "GPU", 1)
-    cuda = session_settings(
-        _cfg(
-            'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "cuda" '
-            'parameters { key: "cudnn_conv_use_max_workspace" value: "0" } } ] } }'
-        ),
-        1,
-        2,
-    )
-    assert execution_providers(cuda, gpu, ["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
-        ("CUDAExecutionProvider", {"device_id": "1", "cudnn_conv_use_max_workspace": "0"}),
-        "CPUExecutionProvider",
-    ]
-    with pytest.raises(UnavailableError, match="install onnxruntime-gpu"):
-        execution_providers(session_settings(_cfg(""), 1, 2), gpu, ["CPUExecutionProvider"])
+    # a KIND_GPU instance's providers: test_onnxruntime_providers.py
 
 
 def test_instance_type_is_the_backend_instance() -> None:

@@ -221,3 +221,26 @@ def test_circular_ensembles(tmp_path: Path) -> None:
         "circular dependency between ensembles: b -> a -> b",
     ]
     assert [(p.path.parent.name, p.line) for p in problems] == [("a", 4), ("b", 4)]
+
+
+def test_kind_gpu_is_checked_against_the_gpus_given(tmp_path: Path) -> None:
+    """``inferd check`` passes this machine's GPUs (none here); any list checks as the server would."""
+    from inferd.gpu.devices import Gpu, SupportedGpus
+
+    _model(tmp_path, "ok", 'backend: "python"\ninstance_group [ { kind: KIND_GPU } ]\n')
+    _model(tmp_path, "bad", 'backend: "python"\ninstance_group [ { kind: KIND_GPU gpus: [ 0, 3 ] } ]\n')
+    two = SupportedGpus(tuple(Gpu(i, i, f"GPU-{i}", "a GPU", 1 << 34, (8, 0)) for i in (0, 1)))
+    assert [(str(p), p.severity) for p in _check(tmp_path, gpus=two)] == [
+        (
+            f"{tmp_path / 'bad' / 'config.pbtxt'}:2:43: error: instance group bad_0 of model bad specifies invalid or "
+            "unsupported gpu id 3. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 "
+            "are: 0, 1",
+            "error",
+        )
+    ]
+    without = [p.message for p in _check(tmp_path) if p.severity == "error"]
+    assert without == [
+        "instance group bad_0 of model bad specifies invalid or unsupported gpu id 0. GPUs with at least the "
+        "minimum required CUDA compute compatibility of 6.000000 are: ",
+        "instance group ok_0 of model ok has kind KIND_GPU but no GPUs are available",
+    ]

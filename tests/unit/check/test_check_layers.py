@@ -1,5 +1,5 @@
 """``inferd.check`` reads what the server reads at load, never the server itself: its imports of inferd
-are the repository, the backends, the core data modules and the ensemble planner."""
+are the repository, the backends, the core data modules, the ensemble planner and the GPU list."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import inferd.check
 ALLOWED = (
     "inferd.check",
     "inferd.errors",
+    "inferd.gpu.devices",
     "inferd.repository",
     "inferd.backends",
     "inferd.core.tensor",

@@ -15,7 +15,7 @@ input [
 ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
 dynamic_batching { preferred_batch_size: [ 8 ] }
-instance_group [ { name: "gpu_group" kind: KIND_GPU } ]
+instance_group [ { name: "gpu_group" kind: KIND_GPU }, { name: "seven" kind: KIND_GPU gpus: [ 7 ] } ]
 ensemble_scheduling {
   step [
     { model_name: "first" input_map { key: "IN" value: "A" } output_map { key: "OUT" value: "T" } },
@@ -60,6 +60,12 @@ def test_field_words_quoted_then_keywords() -> None:
             "instance group gpu_group of model m has kind KIND_GPU but no GPUs are available",
             ("instance_group", 0),
             (9, 38),
+        ),
+        (
+            "instance group seven of model m specifies invalid or unsupported gpu id 7. GPUs with at least the "
+            "minimum required CUDA compute compatibility of 6.000000 are: ",
+            ("instance_group", 1),
+            (9, 95),
         ),
         # ensembles: a step the message names, a tensor it quotes
         ("must specify 'output_map' in step 1 of ensemble 'm'", ("ensemble_scheduling",), (13, 5)),

@@ -79,3 +79,25 @@ def test_a_versions_files_leave_out_the_config_and_the_other_versions() -> None:
     )
     assert version_files(mark, 1) == (("1/", -1, -1), ("1/model.py", 5, 10), ("labels.txt", 9, 10))
     assert version_files(mark, 2)[1] == ("2/model.py", 6, 10)
+
+
+def test_a_gpu_group_makes_count_instances_on_each_of_its_gpus_named_as_the_reference() -> None:
+    cfg = _config("{ count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }, { count: 1 kind: KIND_CPU }")
+    wanted = [(spec.name, spec.kind, spec.device_id) for spec, _ in wanted_instances(cfg)]
+    # PrepareInstances: for each c below count, an instance <group>_<c> on each GPU
+    assert wanted == [
+        ("m_0_0", "GPU", 0),
+        ("m_0_0", "GPU", 1),
+        ("m_0_1", "GPU", 0),
+        ("m_0_1", "GPU", 1),
+        ("m_1_0", "CPU", 0),
+    ]
+
+
+def test_moving_a_gpu_group_to_another_gpu_replaces_its_instances() -> None:
+    old = _config("{ count: 1 kind: KIND_GPU gpus: [ 0, 1 ] }")
+    new = _config("{ count: 1 kind: KIND_GPU gpus: [ 1 ] }")
+    kept, fresh, removed = plan(_members(old), wanted_instances(new))
+    # the signature is the group's settings (its gpus among them) and the device, as the reference's
+    assert kept == [] and [(s.name, s.device_id) for s, _ in fresh] == [("m_0_0", 1)]
+    assert [(m.spec.name, m.spec.device_id) for m in removed] == [("m_0_0", 0), ("m_0_0", 1)]

@@ -3,6 +3,8 @@ NVML or a GPU (this one, CI) finding none."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from inferd.gpu import devices
@@ -45,3 +47,34 @@ def test_a_machine_without_nvml_or_a_gpu_finds_none() -> None:
     devices.machine_gpus.cache_clear()
     assert devices.machine_gpus() == ()
     assert devices.usable_gpus() == ()
+
+
+def _gpu(cuda_id: int, cc: tuple[int, int]) -> devices.Gpu:
+    return devices.Gpu(cuda_id, cuda_id, f"GPU-{cuda_id:08x}", "a GPU", 1 << 34, cc)
+
+
+def test_supported_gpus_are_those_at_or_above_the_minimum_compute_capability(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = (_gpu(0, (7, 0)), _gpu(1, (7, 5)), _gpu(2, (9, 0)), _gpu(3, (5, 2)))
+    monkeypatch.setattr(devices, "machine_gpus", lambda: found)
+    assert devices.supported_gpus().ids == (0, 1, 2)  # the reference's default 6.0
+    assert devices.supported_gpus(7.5) == devices.SupportedGpus(found[1:3], 7.5)
+    assert devices.supported_gpus(10.0).ids == ()
+
+
+def test_no_gpus_is_the_config_checks_default() -> None:
+    assert devices.NO_GPUS.ids == () and devices.NO_GPUS.min_compute_capability == 6.0
+
+
+def test_a_server_logs_each_gpu_and_whether_models_may_use_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    found = (_gpu(0, (9, 0)), _gpu(1, (6, 1)))
+    monkeypatch.setattr(devices, "machine_gpus", lambda: found)
+    with caplog.at_level(logging.INFO, logger="inferd.gpu"):
+        assert devices.gpus_for_models(7.0).ids == (0,)
+    assert caplog.messages == [
+        "GPU 0: a GPU (GPU-00000000, compute capability 9.0) for model instances",
+        "GPU 1: a GPU has compute capability 6.1, below --min-supported-compute-capability 7.0: not used",
+    ]

@@ -88,6 +88,9 @@ def test_demands_from_config_global_and_per_device() -> None:
     assert (s.resources, s.priority) == ({0: {"R": 2}, GLOBAL: {"G": 1}}, 3)
     assert demands("m_2", 0, limits[2]).resources == {}
     assert group_limits(pb2.ModelConfig()) == [None]
+    gpu = pb2.ModelConfig()
+    gpu.instance_group.add(count=2, kind=pb2.ModelInstanceGroup.KIND_GPU, gpus=[0, 1])
+    assert len(group_limits(gpu)) == 4  # count instances on each of its GPUs
 
 
 def test_open_gate_registers_each_instance_on_its_device() -> None:

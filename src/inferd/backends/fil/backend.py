@@ -204,6 +204,11 @@ class FilModel(NativeModel):
         )
 
     def create_instance(self, spec: InstanceSpec) -> FilInstance:
+        if spec.kind == "GPU":
+            raise UnavailableError(
+                f"unable to load model '{self.name}': instance '{spec.name}' is KIND_GPU, but the fil backend "
+                "runs on the CPU: use instance_group [ { kind: KIND_CPU } ] (or KIND_AUTO)"
+            )
         return FilInstance(self, spec.name)
 
     def unload(self) -> None:
@@ -215,6 +220,11 @@ class FilBackend(NativeBackend):
 
     name = "fil"
     model_type = FilModel
+
+    def gpu_available(self) -> bool:
+        """False: this fil backend runs on the CPU, so ``KIND_AUTO`` is ``KIND_CPU`` (the reference's
+        FIL backend would run on the GPU)."""
+        return False
 
     def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
         """``input__0`` [-1, features] and ``output__0`` [-1, values a row], from the model file."""

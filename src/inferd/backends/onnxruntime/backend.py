@@ -11,8 +11,10 @@ one execute are stacked along the batch dimension, run once, and the outputs spl
 Config auto-complete follows Triton's ``onnxruntime_backend`` (``backends/signature.py``); the
 graph is then checked against the config at load, so a contradiction makes the model
 UNAVAILABLE with a reason naming the tensor, rather than failing every request. Session options
-come from the config (``options.py``). ONNX Runtime exceptions become inferd
-errors where they enter (:func:`_translate`).
+come from the config (``options.py``), execution providers from the instance's kind
+(``providers.py``: a KIND_GPU instance runs on ONNX Runtime's CUDA provider, which onnxruntime-gpu
+has and the onnxruntime wheel lacks). ONNX Runtime exceptions become inferd errors where they
+enter (:func:`_translate`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,8 @@ from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance, split, unreshape_shape
 from inferd.backends.native import NativeBackend, NativeModel
 from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
-from inferd.backends.onnxruntime.options import (
-    execution_providers,
-    intra_op_threads,
-    session_options,
-    session_settings,
-)
+from inferd.backends.onnxruntime.options import intra_op_threads, session_options, session_settings
+from inferd.backends.onnxruntime.providers import CUDA_PROVIDER, execution_providers
 from inferd.backends.sequence_io import sequence_tensors
 from inferd.backends.signature import GraphTensor
 from inferd.core.request import InferRequest
@@ -109,12 +107,21 @@ class OnnxModel(NativeModel):
         self._first_taken = False  # the first instance gets every core (options.wide_first_instance)
 
     def create_instance(self, spec: InstanceSpec) -> OnnxInstance:
-        providers = execution_providers(self.settings, spec, self.available)
+        providers = execution_providers(
+            self.settings, spec, self.available, self.name, f"onnxruntime {ort.__version__}"
+        )
         with self._lock:
             first = not self._first_taken
             self._first_taken = True
         options = session_options(self.settings, first)
         session = _open_session(self.path, options, providers, f"failed to load '{self.path}'")
+        if spec.kind == "GPU" and CUDA_PROVIDER not in session.get_providers():
+            # ONNX Runtime falls back to the CPU when the CUDA provider cannot start (its log says why)
+            raise UnavailableError(
+                f"unable to load model '{self.name}': instance '{spec.name}' asked ONNX Runtime for the "
+                f"{CUDA_PROVIDER} on GPU {spec.device_id}, but its session has only "
+                f"{', '.join(session.get_providers())}: ONNX Runtime could not start CUDA (see its error above)"
+            )
         with self._lock:
             if not self._checked:
                 extra_inputs, extra_outputs = sequence_tensors(self.ctx.config)
@@ -142,6 +149,11 @@ class OnnxRuntimeBackend(NativeBackend):
 
     name = "onnxruntime"
     model_type = OnnxModel
+
+    def gpu_available(self) -> bool:
+        """Whether this onnxruntime has the CUDA execution provider (onnxruntime-gpu does; the
+        onnxruntime wheel is CPU-only): ``KIND_AUTO`` stays ``KIND_CPU`` without it."""
+        return CUDA_PROVIDER in ort.get_available_providers()
 
     def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
         """The graph's inputs and outputs, read from a session that only loads it (no optimisation)."""

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime as ort
 
-from inferd.backends.base import InstanceSpec
 from inferd.backends.native import available_cpus, default_intra_op_threads
-from inferd.errors import InvalidArgumentError, UnavailableError
+from inferd.errors import InvalidArgumentError
 
 #: ``optimization { graph { level } }`` -> ONNX Runtime's level (Triton's mapping; 0 = all)
 _GRAPH_LEVELS = {
@@ -42,6 +40,8 @@ class SessionSettings:
     run_entries: tuple[tuple[str, str], ...] = ()
     cpu_accelerators: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     gpu_accelerators: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    #: the config's parameters (a KIND_GPU instance reads its CUDA options from some: providers.py)
+    parameters: tuple[tuple[str, str], ...] = ()
     #: the first instance's intra-op threads, not spinning (0: as the others); see wide_first_instance
     first_intra_op_threads: int = 0
 
@@ -133,6 +133,7 @@ def session_settings(config: Any, instances: int, cpus: int | None = None) -> Se
         run_entries=tuple(sorted(run_entries.items())),
         cpu_accelerators=_accelerators(opt.execution_accelerators.cpu_execution_accelerator),
         gpu_accelerators=_accelerators(opt.execution_accelerators.gpu_execution_accelerator),
+        parameters=tuple(sorted(params.items())),
         first_intra_op_threads=first,
     )
 
@@ -159,38 +160,3 @@ def session_options(s: SessionSettings, first: bool = False) -> Any:
     for k, v in s.config_entries:
         o.add_session_config_entry(k, v)
     return o
-
-
-def execution_providers(s: SessionSettings, spec: InstanceSpec, available: Sequence[str]) -> list[Any]:
-    """The providers of one instance's session, in priority order (CPU always last)."""
-    providers: list[Any] = []
-    if spec.kind == "GPU":
-        cuda: dict[str, str] = {"device_id": str(spec.device_id)}
-        for name, params in s.gpu_accelerators:
-            if name == "cuda":
-                cuda.update(params)
-            elif name == "tensorrt":
-                _require("TensorrtExecutionProvider", "tensorrt", "onnxruntime-gpu with TensorRT", available)
-                providers.append(
-                    ("TensorrtExecutionProvider", {"device_id": str(spec.device_id), **dict(params)})
-                )
-            else:
-                raise InvalidArgumentError(f"unknown Execution Accelerator '{name}' is requested")
-        _require("CUDAExecutionProvider", "KIND_GPU", "onnxruntime-gpu", available)
-        providers.append(("CUDAExecutionProvider", cuda))
-    for name, params in s.cpu_accelerators:
-        if name == "openvino":
-            _require("OpenVINOExecutionProvider", "openvino", "onnxruntime-openvino", available)
-            providers.append(("OpenVINOExecutionProvider", {"device_type": "CPU", **dict(params)}))
-        else:
-            raise InvalidArgumentError(f"unknown Execution Accelerator '{name}' is requested")
-    providers.append("CPUExecutionProvider")
-    return providers
-
-
-def _require(provider: str, what: str, package: str, available: Sequence[str]) -> None:
-    if provider not in available:
-        raise UnavailableError(
-            f"'{what}' needs ONNX Runtime's {provider}, which this installation lacks (it has "
-            f"{', '.join(available)}): install {package} in place of onnxruntime"
-        )

@@ -161,6 +161,11 @@ class OpenVinoBackend(NativeBackend):
     name = "openvino"
     model_type = OpenVinoModel
 
+    def gpu_available(self) -> bool:
+        """False: ``KIND_AUTO`` is ``KIND_CPU``, as the reference's OpenVINO backend prefers (its
+        ``GPU`` device is an Intel GPU; an explicit ``KIND_GPU`` asks OpenVINO for one)."""
+        return False
+
     def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
         path = model_path(config, version_dir)
         return model_signature(_read_model(path, config.name), config.name)

@@ -58,6 +58,11 @@ class PythonBackend:
 
     name = "python"
 
+    def gpu_available(self) -> bool:
+        """A Python model runs on whatever its code picks: ``KIND_AUTO`` is ``KIND_GPU`` where there
+        are GPUs (the reference's Python backend prefers KIND_GPU), ``args`` saying which."""
+        return True
+
     def auto_complete(
         self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
     ) -> None:

@@ -11,9 +11,10 @@ them onto ``forward()`` with Triton's rules. What the module's signature can con
 count, ``<name>__<index>`` indices, a tuple's length; for an exported program dtypes and fixed
 dimensions too) fails the load with a reason naming the tensor, not every request.
 
-Each instance loads its own module on its device (``KIND_CPU``; ``KIND_GPU`` on CUDA when torch
-sees a device) and runs it in its worker thread under ``torch.inference_mode`` (torch releases
-the GIL inside operators). The requests of one execute are stacked on the batch dimension, run
+Each instance loads its own module on its device (``KIND_CPU``; ``KIND_GPU`` on ``cuda:<id>``
+when torch sees that device, with a CUDA stream of its own: inputs are copied there once per
+execute, outputs back to host memory, which the front ends send) and runs it in its worker thread
+under ``torch.inference_mode`` (torch releases the GIL inside operators). The requests of one execute are stacked on the batch dimension, run
 once and split back (``backends/batched.py``). TYPE_STRING travels as ``List[str]``, flattened, as
 in Triton. torch exceptions become inferd errors where they
 enter (:func:`_load_error`, :meth:`TorchInstance._call`).
@@ -310,6 +311,14 @@ class PyTorchBackend(NativeBackend):
     name = "pytorch"
     model_type = TorchModel
 
+    def gpu_available(self) -> bool:
+        """Whether torch is installed and sees a CUDA device (a CPU-only build does not)."""
+        try:
+            torch = _torch()
+        except UnavailableError:
+            return False  # the load says what to install
+        return bool(torch.cuda.is_available())
+
     def auto_complete(
         self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
     ) -> None:
@@ -343,6 +352,9 @@ class TorchInstance(BatchedInstance):
             if s.datatype is not BYTES
         }
         self._threads_set: set[int] = set()
+        #: a GPU instance's own CUDA stream (the reference's libtorch backend gives each instance one):
+        #: its copies and kernels queue there, so instances on one GPU overlap; None on the CPU
+        self._stream: Any = self.torch.cuda.Stream(device=device) if device != "cpu" else None
 
     # -- execute ----------------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
@@ -350,7 +362,12 @@ class TorchInstance(BatchedInstance):
         if ident not in self._threads_set:  # torch's intra-op setting holds per calling thread
             self.torch.set_num_threads(self.model.settings.intra_op_threads)
             self._threads_set.add(ident)
-        return super().execute(requests)
+        if self._stream is None:
+            return super().execute(requests)
+        # inputs go to the device once (stacked: _arguments), outputs come back to host memory
+        # (_to_numpy: .cpu() waits for this stream), all on the instance's stream and device
+        with self.torch.cuda.stream(self._stream):
+            return super().execute(requests)
 
     def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> Any:
         return self._arguments(requests)

@@ -187,6 +187,14 @@ class TensorFlowBackend(NativeBackend):
     name = "tensorflow"
     model_type = TensorFlowModel
 
+    def gpu_available(self) -> bool:
+        """Whether TensorFlow is installed and finds a GPU (tensorflow-cpu never does)."""
+        try:
+            tf = _tensorflow()
+        except UnavailableError:
+            return False  # the load says what to install
+        return bool(tf.config.list_physical_devices("GPU"))
+
     def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
         settings = tf_settings(config)
         _, fn = load_signature(model_path(config, version_dir), settings, config.name)

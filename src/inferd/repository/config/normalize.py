@@ -6,16 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferd.errors import InvalidArgumentError
+from inferd.gpu.devices import NO_GPUS, SupportedGpus
 from inferd.repository.config.autofill import autofill_backend_fields, fill_backend_fields
-from inferd.repository.config.schema import (
-    ONNXRUNTIME_BACKEND,
-    TENSORFLOW_BACKEND,
-    ModelConfig,
-    ModelInstanceGroup,
-)
+from inferd.repository.config.instance_group import normalize_instance_groups
+from inferd.repository.config.schema import ModelConfig
 
 SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000
-_DEFAULT_CPU_INSTANCE_COUNT = 2
 
 
 def normalize_config(
@@ -24,6 +20,8 @@ def normalize_config(
     *,
     default_max_batch_size: int = 4,
     model_dir: Path | None = None,
+    gpus: SupportedGpus = NO_GPUS,
+    auto_gpu: bool = True,
 ) -> None:
     """Fill defaults the way Triton 2.51 prints them at ``/config`` (mutates ``cfg``; idempotent).
 
@@ -31,6 +29,7 @@ def normalize_config(
     without it only what the config itself implies is filled.  ``default_max_batch_size`` is the
     ``--backend-config=default-max-batch-size`` value: Triton hands it to backend auto-complete
     (ONNX Runtime / TensorFlow), never applies it in core normalisation, so nothing here uses it.
+    ``gpus`` and ``auto_gpu``: the instance groups' (instance_group.py; no GPUs by default).
     """
     del default_max_batch_size  # see docstring: consumed by backend auto-complete only
     if cfg.name and cfg.name != model_name:
@@ -72,23 +71,4 @@ def normalize_config(
     if not opt.HasField("output_pinned_memory"):
         opt.output_pinned_memory.enable = True
 
-    _normalize_instance_groups(cfg)
-
-
-def _normalize_instance_groups(cfg: ModelConfig) -> None:
-    """``NormalizeInstanceGroup`` on a machine without GPUs and with no backend-preferred groups."""
-    if len(cfg.instance_group) == 0:
-        group = cfg.instance_group.add()
-        group.name = cfg.name  # a default group is named after the model, without a suffix
-    for index, group in enumerate(cfg.instance_group):
-        if not group.name:
-            group.name = f"{cfg.name}_{index}"
-        if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_CPU
-        if group.count < 1:
-            group.count = 1
-            if group.kind == ModelInstanceGroup.KIND_CPU and cfg.backend in (
-                TENSORFLOW_BACKEND,
-                ONNXRUNTIME_BACKEND,
-            ):
-                group.count = _DEFAULT_CPU_INSTANCE_COUNT
+    normalize_instance_groups(cfg, gpus, auto_gpu=auto_gpu)

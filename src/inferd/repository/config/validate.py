@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
 from inferd.errors import InvalidArgumentError
+from inferd.gpu.devices import NO_GPUS, SupportedGpus
+from inferd.repository.config.instance_group import validate_instance_group
 from inferd.repository.config.schema import (
     ENSEMBLE_PLATFORM,
     KNOWN_PLATFORM_BACKENDS,
@@ -18,7 +19,6 @@ from inferd.repository.config.schema import (
     DataType,
     ModelConfig,
     ModelInput,
-    ModelInstanceGroup,
     ModelQueuePolicy,
     ModelSequenceBatching,
 )
@@ -36,17 +36,20 @@ def _invalid(message: str) -> InvalidArgumentError:
 FieldPath = tuple[str | int, ...]
 
 
-def validate_config(cfg: ModelConfig) -> None:
+def validate_config(cfg: ModelConfig, gpus: SupportedGpus = NO_GPUS) -> None:
     """Triton core's config checks; raises InvalidArgumentError (InternalError for an impossible kind).
 
     Run it after :func:`normalize_config` (a missing version policy is an error here).  Inputs and
     outputs that are present are validated; whether they must be present is :func:`require_io`.
+    ``gpus``: the GPUs instance groups may name (none by default).
     """
-    for _, check in config_checks(cfg):
+    for _, check in config_checks(cfg, gpus):
         check()
 
 
-def config_checks(cfg: ModelConfig) -> list[tuple[FieldPath, Callable[[], None]]]:
+def config_checks(
+    cfg: ModelConfig, gpus: SupportedGpus = NO_GPUS
+) -> list[tuple[FieldPath, Callable[[], None]]]:
     """:func:`validate_config`'s checks in its order, each with the field it is about.
 
     The server stops at the first that raises; ``inferd check`` runs them all and reports each
@@ -69,7 +72,7 @@ def config_checks(cfg: ModelConfig) -> list[tuple[FieldPath, Callable[[], None]]
         checks.append((("model_metrics",), partial(_validate_model_metrics, cfg)))
     if not cfg.HasField("ensemble_scheduling"):
         for index in range(len(cfg.instance_group)):
-            checks.append((("instance_group", index), partial(_validate_instance_group, cfg, index)))
+            checks.append((("instance_group", index), partial(validate_instance_group, cfg, index, gpus)))
     for index in range(len(cfg.input)):
         checks.append((("input", index), partial(_for_model, cfg, _validate_input, cfg, index)))
     for index in range(len(cfg.output)):
@@ -271,41 +274,6 @@ def _validate_model_metrics(cfg: ModelConfig) -> None:
             raise _invalid("metric control must specify 'histogram_options'")
         if len(control.histogram_options.buckets) == 0:
             raise _invalid("histogram options must specify non-empty 'buckets'")
-
-
-def _validate_instance_group(cfg: ModelConfig, index: int) -> None:
-    """``ValidateInstanceGroup`` for a server without GPUs; KIND_AUTO is left to normalisation."""
-    name = cfg.name
-    group = cfg.instance_group[index]
-    prefix = f"instance group {group.name} of model {name}"
-    if group.kind == ModelInstanceGroup.KIND_MODEL:
-        if len(group.gpus) > 0:
-            raise _invalid(f"{prefix} has kind KIND_MODEL but specifies one or more GPUs")
-    elif group.kind == ModelInstanceGroup.KIND_GPU:
-        raise _invalid(f"{prefix} has kind KIND_GPU but no GPUs are available")
-    elif group.kind == ModelInstanceGroup.KIND_CPU and len(group.gpus) > 0:
-        raise _invalid(f"{prefix} has kind KIND_CPU but specifies one or more GPUs")
-    if len(group.profile) > 0:
-        if cfg.platform != TENSORRT_PLATFORM:
-            # (sic) no space before "specifies" in Triton's message
-            raise _invalid(
-                f"{prefix} and platform {cfg.platform}specifies profile field which is only "
-                "supported for TensorRT models"
-            )
-        for profile in group.profile:
-            if not profile:
-                raise _invalid("profile name must not be empty")
-            leading = _LEADING_INT.match(profile)  # std::stoi parses a leading integer
-            if leading is None:
-                raise _invalid(f"unable to parse '{profile}': stoi")
-            if int(leading.group()) < 0:
-                raise _invalid(
-                    f"{prefix} and platform {cfg.platform} specifies invalid profile {profile}. The "
-                    "field should contain the string representation of a non-negative integer."
-                )
-
-
-_LEADING_INT = re.compile(r"\s*[+-]?\d+")
 
 
 def _element_count(dims: Iterable[int]) -> int:
