@@ -116,9 +116,10 @@ def test_build_installs_extras_that_exist() -> None:
     [spec] = re.findall(r"\.\[([a-z0-9,]+)", " ".join(run.value))
     assert set(spec.split(",")) == {"s3", "azure", "gcs"} <= extras()
     assert "${BACKENDS:+,${BACKENDS}}" in " ".join(run.value)
-    # the heavier backends the header's example names are extras too
-    [example] = re.findall(r"--build-arg BACKENDS=([a-z0-9,]+)", DOCKERFILE.read_text())
-    assert set(example.split(",")) == {"torch", "openvino", "tensorflow"} <= extras()
+    # the heavier backends and the GPU image the header's examples name are extras too
+    examples = re.findall(r"--build-arg BACKENDS=([a-z0-9,]+)", DOCKERFILE.read_text())
+    assert [set(e.split(",")) for e in examples] == [{"torch", "openvino", "tensorflow"}, {"torch", "gpu"}]
+    assert set().union(*(e.split(",") for e in examples)) <= extras()
 
 
 def test_python_satisfies_requires_python() -> None:

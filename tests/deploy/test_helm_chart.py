@@ -89,7 +89,19 @@ NO_AUTOSCALING: dict[str, Any] = {
     "serviceAccount": {"create": False, "name": "existing"},
     "preStopSleepSeconds": 0,
 }
-VALUE_SETS = {"minimal": MINIMAL, "everything": EVERYTHING, "no-autoscaling": NO_AUTOSCALING}
+#: a pod on a GPU node: the device plugin's resource, the GPU nodes' taint and label (docs/scaling.md)
+GPU: dict[str, Any] = {
+    **MINIMAL,
+    "image": {"tag": "0.1.0-gpu"},
+    "resources": {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"memory": "32Gi", "nvidia.com/gpu": 1},
+    },
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "extraArgs": ["--min-supported-compute-capability=7.0"],
+}
+VALUE_SETS = {"minimal": MINIMAL, "everything": EVERYTHING, "no-autoscaling": NO_AUTOSCALING, "gpu": GPU}
 
 
 @pytest.fixture(params=sorted(VALUE_SETS))
@@ -165,7 +177,18 @@ def test_objects_of_each_value_set() -> None:
             "ServiceMonitor",
         ],
         "no-autoscaling": ["Deployment", "Service"],
+        "gpu": ["Deployment", "HorizontalPodAutoscaler", "Service", "ServiceAccount"],
     }
+
+
+def test_a_gpu_pod_asks_the_device_plugin_for_its_gpu_on_a_gpu_node() -> None:
+    docs = render(GPU)
+    c = container(docs)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    pod = the(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == GPU["tolerations"]
+    assert parse_serve(image_command(c)).min_supported_compute_capability == 7.0
 
 
 def test_container_command_line_parses_with_inferds_cli(
