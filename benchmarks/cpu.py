@@ -23,26 +23,37 @@ from pathlib import Path
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` and its descendants (worker processes, the reference's
-    Python-backend stubs), from /proc."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+def _stats() -> dict[int, list[str]]:
+    """Each process's /proc/<pid>/stat fields after its name (the ones a process gone meanwhile left out)."""
+    out: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _TICK
-    total, todo = 0.0, [pid]
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return out
+
+
+def _tree(pid: int, parents: dict[int, int]) -> set[int]:
+    tree, todo = set(), [pid]
     while todo:
         p = todo.pop()
-        total += times.get(p, 0.0)
-        todo += [c for c, parent in parents.items() if parent == p]
-    return total
+        tree.add(p)
+        todo += [c for c, parent in parents.items() if parent == p and c not in tree]
+    return tree
+
+
+def process_tree(pid: int) -> set[int]:
+    """``pid`` and its descendants (worker processes, the reference's Python-backend stubs)."""
+    return _tree(pid, {p: int(f[1]) for p, f in _stats().items()})
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its descendants, from /proc."""
+    stats = _stats()
+    tree = _tree(pid, {p: int(f[1]) for p, f in stats.items()})
+    return sum((int(stats[p][11]) + int(stats[p][12])) / _TICK for p in tree if p in stats)
 
 
 def successes(http_port: int, model: str, timeout: float = 10.0) -> int | None:

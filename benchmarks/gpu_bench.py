@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
 import json
 import multiprocessing as mp
@@ -49,6 +50,7 @@ from typing import Any
 import gpu_models
 import numpy as np
 import servers
+from cpu import process_tree
 from gpu_models import MIB, PYTHON_MODELS, Profile
 from onnx_bench import parse_perf
 
@@ -221,31 +223,11 @@ def process_gpu_bytes(index: int = 0) -> dict[int, int | None]:
             for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)}  # fmt: skip
 
 
-def process_tree(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return tree
-
-
 def rss_bytes(pids: set[int]) -> int:
     total = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            pass
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/statm") as f:  # (a process gone meanwhile)
+            total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     return total
 
 
