@@ -4,7 +4,8 @@
 #   1. installs the carried wheels (make gpu-wheels: .whl/) into /tmp/site, as the device README says,
 #      and perf_analyzer from .whl/perf_analyzer/ when it travelled;
 #   2. records the machine: nvidia-smi, Python, torch and CUDA, NVML, the GPUs inferd finds;
-#   3. runs the GPU tests: pytest -m gpu on tests/e2e/test_e2e_gpu*.py;
+#   3. runs the GPU tests: pytest -m gpu on the GPU test files (KIND_GPU models, GPU metrics, CUDA shared
+#      memory over HTTP and gRPC with the CUDA runtime calls under it, the Python backend's GPU tensors);
 #   4. runs benchmarks/gpu_bench.py (the issue's goal rows);
 #   5. writes under $OUT (at most 8 files): summary.md (GPU.md-ready: date, commit, GPU, each test's
 #      result, each benchmark row), check.log (all of this output), env.txt, pytest.log, junit.xml,
@@ -136,7 +137,7 @@ gpu_name() {
 }
 
 run_tests() {
-  local files=(tests/e2e/test_e2e_gpu*.py)
+  local files=(tests/e2e/test_e2e_gpu*.py tests/e2e/test_e2e_cuda_shm.py tests/e2e/test_e2e_python_gpu.py)
   say "pytest -m gpu ${files[*]}"
   # -W: the gpu marker is registered in pyproject.toml; an older tree without it still runs
   timeout -k 10 "${PYTEST_TIMEOUT_S:-180}" "$PY" -m pytest -m gpu -p no:cacheprovider -v -rA \
@@ -204,7 +205,7 @@ main() {
     echo "- perf_analyzer: $([ -n "${PERF_ANALYZER:-}" ] && echo "2.41.1, carried" || echo "not carried or not running")"
     echo "- scripts/gpu_check.sh took $((SECONDS - started)) s; pytest exit $tests_rc, bench exit $bench_rc"
     echo
-    echo "### GPU tests (\`pytest -m gpu tests/e2e/test_e2e_gpu*.py\`)"
+    echo "### GPU tests (\`pytest -m gpu\` on tests/e2e/test_e2e_gpu*.py, test_e2e_cuda_shm.py, test_e2e_python_gpu.py)"
     echo
     test_table
     echo

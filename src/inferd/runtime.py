@@ -38,7 +38,8 @@ from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.scheduling.sequence import SequenceBatcher
-from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.shm.cuda import CudaSharedMemoryManager
+from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Tracing
 from inferd.trace.config import option_int
 from inferd.workers.place import WorkerPlace
@@ -108,7 +109,7 @@ class Runtime:
         self.core = ServerCore(options, self.custom_metrics, rate_limiter)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
-        self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm)
+        self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm, self.shm)  # one namespace
         #: the core the front ends serve: the whole server's view when this is one of several processes
         self.front_core: Core = self.core
         self.peer_server: PeerServer | None = None
@@ -121,7 +122,7 @@ class Runtime:
             self.peer_server = PeerServer(
                 place, core, lambda: render(core), self.shm, self.logs, self.tracing
             )
-            self.shm.propagate = peers.everywhere
+            self.shm.propagate = self.cuda_shm.propagate = peers.everywhere
             self.logs.propagate = self.tracing.propagate = peers.soon
         keys = load_keys(options.api_keys_file)
         exempt = parse_categories(options.api_keys_exempt) if keys else frozenset()
@@ -385,6 +386,7 @@ class Runtime:
         if self.core.gpu_metrics is not None:
             await asyncio.to_thread(self.core.gpu_metrics.stop)
         self.shm.close()
+        self.cuda_shm.close()
         self.tracing.close()  # what the settings still hold goes to the trace files
         return clean
 

@@ -6,7 +6,7 @@ import re
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from inferd.core.tensor import Tensor
 from inferd.errors import InvalidArgumentError
@@ -41,6 +41,20 @@ class RequestTrace(Protocol):
         ...
 
 
+class OutputTarget(Protocol):
+    """Where a front end writes an output besides a system shared-memory view: a CUDA window
+    (shm/cuda.py), which copies device to device where it can."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def write(self, t: Tensor) -> None: ...
+
+
+#: a shared-memory window an output goes to
+Target: TypeAlias = "memoryview | OutputTarget"
+
+
 @dataclass(slots=True)
 class RequestedOutput:
     """An output the client asked for; ``classification`` > 0 asks for top-N classes."""
@@ -49,7 +63,7 @@ class RequestedOutput:
     classification: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
     #: where the frontend must write this output (a shared-memory window), None: in the response
-    target: memoryview | None = None
+    target: Target | None = None
 
 
 @dataclass(slots=True)

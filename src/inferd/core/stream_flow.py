@@ -48,6 +48,8 @@ def tensor_bytes(t: Tensor) -> int:
     raw = t.raw
     if raw is not None:
         return len(raw) if isinstance(raw, bytes) else memoryview(raw).nbytes
+    if t.device is not None:  # in device memory: counted without a host copy
+        return t.device.nbytes
     a = t.array
     if a.dtype != np.object_:
         return int(a.nbytes)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType, from_numpy
+
+if TYPE_CHECKING:
+    from inferd.gpu.cuda import CudaArray
 
 _LEN = struct.Struct("<I")
 
@@ -26,9 +29,11 @@ class Tensor:
 
     Built either from an ndarray or from raw little-endian bytes (``raw``); the array view over
     raw bytes is made on first use, after validation has checked the byte size, and never copies.
+    Or in device memory (``device``: a CUDA shared-memory input, a GPU model's output): a backend
+    on that device reads it there; ``array`` makes a host copy on first use, for everyone else.
     """
 
-    __slots__ = ("_array", "datatype", "name", "raw", "shape")
+    __slots__ = ("_array", "datatype", "device", "name", "raw", "shape")
 
     def __init__(
         self,
@@ -37,12 +42,14 @@ class Tensor:
         shape: tuple[int, ...],
         array: np.ndarray[Any, Any] | None = None,
         raw: Buffer | None = None,
+        device: CudaArray | None = None,
     ) -> None:
         self.name = name
         self.datatype = datatype
         self.shape = shape
         self._array = array
         self.raw = raw
+        self.device = device
 
     @classmethod
     def from_array(cls, name: str, array: np.ndarray[Any, Any], datatype: DataType | None = None) -> Tensor:
@@ -52,7 +59,7 @@ class Tensor:
 
     def renamed(self, name: str) -> Tensor:
         """The same data under another name (no copy)."""
-        return Tensor(name, self.datatype, self.shape, array=self._array, raw=self.raw)
+        return Tensor(name, self.datatype, self.shape, array=self._array, raw=self.raw, device=self.device)
 
     @property
     def element_count(self) -> int:
@@ -62,9 +69,10 @@ class Tensor:
         return n
 
     def raw_byte_size(self) -> int:
-        """Bytes of the raw buffer this tensor was received as (-1 when it came as an array)."""
+        """Bytes of the raw buffer (or device memory) this tensor was received as (-1 when it came
+        as an array)."""
         if self.raw is None:
-            return -1
+            return -1 if self.device is None else self.device.nbytes
         return memoryview(self.raw).nbytes
 
     @property
@@ -72,7 +80,13 @@ class Tensor:
         """The data as numpy (BYTES: object array of ``bytes``); a view over ``raw`` when received raw."""
         arr = self._array
         if arr is None:
-            assert self.raw is not None
+            if self.raw is None:  # in device memory: a host copy, once (of raw bytes or typed)
+                assert self.device is not None
+                arr = self.device.to_host()
+                if arr.dtype != self.datatype.numpy:
+                    arr = arr.reshape(-1).view(self.datatype.numpy)
+                arr = self._array = arr.reshape(self.shape)
+                return arr
             if self.datatype is BYTES:
                 arr = deserialize_bytes(self.raw, self.element_count).reshape(self.shape)
             else:

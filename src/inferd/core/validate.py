@@ -70,7 +70,10 @@ def validation_key(request: InferRequest) -> Hashable | None:
         if dt is BYTES or type(shape) is not tuple:
             return None
         raw = t.raw
-        size = t.array.nbytes if raw is None else raw.nbytes if type(raw) is memoryview else len(raw)
+        if raw is None:
+            size = t.array.nbytes if t.device is None else t.device.nbytes  # no host copy for a key
+        else:
+            size = raw.nbytes if type(raw) is memoryview else len(raw)
         key.append((t.name, dt.wire, shape, size))
     outputs = request.outputs
     if outputs is not None:

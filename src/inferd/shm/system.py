@@ -22,8 +22,9 @@ import stat
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from inferd.core.request import Target
 from inferd.core.tensor import Tensor
 from inferd.errors import (
     AlreadyExistsError,
@@ -33,10 +34,14 @@ from inferd.errors import (
     UnsupportedError,
 )
 
+if TYPE_CHECKING:
+    from inferd.shm.cuda import CudaSharedMemoryManager, CudaWindow
+
+#: a resolved ``shared_memory_region``: a view of system shared memory, or a CUDA window
+Window: TypeAlias = "memoryview | CudaWindow"
+
 #: where POSIX shm_open keys live on Linux
 SHM_DIR = "/dev/shm"
-#: sizeof(cudaIpcMemHandle_t)
-CUDA_IPC_HANDLE_SIZE = 64
 #: newer reference releases' answer when client shared memory is off
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -80,6 +85,8 @@ class SharedMemoryManager:
         #: ``--workers``: applies a change in every other serving process (workers/peers.py), so a
         #: region registered on one connection serves requests on any; None in a single process
         self.propagate: Callable[..., Awaitable[None]] | None = None
+        #: the server's CUDA regions (shm/cuda.py), which share this one namespace of region names
+        self.cuda: CudaSharedMemoryManager | None = None
 
     # -- what the front ends call: here, then in every other process -----------------------------
     async def register_everywhere(self, name: str, key: str, offset: int, byte_size: int) -> None:
@@ -92,13 +99,16 @@ class SharedMemoryManager:
         if self.propagate is not None:
             await self.propagate("shm_unregister", name)
 
+    def has(self, name: str) -> bool:
+        return name in self._regions
+
     # -- extension endpoints ---------------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes at ``offset`` of the shm object ``key`` under ``name``."""
         if not self.allow_client_shm:
             raise UnsupportedError(CLIENT_SHM_DISABLED)
         with self._lock:
-            if name in self._regions:
+            if name in self._regions or (self.cuda is not None and self.cuda.has(name)):
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
         path = os.path.join(SHM_DIR, key.lstrip("/"))
         if "/" in key.lstrip("/") or not key.strip("/") or "\0" in key:  # a NUL: no such C string
@@ -157,6 +167,11 @@ class SharedMemoryManager:
             if name:
                 r = self._regions.get(name)
                 if r is None:
+                    if self.cuda is not None and self.cuda.has(name):
+                        raise NotFoundError(
+                            f"The region named '{name}' is registered as CUDA shared memory, not system "
+                            "shared memory"
+                        )
                     raise NotFoundError(f"Unable to find system shared memory region: '{name}'")
                 return [r.status()]
             return [r.status() for r in self._regions.values()]
@@ -170,11 +185,14 @@ class SharedMemoryManager:
                 r.view.release()
 
     # -- request side ------------------------------------------------------------------------------
-    def resolve(self, name: str, offset: int, byte_size: int | None) -> memoryview:
-        """The window ``[offset, offset + byte_size)`` of region ``name``, bounds checked."""
+    def resolve(self, name: str, offset: int, byte_size: int | None) -> Window:
+        """The window ``[offset, offset + byte_size)`` of region ``name``, bounds checked (a CUDA
+        region's: shm/cuda.py)."""
         with self._lock:
             r = self._regions.get(name)
         if r is None:
+            if self.cuda is not None and self.cuda.has(name):
+                return self.cuda.resolve(name, offset, byte_size)
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
         if offset < 0 or offset >= r.byte_size:  # the offset alone: the reference's own text
             raise InvalidArgumentError(f"Invalid offset for shared memory region: '{name}'")
@@ -191,36 +209,11 @@ class SharedMemoryManager:
         return r.view[offset : offset + byte_size]
 
 
-class CudaSharedMemoryManager:
-    """CUDA IPC regions. Without a GPU every registration fails as the reference's does."""
-
-    def __init__(self, allow_client_shm: bool = True) -> None:
-        self._regions: dict[str, dict[str, Any]] = {}
-        self.allow_client_shm = allow_client_shm
-
-    def register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        if not self.allow_client_shm:
-            raise UnsupportedError(CLIENT_SHM_DISABLED)
-        # No CUDA runtime here: opening the IPC handle is impossible (the reference's answer).
-        raise InvalidArgumentError("failed to register shared memory region: invalid args")
-
-    def unregister(self, name: str = "") -> None:
-        if name:
-            self._regions.pop(name, None)
-        else:
-            self._regions.clear()
-
-    def status(self, name: str = "") -> list[dict[str, Any]]:
-        if name:
-            r = self._regions.get(name)
-            if r is None:
-                raise NotFoundError(f"Unable to find cuda shared memory region: '{name}'")
-            return [r]
-        return list(self._regions.values())
-
-
-def write_to_target(t: Tensor, target: memoryview) -> None:
+def write_to_target(t: Tensor, target: Target) -> None:
     """Copy an output into the shared-memory window the client named (500 when it is too small)."""
+    if type(target) is not memoryview:  # a CUDA shared-memory window: device to device where it can
+        target.write(t)
+        return
     data = t.to_bytes()
     size = len(data) if isinstance(data, bytes) else data.nbytes
     if size > target.nbytes:

@@ -131,6 +131,12 @@ class PeerServer:
             return None
         if op == "shm_status":
             return self.shm.status()
+        if op == "cuda_shm_register" and self.shm.cuda is not None:
+            self.shm.cuda.register(*args)
+            return None
+        if op == "cuda_shm_unregister" and self.shm.cuda is not None:
+            self.shm.cuda.unregister(*args)
+            return None
         if op == "log_settings" and self.logs is not None:
             self.logs.apply(*args)
             return None

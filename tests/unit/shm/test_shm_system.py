@@ -18,7 +18,8 @@ from inferd.errors import (
     NotFoundError,
     UnsupportedError,
 )
-from inferd.shm.system import SHM_DIR, CudaSharedMemoryManager, SharedMemoryManager
+from inferd.shm.cuda import CudaSharedMemoryManager
+from inferd.shm.system import SHM_DIR, SharedMemoryManager
 
 PAGE = mmap.ALLOCATIONGRANULARITY
 
@@ -168,20 +169,6 @@ def test_an_object_shrunk_after_registration_is_refused_not_read(key: str) -> No
         m.resolve("r", 64, 64)
     assert len(m.resolve("r", 0, 16)) == 16
     m.unregister()
-
-
-def test_cuda_without_gpu() -> None:
-    c = CudaSharedMemoryManager()
-    assert c.status() == []
-    with pytest.raises(InvalidArgumentError, match="failed to register shared memory region: invalid args"):
-        c.register(
-            "c", b"\x00" * 3, 0, 64
-        )  # any handle: gRPC sends bytes, unchecked (HTTP checks, in its app)
-    with pytest.raises(InvalidArgumentError, match="failed to register shared memory region: invalid args"):
-        c.register("c", b"\x00" * 64, 0, 64)
-    with pytest.raises(NotFoundError, match="Unable to find cuda shared memory region: 'c'"):
-        c.status("c")
-    c.unregister()
 
 
 def test_a_key_with_a_nul_byte_is_refused_not_crashed() -> None:

@@ -128,6 +128,15 @@ class PythonModel:
         self.module = module
         self.config_json = json.dumps(config_to_json(ctx.config), separators=(",", ":"))  # compact, as Triton
         self.output_names = frozenset(o.name for o in ctx.config.output)
+        #: ``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``: inputs in GPU memory reach the model there (the
+        #: reference's default, "yes", copies them to the host first)
+        force_cpu = ctx.config.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
+        self.gpu_inputs = force_cpu is not None and force_cpu.string_value.strip().lower() in (
+            "no",
+            "false",
+            "off",
+            "0",
+        )
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
         self.version_str = str(ctx.version)
         #: whose references its custom metrics hold (released when it unloads)
@@ -228,6 +237,7 @@ class PythonInstance:
         #: the server's loop (where the requests' streams deliver); known from the first request
         self.server_loop: asyncio.AbstractEventLoop | None = None
         self.hooks = InstanceHooks(self)
+        self.hooks.gpu_inputs = model.gpu_inputs
         #: takes back the requests the model releases for another execute (reschedule.py)
         self.rescheduler: Callable[[InferRequest], None] | None = None
         self._loop: ModelLoop | None = None
@@ -513,6 +523,9 @@ class PythonInstance:
         for t in result._outputs:
             name = t._name
             if wanted is not None and name not in wanted:
+                continue
+            if t._dev is not None:  # in GPU memory: stays there (a front end copies what it sends)
+                outputs.append(t._core())
                 continue
             arr = t._array
             try:

@@ -15,9 +15,11 @@ import numpy as np
 
 from inferd.backends.python.pb_errors import TritonModelException
 from inferd.core import types as _types
+from inferd.gpu.cuda import CudaArray
 
 # dlpack.h's device types, type codes, flags and structures
 DL_CPU = 1
+DL_CUDA = 2
 DL_CUDA_HOST = 3  # pinned host memory: CPU-addressable
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL = 0, 1, 2, 4, 6
 _DL_FLAG_READ_ONLY = 1
@@ -192,8 +194,9 @@ NOT_DLPACK = (
 )
 
 
-def consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]:
-    """Consume a ``"dltensor"`` / ``"dltensor_versioned"`` capsule: an array over its memory."""
+def consume(capsule: Any) -> tuple[np.ndarray[Any, Any] | CudaArray, _types.DataType | None]:
+    """Consume a ``"dltensor"`` / ``"dltensor_versioned"`` capsule: an array over its memory (a
+    CudaArray over a GPU's)."""
     if _py_capsule_is_valid(capsule, b"dltensor"):
         ptr = _py_capsule_get_pointer(capsule, b"dltensor")
         managed: Any = _DLManagedTensor.from_address(ptr)
@@ -212,7 +215,7 @@ def consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]
         raise TritonModelException(NOT_DLPACK)
     t = managed.dl_tensor
     kind = t.device.device_type
-    if kind not in (DL_CPU, DL_CUDA_HOST):
+    if kind not in (DL_CPU, DL_CUDA_HOST, DL_CUDA):
         raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
     dtype = t.dtype
     found = _FROM_DL.get((dtype.code, dtype.bits)) if dtype.lanes == 1 else None
@@ -236,6 +239,10 @@ def consume(capsule: Any) -> tuple[np.ndarray[Any, Any], _types.DataType | None]
             expected *= shape[i]
     deleter = managed.deleter
     _py_capsule_set_name(capsule, used)  # consumed: the producer's destructor leaves it alone now
+    if kind == DL_CUDA:  # GPU memory: described, not mapped; the owner calls the deleter when freed
+        owner = _DLPackOwner(ptr, deleter, None)
+        data = (t.data or 0) + t.byte_offset
+        return CudaArray(data, int(t.device.device_id), np_dtype, shape, owner), datatype
     if size == 0:  # nothing to share (the pointer may even be NULL)
         _DLPackOwner(ptr, deleter, None).release()
         array = np.empty(shape, np_dtype)

@@ -57,8 +57,9 @@ def _cancel_stream(core: InferRequest) -> None:
         stream.cancel(BLS_ABANDONED)
 
 
-def to_pb(response: InferResponse | None) -> pb_utils.InferenceResponse:
-    """A BLS response as the model sees it (no copy; None, a final flag alone: an empty response)."""
+def to_pb(response: InferResponse | None, keep_device: bool = False) -> pb_utils.InferenceResponse:
+    """A BLS response as the model sees it (no copy; None, a final flag alone: an empty response).
+    Outputs in GPU memory stay there with ``keep_device`` (preferred_memory GPU), else come to the host."""
     out = pb_utils.InferenceResponse.__new__(pb_utils.InferenceResponse)
     out._outputs = []
     out._error = None
@@ -70,8 +71,12 @@ def to_pb(response: InferResponse | None) -> pb_utils.InferenceResponse:
             err.message, _PB_BY_CODE.get(err.code, pb_utils.TritonError.INTERNAL)
         )
         return out
-    out._outputs = [pb_utils.Tensor._typed(t.name, t.array, t.datatype) for t in response.outputs]
+    out._outputs = [pb_utils.Tensor._of_core(t.name, t, keep_device) for t in response.outputs]
     return out
+
+
+def _to_pb_gpu(response: InferResponse | None) -> pb_utils.InferenceResponse:
+    return to_pb(response, True)
 
 
 class InstanceHooks(pb_utils._Hooks):
@@ -192,23 +197,25 @@ class InstanceHooks(pb_utils._Hooks):
             raise InternalError("BLS request issued from the event loop thread; retry the request")
         inst.uses_bls = True
         stream = self._submit(request, decoupled)
+        convert = _to_pb_gpu if request._gpu_outputs else to_pb
         if decoupled:
-            return ResponseIterator(stream, to_pb)
+            return ResponseIterator(stream, convert)
         response, _final = stream.get()
-        return to_pb(response)
+        return convert(response)
 
     def bls_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Coroutine[Any, Any, Any]:
         async def run() -> Any:
             stream = self._submit(request, decoupled)
+            convert = _to_pb_gpu if request._gpu_outputs else to_pb
             try:
                 if decoupled:
                     await stream.wait()  # the first response is there: iterating it does not block
-                    return ResponseIterator(stream, to_pb)
+                    return ResponseIterator(stream, convert)
                 response, _final = await stream.aget()
             except asyncio.CancelledError:  # the model's timeout (asyncio.wait_for) or its unload
                 stream.give_up()
                 raise
-            return to_pb(response)
+            return convert(response)
 
         return run()
 

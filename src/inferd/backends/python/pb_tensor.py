@@ -1,10 +1,16 @@
-"""``pb_utils.Tensor``: a named numpy tensor, with the Triton datatype its array stands for (BF16).
+"""``pb_utils.Tensor``: a named numpy tensor, with the Triton datatype its array stands for (BF16),
+or a tensor in GPU memory (``is_cpu()`` False).
 
-Apart from ``pb_utils`` (which re-exports it) for size: the tensor and its DLPack exchange.
+Apart from ``pb_utils`` (which re-exports it) for size: the tensor and its DLPack exchange. A GPU
+tensor comes from ``from_dlpack`` of a torch or CuPy CUDA tensor (or capsule), or as an input of a
+model that sets ``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``; it is described, not copied (a
+``CudaArray``), goes on to ``to_dlpack`` consumers, BLS requests and responses in place, and
+``as_numpy()`` gives a host copy of it where the reference raises (server#3547).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -14,6 +20,7 @@ from inferd.backends.python.pb_args import incompatible
 from inferd.backends.python.pb_errors import TritonModelException
 from inferd.core import tensor as _core_tensor
 from inferd.core import types as _types
+from inferd.gpu.cuda import CudaArray
 
 #: the native dtypes ``Tensor`` takes without asking ``types.from_numpy`` (the others: it decides)
 _SUPPORTED = frozenset(_types.NUMPY_DTYPES)
@@ -31,8 +38,12 @@ class Tensor:
     ``torch.from_dlpack``), and ``Tensor.from_dlpack`` of a bfloat16 tensor gives a BF16 Tensor.
     """
 
-    __slots__ = ("_array", "_dt", "_name")
+    __slots__ = ("_array", "_dev", "_dt", "_name")
     _name: str
+    #: the numpy array (None for a GPU tensor)
+    _array: Any
+    #: the tensor in GPU memory (``_array`` is then None); None for a host tensor
+    _dev: CudaArray | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) == 2 and not kwargs:  # what models write: a name and an array of a known dtype
@@ -41,6 +52,7 @@ class Tensor:
                 self._name = name
                 self._array = data
                 self._dt: _types.DataType | None = None
+                self._dev = None
                 return
         self._checked_init(args, kwargs)
 
@@ -64,6 +76,7 @@ class Tensor:
         self._name = name
         self._array = data
         self._dt = None
+        self._dev = None
 
     @staticmethod
     def _typed(name: str, array: np.ndarray[Any, Any], datatype: _types.DataType | None) -> Tensor:
@@ -72,45 +85,91 @@ class Tensor:
         self._name = name
         self._array = array
         self._dt = datatype
+        self._dev = None
         return self
+
+    @staticmethod
+    def _on_device(name: str, dev: CudaArray, datatype: _types.DataType | None) -> Tensor:
+        """A tensor over GPU memory (no copy)."""
+        self = Tensor.__new__(Tensor)
+        self._name = name
+        self._array = None
+        self._dt = datatype
+        self._dev = dev
+        return self
+
+    @staticmethod
+    def _of_core(name: str, ct: _core_tensor.Tensor, keep_device: bool) -> Tensor:
+        """A server-side tensor as the model sees it: in GPU memory where it lies there and
+        ``keep_device`` (else on the host: a copy of a GPU tensor, made once)."""
+        dev = ct.device
+        if keep_device and dev is not None and ct.raw is None:
+            typed = ct.datatype.numpy
+            if dev.dtype != typed or dev.shape != ct.shape:  # raw bytes (CUDA shared memory): typed
+                dev = CudaArray(dev.ptr, dev.device_id, typed, ct.shape, dev, dev.stream)
+            return Tensor._on_device(name, dev, ct.datatype)
+        return Tensor._typed(name, ct.array, ct.datatype)
+
+    def _core(self) -> _core_tensor.Tensor:
+        """This tensor for the server's side (no copy; a GPU tensor stays in GPU memory)."""
+        dev = self._dev
+        if dev is not None:
+            dt = self._dt if self._dt is not None else _types.from_numpy(dev.dtype)
+            return _core_tensor.Tensor(self._name, dt, dev.shape, device=dev)
+        return _core_tensor.Tensor.from_array(self._name, self._array, self._dt)
 
     def _datatype(self) -> _types.DataType | None:
         """The Triton datatype this tensor was given (BF16 over uint16 words), else None."""
         return self._dt
 
     def _data(self) -> np.ndarray[Any, Any]:
-        """The array (BF16: the uint16 words), for the server's side."""
+        """The array (BF16: the uint16 words), for the server's side (a GPU tensor: a host copy)."""
+        if self._dev is not None:
+            return self._dev.to_host()
         return self._array  # type: ignore[no-any-return]
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The data as numpy, shared, not copied (BF16 has no numpy dtype: refused)."""
+        """The data as numpy, shared, not copied (BF16 has no numpy dtype: refused); a GPU tensor's
+        is a host copy (the reference raises there)."""
         if self._dt is _types.BF16:
             raise TritonModelException(BF16_AS_NUMPY)
+        if self._dev is not None:
+            return self._dev.to_host()
         return self._array  # type: ignore[no-any-return]
 
     def shape(self) -> list[int]:
-        return list(self._array.shape)
+        dev = self._dev
+        return list(dev.shape if dev is not None else self._array.shape)
 
     def triton_dtype(self) -> int:
         dt = self._dt
-        return (dt if dt is not None else _types.from_numpy(self._array.dtype)).triton_code
+        if dt is None:
+            dev = self._dev
+            dt = _types.from_numpy(dev.dtype if dev is not None else self._array.dtype)
+        return dt.triton_code
 
     def is_cpu(self) -> bool:
-        return True
+        return self._dev is None
 
     def to_dlpack(self) -> Any:
         """A DLPack capsule (``"dltensor"``) over this tensor's memory, read-only inputs included."""
+        if self._dev is not None:
+            return _device_capsule(self._dev, self._dt, None)
         return _dlpack.export(self._array, self._dt, None, None, None, None)
 
     def __dlpack__(
         self, stream: Any = None, *, max_version: Any = None, dl_device: Any = None, copy: Any = None
     ) -> Any:
+        if self._dev is not None:
+            return _device_capsule(self._dev, self._dt, stream)
         return _dlpack.export(self._array, self._dt, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
+        if self._dev is not None:
+            return (_dlpack.DL_CUDA, self._dev.device_id)
         return (_dlpack.DL_CPU, 0)
 
     @staticmethod
@@ -134,19 +193,45 @@ class Tensor:
             if device is None:
                 raise TritonModelException(_dlpack.NOT_DLPACK)
             kind = int(device()[0])
-            if kind not in (_dlpack.DL_CPU, _dlpack.DL_CUDA_HOST):
+            if kind not in (_dlpack.DL_CPU, _dlpack.DL_CUDA_HOST, _dlpack.DL_CUDA):
                 raise TritonModelException(f"DLDevice type {kind} is not support by Python backend.")
             try:
                 capsule = capsule.__dlpack__(stream=None, max_version=_dlpack.DLPACK_VERSION)
             except TypeError:  # a producer older than DLPack 1.0
                 capsule = capsule.__dlpack__(stream=None)
         array, datatype = _dlpack.consume(capsule)
+        if isinstance(array, CudaArray):
+            return Tensor._on_device(name, array, datatype)
         return Tensor._typed(name, array, datatype)
 
     def __repr__(self) -> str:
         dt = self._dt
-        shown = dt.wire if dt is _types.BF16 else self._array.dtype
-        return f"Tensor({self._name!r}, shape={list(self._array.shape)}, dtype={shown})"
+        dev = self._dev
+        shown = dt.wire if dt is _types.BF16 else (dev.dtype if dev is not None else self._array.dtype)
+        where = "" if dev is None else f", device=cuda:{dev.device_id}"
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={shown}{where})"
+
+
+def _device_capsule(dev: CudaArray, datatype: _types.DataType | None, stream: Any) -> Any:
+    """A DLPack capsule over GPU memory, through torch or CuPy (whichever is installed) reading the
+    memory's ``__cuda_array_interface__``: no copy."""
+    torch: Any = None
+    with contextlib.suppress(ImportError):
+        import torch as _torch
+
+        torch = _torch
+    if torch is not None:
+        t = torch.as_tensor(dev, device=f"cuda:{dev.device_id}")
+        if datatype is _types.BF16:
+            t = t.view(torch.bfloat16)
+        return t.__dlpack__(stream=stream)
+    try:
+        import cupy
+    except ImportError:
+        raise TritonModelException(
+            "a GPU tensor goes out through DLPack with torch or CuPy, and neither is installed"
+        ) from None
+    return cupy.asarray(dev).__dlpack__(stream=stream)
 
 
 # -- type conversions (pb_utils exports them) ------------------------------------------------

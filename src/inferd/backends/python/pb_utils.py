@@ -41,7 +41,6 @@ from inferd.backends.python.pb_tensor import serialize_byte_tensor as serialize_
 from inferd.backends.python.pb_tensor import triton_string_to_numpy as triton_string_to_numpy
 from inferd.backends.python.pb_tensor import triton_to_numpy_type as triton_to_numpy_type
 from inferd.core import request as _core_request
-from inferd.core import tensor as _core_tensor
 
 # -- constants ---------------------------------------------------------------------------------
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = _core_request.SEQUENCE_START
@@ -55,7 +54,8 @@ TRITONSERVER_MEMORY_GPU = 2
 
 
 class PreferredMemory:
-    """Where a BLS request would like its outputs (CPU only here: kept for the signature)."""
+    """Where a BLS request would like its outputs: ``TRITONSERVER_MEMORY_GPU`` keeps a GPU model's
+    outputs in GPU memory; otherwise they come to the host."""
 
     def __init__(
         self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
@@ -241,6 +241,7 @@ class InferenceRequest:
     __slots__ = (
         "_closed",
         "_core",
+        "_gpu_outputs",
         "_hooks",
         "_model_name",
         "_model_version",
@@ -256,6 +257,8 @@ class InferenceRequest:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._tensors: dict[str, Tensor] | None = None
         self._hooks: _Hooks | None = None
+        #: a BLS request's ``preferred_memory`` asks for GPU outputs: they stay where the model made them
+        self._gpu_outputs = False
         self._sender: weakref.ref[InferenceResponseSender] | None = None
         self._n_sent = 0
         self._closed = False
@@ -271,10 +274,7 @@ class InferenceRequest:
         names = a["requested_output_names"]
         self._core = _core_request.InferRequest(
             model_name=a["model_name"],
-            inputs={
-                t.name(): _core_tensor.Tensor.from_array(t.name(), t._data(), t._datatype())
-                for t in a["inputs"]
-            },
+            inputs={t.name(): t._core() for t in a["inputs"]},
             model_version="" if a["model_version"] < 0 else str(a["model_version"]),
             id=a["request_id"],
             parameters=a["parameters"],
@@ -287,6 +287,7 @@ class InferenceRequest:
         self._model_name = a["model_name"]
         self._model_version = a["model_version"]
         self._output_names = frozenset(names)
+        self._gpu_outputs = a["preferred_memory"].preferred_memory_type == TRITONSERVER_MEMORY_GPU
 
     @classmethod
     def _wrap(
@@ -301,6 +302,7 @@ class InferenceRequest:
         """
         self = cls.__new__(cls)
         self._core = core
+        self._gpu_outputs = False
         self._tensors = None
         self._model_name = core.model_name
         self._model_version = -1
@@ -319,9 +321,14 @@ class InferenceRequest:
     def _input_map(self) -> dict[str, Tensor]:
         t = self._tensors
         if t is None:
-            t = self._tensors = {
-                name: Tensor._typed(name, ct.array, ct.datatype) for name, ct in self._core.inputs.items()
-            }
+            hooks = self._hooks
+            if hooks is not None and hooks.gpu_inputs:  # FORCE_CPU_ONLY_INPUT_TENSORS: "no"
+                t = {name: Tensor._of_core(name, ct, True) for name, ct in self._core.inputs.items()}
+            else:
+                t = {
+                    name: Tensor._typed(name, ct.array, ct.datatype) for name, ct in self._core.inputs.items()
+                }
+            self._tensors = t
         return t
 
     def get_input(self, name: str) -> Tensor | None:
@@ -329,7 +336,10 @@ class InferenceRequest:
         if t is not None:
             return t.get(name)
         ct = self._core.inputs.get(name)
-        return None if ct is None else Tensor._typed(name, ct.array, ct.datatype)
+        if ct is None:
+            return None
+        hooks = self._hooks
+        return Tensor._of_core(name, ct, hooks is not None and hooks.gpu_inputs)
 
     def requested_output_names(self) -> set[str]:
         return set(self._output_names or ())
@@ -506,6 +516,8 @@ class _Hooks:
 
     #: a request of the instance got release flags (``set_release_flags``) since the backend looked
     marked = False
+    #: inputs in GPU memory reach the model there (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``)
+    gpu_inputs = False
 
     def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None:
         raise TritonModelException("response senders are not available outside a model instance")

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import InstanceSpec, LoadContext
-from inferd.backends.batched import BatchedInstance
+from inferd.backends.batched import BatchedInstance, reshape_shape
 from inferd.backends.native import NativeBackend, NativeModel, import_lazily
 from inferd.backends.pytorch.naming import InputPlan, plan_inputs, plan_outputs
 from inferd.backends.pytorch.settings import set_interop_threads, torch_settings
@@ -355,6 +355,8 @@ class TorchInstance(BatchedInstance):
         #: a GPU instance's own CUDA stream (the reference's libtorch backend gives each instance one):
         #: its copies and kernels queue there, so instances on one GPU overlap; None on the CPU
         self._stream: Any = self.torch.cuda.Stream(device=device) if device != "cpu" else None
+        #: the CUDA ordinal of a GPU instance (inputs already there are read in place), None on the CPU
+        self._cuda_index: int | None = int(device.split(":")[1]) if device.startswith("cuda:") else None
 
     # -- execute ----------------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[InferResponse]:
@@ -383,7 +385,13 @@ class TorchInstance(BatchedInstance):
     def _arguments(self, requests: list[InferRequest]) -> Any:
         torch = self.torch
         named: dict[str, Any] = {}
+        lone = requests[0] if len(requests) == 1 and self._cuda_index is not None else None
         for spec in self.model.inputs:
+            if lone is not None:
+                on_device = self._on_device(lone, spec)
+                if on_device is not None:
+                    named[spec.name] = on_device
+                    continue
             arr = self._stacked(requests, spec)
             if arr is None:
                 continue  # an optional input left out (dict inputs only)
@@ -407,6 +415,21 @@ class TorchInstance(BatchedInstance):
         for name, tensor in named.items():
             args[self._plan.index[name]] = tensor
         return args
+
+    def _on_device(self, request: InferRequest, spec: TensorSpec) -> Any:
+        """An input already in this instance's GPU memory (CUDA shared memory) as a torch tensor over
+        that memory, without a copy (as the reference's backend reads it in place); None otherwise."""
+        t = request.inputs.get(spec.name)
+        dev = None if t is None else t.device
+        if dev is None or t is None or t.raw is not None or dev.device_id != self._cuda_index:
+            return None
+        if spec.datatype is BYTES:
+            return None
+        flat = self.torch.as_tensor(dev, device=self.device).reshape(-1)
+        shape = t.shape
+        if spec.reshape is not None:
+            shape = reshape_shape(shape, spec.dims, spec.reshape, self._batching)
+        return flat.view(self._dtypes[spec.name]).reshape(shape)
 
     def _call(self, args: Any) -> Any:
         torch = self.torch

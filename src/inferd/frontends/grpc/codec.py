@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from inferd.core.types import BY_WIRE, BYTES, DataType
 from inferd.core.validate import request_prefix
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.shm.system import write_to_target
+
+if TYPE_CHECKING:
+    from inferd.core.request import Target
+    from inferd.shm.system import Window
 
 #: A datatype name Triton does not know: it reaches the core as TRITONSERVER_TYPE_INVALID.
 INVALID = DataType("<invalid>", "TYPE_INVALID", 0, 0, np.dtype("V1"), 0, False)
@@ -43,7 +47,7 @@ _INT64_MAX = 2**63 - 1
 class SharedMemory(Protocol):
     """Resolves ``shared_memory_*`` parameters (``inferd.shm.system.SharedMemoryManager``)."""
 
-    def resolve(self, name: str, offset: int, byte_size: int | None) -> memoryview: ...
+    def resolve(self, name: str, offset: int, byte_size: int | None) -> Window: ...
 
 
 # -- parameters ------------------------------------------------------------------------------------
@@ -100,7 +104,7 @@ def apply_parameters(request: InferRequest, params: Mapping[str, Any]) -> bool:
     return empty_final
 
 
-def output_targets(request: InferRequest) -> dict[str, memoryview] | None:
+def output_targets(request: InferRequest) -> dict[str, Target] | None:
     """Shared-memory windows of the request's outputs, by name (None when it names none)."""
     if request.outputs is None:
         return None
@@ -143,7 +147,7 @@ def _shm_params(params: Mapping[str, Any], tensor: str) -> tuple[str, int, int] 
     return region, offset, byte_size
 
 
-def _shm_window(shm: SharedMemory | None, region: str, offset: int, byte_size: int) -> memoryview:
+def _shm_window(shm: SharedMemory | None, region: str, offset: int, byte_size: int) -> Window:
     if shm is None:
         raise NotFoundError(f"Unable to find shared memory region: '{region}'")
     return shm.resolve(region, offset, byte_size)
@@ -239,7 +243,12 @@ def decode_infer_request(
                     f"unexpected 'content' provided when using shared memory for input tensor '{name}' for "
                     f"model '{msg.model_name}'"
                 )
-            inputs[name] = Tensor(name, dt, shape, raw=_shm_window(shm, *region))
+            window = _shm_window(shm, *region)
+            inputs[name] = (
+                Tensor(name, dt, shape, raw=window)
+                if type(window) is memoryview
+                else window.input_tensor(name, dt, shape)
+            )
         elif t.HasField("contents"):
             if n_raw:
                 raise InvalidArgumentError(
@@ -383,7 +392,7 @@ class ResponseEncoder:
         return enc
 
     def encode(
-        self, resp: InferResponse, final: bytes = b"", targets: Mapping[str, memoryview] | None = None
+        self, resp: InferResponse, final: bytes = b"", targets: Mapping[str, Target] | None = None
     ) -> bytes:
         """The response's ``ModelInferResponse`` (``final``: the encoded triton_final_response).
 

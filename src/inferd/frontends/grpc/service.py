@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from inferd.core.facade import Core
 from inferd.core.model import Model
 from inferd.core.model_control import load_parameters
-from inferd.core.request import InferRequest, parse_version
+from inferd.core.request import InferRequest, Target, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
@@ -53,7 +53,8 @@ from inferd.frontends.request_log import (
 )
 from inferd.logs import REQUESTS, VERBOSE1, LogSettings
 from inferd.options import ServerOptions
-from inferd.shm.system import CudaSharedMemoryManager, SharedMemoryManager
+from inferd.shm.cuda import CudaSharedMemoryManager
+from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.grpc")
@@ -403,11 +404,13 @@ class InferenceServicer:
         return resp
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.cuda_shm.register(request.name, request.raw_handle, request.device_id, request.byte_size)
+        await self.cuda_shm.register_everywhere(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.cuda_shm.unregister(request.name)
+        await self.cuda_shm.unregister_everywhere(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and logging ----------------------------------------------------------------------------
@@ -565,7 +568,7 @@ class _Call:
             self.trace = _trace.start_trace(servicer.tracing, model.name, request, self.metadata, self.at)
         return request
 
-    def targets(self) -> dict[str, memoryview] | None:
+    def targets(self) -> dict[str, Target] | None:
         request = self.request
         return None if request is None or request.outputs is None else output_targets(request)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
 import gzip
 import logging
@@ -24,7 +22,7 @@ from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
-from inferd.frontends.http.bodies import apply_log_settings, system_region
+from inferd.frontends.http.bodies import apply_log_settings, cuda_region, system_region
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_body, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
@@ -43,7 +41,8 @@ from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.frontends.request_log import LoggedResponder
 from inferd.logs import REQUESTS, LogSettings
-from inferd.shm.system import CUDA_IPC_HANDLE_SIZE, CudaSharedMemoryManager, SharedMemoryManager
+from inferd.shm.cuda import CudaSharedMemoryManager
+from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Trace, Tracing
 
 log = logging.getLogger("inferd.http")
@@ -406,35 +405,13 @@ class HttpApp:
                 self._spawn(self._when_done(change, resp))
                 return
             if action == "unregister":
-                self.cuda_shm.unregister(region)
+                change = self.cuda_shm.unregister_everywhere(region)
             else:
-                self._register_cuda(
-                    region, parse_json(inflate(req.body, _encoding(req), self.max_input_size))
-                )
-            resp.send(200, _EMPTY, _JSON)
+                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                change = self.cuda_shm.register_everywhere(region, *cuda_region(doc))
+            self._spawn(self._when_done(change, resp))
         except InferdError as e:
             _error(resp, e)
-
-    def _register_cuda(self, region: str, doc: Any) -> None:
-        if not isinstance(doc, dict):
-            raise InternalError("attempt to access JSON non-object as object")
-        handle = doc.get("raw_handle")
-        b64 = handle.get("b64") if isinstance(handle, dict) else None
-        if not isinstance(b64, str):
-            raise InvalidArgumentError("Shared memory register request has no 'raw_handle' field")
-        try:
-            raw = base64.b64decode(b64, validate=True)
-        except (binascii.Error, ValueError):
-            raw = b""
-        device, size = doc.get("device_id", 0), doc.get("byte_size", 0)
-        for v in (device, size):
-            if type(v) is not int or v < 0:
-                raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
-        if (
-            len(raw) != CUDA_IPC_HANDLE_SIZE
-        ):  # the reference's HTTP front end checks it; its gRPC one does not
-            raise InvalidArgumentError("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-        self.cuda_shm.register(region, raw, device, size)
 
     # -- inference -------------------------------------------------------------------------------
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:

@@ -1,11 +1,14 @@
 """The request bodies of two extensions' POSTs, read and checked with the reference's texts:
-a system shared-memory region's register body and the logging settings."""
+a system or CUDA shared-memory region's register body and the logging settings."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from inferd.errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
+from inferd.gpu.cuda import IPC_HANDLE_SIZE
 from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
 
@@ -25,6 +28,28 @@ def system_region(doc: Any) -> tuple[str, int, int]:
         if type(v) is not int or v < 0:
             raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
     return key, offset, size
+
+
+def cuda_region(doc: Any) -> tuple[bytes, int, int]:
+    """A CUDA region's (raw handle, device id, byte size) from its register body, checked as the
+    reference does."""
+    if not isinstance(doc, dict):
+        raise InternalError("attempt to access JSON non-object as object")
+    handle = doc.get("raw_handle")
+    b64 = handle.get("b64") if isinstance(handle, dict) else None
+    if not isinstance(b64, str):
+        raise InvalidArgumentError("Shared memory register request has no 'raw_handle' field")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    device, size = doc.get("device_id", 0), doc.get("byte_size", 0)
+    for v in (device, size):
+        if type(v) is not int or v < 0:
+            raise InternalError("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    if len(raw) != IPC_HANDLE_SIZE:  # the reference's HTTP front end checks it; its gRPC one does not
+        raise InvalidArgumentError("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    return raw, device, size
 
 
 def apply_log_settings(logs: LogSettings, doc: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from inferd.frontends.http.encode import OutputEncoding
 from inferd.frontends.http.jsonparse import parse_json
 
 if TYPE_CHECKING:
-    from inferd.shm.system import SharedMemoryManager
+    from inferd.shm.system import SharedMemoryManager, Window
 
 #: Request parameters the server consumes; never passed on to the model.
 RESERVED_PARAMETERS = frozenset(
@@ -170,7 +170,7 @@ def _apply_reserved(request: InferRequest, params: dict[str, Any], enc: OutputEn
     request.parameters = custom
 
 
-def _shm_window(params: dict[str, Any], shm: SharedMemoryManager | None) -> memoryview:
+def _shm_window(params: dict[str, Any], shm: SharedMemoryManager | None) -> Window:
     """The shared-memory window an input or output names, bounds checked before any byte moves."""
     region = params["shared_memory_region"]
     if not isinstance(region, str):
@@ -294,7 +294,11 @@ def decode_infer_request(
             window = _shm_window(iparams, shm)
             if dt is None:
                 raise InvalidArgumentError(f"invalid datatype for input {name}")
-            request.inputs[name] = Tensor(name, dt, shape, raw=window)
+            request.inputs[name] = (
+                Tensor(name, dt, shape, raw=window)
+                if type(window) is memoryview
+                else window.input_tensor(name, dt, shape)
+            )
             enc.shm = True
         else:
             count = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -14,6 +14,9 @@ from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
 from inferd.errors import InvalidArgumentError
 from inferd.shm.system import write_to_target
+
+if TYPE_CHECKING:
+    from inferd.core.request import Target
 
 
 @dataclass(slots=True)
@@ -80,7 +83,7 @@ def _encode(
     outputs = []
     parts: list[bytes | memoryview] = []
     binary_bytes = 0
-    targets: dict[str, memoryview] | None = None
+    targets: dict[str, Target] | None = None
     if enc.shm and request is not None and request.outputs is not None:
         targets = {o.name: o.target for o in request.outputs if o.target is not None}
     binary, default_binary = enc.binary, enc.default_binary

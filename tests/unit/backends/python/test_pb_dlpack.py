@@ -261,16 +261,17 @@ def test_what_is_not_a_dlpack_tensor_is_refused() -> None:
         pb_utils.Tensor.from_dlpack("Y", [1, 2, 3])
 
 
-def test_a_non_cpu_device_is_refused() -> None:
-    class OnGpu:
+def test_a_device_neither_host_nor_cuda_is_refused() -> None:
+    # CUDA tensors are taken (GPU tensors: tests/e2e/test_e2e_python_gpu.py); ROCm's are not
+    class OnRocm:
         def __dlpack__(self, stream: Any = None) -> Any:
             raise AssertionError("must not be asked for its data")
 
         def __dlpack_device__(self) -> tuple[int, int]:
-            return (2, 0)  # kDLCUDA
+            return (10, 0)  # kDLROCM
 
-    with pytest.raises(pb_utils.TritonModelException, match="DLDevice type 2 is not support"):
-        pb_utils.Tensor.from_dlpack("Y", OnGpu())
+    with pytest.raises(pb_utils.TritonModelException, match="DLDevice type 10 is not support"):
+        pb_utils.Tensor.from_dlpack("Y", OnRocm())
 
 
 def test_non_contiguous_tensors_are_refused_and_not_consumed() -> None:
