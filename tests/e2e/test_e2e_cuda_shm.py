@@ -52,23 +52,21 @@ instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cuda_shm")
     repo = build_repository(root / "models")
-    try:
-        import torch
-    except ImportError:
-        return repo
-    if torch.cuda.is_available():
+    import torch  # the torch extra (make install) and the GPU image both have it
 
-        class InPlace(torch.nn.Module):
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                y = x * 2.0 + 1.0
-                x.add_(100.0)  # written where the input lies: the client's region, if read in place
-                return y
+    assert torch.cuda.is_available(), f"CUDA finds a device but torch {torch.__version__} does not"
 
-        (repo / "torch_in_place" / "1").mkdir(parents=True)
-        (repo / "torch_in_place" / "config.pbtxt").write_text(TORCH_CONFIG)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.jit.save(torch.jit.script(InPlace()), str(repo / "torch_in_place" / "1" / "model.pt"))
+    class InPlace(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2.0 + 1.0
+            x.add_(100.0)  # written where the input lies: the client's region, if read in place
+            return y
+
+    (repo / "torch_in_place" / "1").mkdir(parents=True)
+    (repo / "torch_in_place" / "config.pbtxt").write_text(TORCH_CONFIG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(InPlace()), str(repo / "torch_in_place" / "1" / "model.pt"))
     return repo
 
 
@@ -82,7 +80,8 @@ def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture
 def cshm() -> Iterator[Any]:
     """tritonclient's CUDA shared-memory module; the regions a test made are freed after it."""
-    mod = pytest.importorskip("tritonclient.utils.cuda_shared_memory")
+    import tritonclient.utils.cuda_shared_memory as mod  # over cuda-bindings, as gpu/cuda.py
+
     yield mod
     for handle in list(mod.allocated_shm_regions):
         mod.destroy_shared_memory_region(handle)
@@ -217,8 +216,7 @@ def test_the_qa_files_request_window_cases(server: InferdProcess, cshm: Any, pro
 
 def test_a_torch_model_on_the_gpu_reads_its_input_in_place(server: InferdProcess, cshm: Any) -> None:
     with http_client(server) as c:
-        if not c.is_model_ready("torch_in_place"):
-            pytest.skip("torch with CUDA is not installed here: the in-place model was not made")
+        assert c.is_model_ready("torch_in_place")
         h = _regions(cshm, c, {"x": SIZE, "y": SIZE})
         try:
             x = np.arange(16, dtype=np.float32)
@@ -236,7 +234,8 @@ def test_a_torch_model_on_the_gpu_reads_its_input_in_place(server: InferdProcess
 
 
 def test_device_memory_round_trips_through_the_runtime() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     src = torch.arange(12, dtype=torch.float32, device="cuda:0").reshape(3, 4)
     a = cuda.CudaArray.of(src)
     assert a is not None and a.device_id == 0 and a.nbytes == 48

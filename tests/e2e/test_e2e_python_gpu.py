@@ -107,9 +107,9 @@ KEEP_GPU = 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_val
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} sees no CUDA device (a CPU-only build)")
+    import torch  # the torch extra (make install) and the GPU image both have it
+
+    assert torch.cuda.is_available(), f"CUDA finds a device but torch {torch.__version__} does not"
     repo = tmp_path_factory.mktemp("py_gpu") / "models"
     for name, source, outputs, params in (
         ("py_gpu_caller", CALLER, CALLER_OUTPUTS, ""),

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from inferd.errors import (
     UnsupportedError,
 )
 from inferd.gpu import cuda
+from inferd.shm.registry import Regions, check_window, too_small
 from inferd.shm.system import CLIENT_SHM_DISABLED
 
 if TYPE_CHECKING:
@@ -61,6 +61,13 @@ class CudaRegion:
     def release(self) -> None:  # a CudaArray over this region is gone (CudaArray.on_release)
         self.users -= 1
 
+    def close(self) -> bool:
+        """Close the IPC handle; False (and kept open) while a request's tensor is over the region."""
+        if self.users > 0:
+            return False
+        _close(self.ptr)
+        return True
+
 
 @dataclass(slots=True)
 class CudaWindow:
@@ -69,7 +76,7 @@ class CudaWindow:
     region: CudaRegion
     offset: int
     nbytes: int
-    lock: threading.RLock
+    lock: threading.RLock  # the registry's: the use count changes under it
 
     @property
     def ptr(self) -> int:
@@ -79,7 +86,7 @@ class CudaWindow:
         """An input over this window: in device memory (BYTES, which the core decodes on the host,
         as a host copy)."""
         if datatype is BYTES:
-            return Tensor(name, datatype, shape, raw=bytes(self._read()))
+            return Tensor(name, datatype, shape, raw=self._read())
         arr = cuda.CudaArray(self.ptr, self.region.device_id, _BYTE, (self.nbytes,), self.region)
         with self.lock:
             self.region.users += 1
@@ -105,10 +112,7 @@ class CudaWindow:
             data = t.to_bytes()
             size = len(data) if isinstance(data, bytes) else data.nbytes
         if size > self.nbytes:
-            raise InternalError(
-                f"shared memory size specified with the request for output '{t.name}' ({self.nbytes} bytes) "
-                f"should be at least {size} bytes to hold the results"
-            )
+            raise too_small(t.name, self.nbytes, size)
         try:
             if dev is not None:
                 dev.ready()
@@ -122,40 +126,27 @@ class CudaWindow:
             ) from e
 
 
-class CudaSharedMemoryManager:
-    """The CUDA shared-memory regions of one server (thread-safe)."""
+class CudaSharedMemoryManager(Regions[CudaRegion]):
+    """The CUDA shared-memory regions of one server (thread-safe), in one namespace with ``system``'s."""
+
+    KIND = "cuda"
+    LABEL = "CUDA"
+    OPS = ("cuda_shm_register", "cuda_shm_unregister")
 
     def __init__(self, allow_client_shm: bool = True, system: SharedMemoryManager | None = None) -> None:
-        self._regions: dict[str, CudaRegion] = {}
-        self._lock = threading.RLock()  # a window's release may run inside (a finalizer)
-        self.allow_client_shm = allow_client_shm
-        self._system = system
+        super().__init__(allow_client_shm)
         if system is not None:
-            system.cuda = self
-        #: ``--workers``: applies a change in every other serving process (workers/peers.py), each of
-        #: which opens the handle itself; None in a single process
-        self.propagate: Callable[..., Awaitable[None]] | None = None
+            self.sibling, system.sibling = system, self
 
-    def has(self, name: str) -> bool:
-        return name in self._regions
-
-    # -- what the front ends call: here, then in every other process -----------------------------
-    async def register_everywhere(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+    async def _register_from_loop(self, name: str, *args: Any) -> None:
         # off the event loop: the first CUDA call of a process makes its CUDA context (~0.1-1 s)
-        await asyncio.to_thread(self.register, name, raw_handle, device_id, byte_size)
-        if self.propagate is not None:
-            await self.propagate("cuda_shm_register", name, bytes(raw_handle), device_id, byte_size)
-
-    async def unregister_everywhere(self, name: str = "") -> None:
-        self.unregister(name)
-        if self.propagate is not None:
-            await self.propagate("cuda_shm_unregister", name)
+        await asyncio.to_thread(self.register, name, *args)
 
     # -- extension endpoints ---------------------------------------------------------------------
     def register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         if not self.allow_client_shm:
             raise UnsupportedError(CLIENT_SHM_DISABLED)
-        if name in self._regions or (self._system is not None and self._system.has(name)):
+        if self.taken(name):
             raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
         try:
             ptr = cuda.ipc_open(bytes(raw_handle), device_id)
@@ -176,43 +167,6 @@ class CudaSharedMemoryManager:
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
             self._regions[name] = CudaRegion(name, device_id, byte_size, ptr)
 
-    def unregister(self, name: str = "") -> None:
-        """Forget one region (unknown names are fine) or, with no name, all; a region a request still
-        uses stays (INTERNAL, the texts of system shared memory)."""
-        with self._lock:
-            names = [name] if name else list(self._regions)
-            busy = []
-            for n in names:
-                r = self._regions.get(n)
-                if r is None:
-                    continue
-                if r.users > 0:
-                    busy.append(n)
-                    continue
-                _close(r.ptr)
-                del self._regions[n]
-        if busy and name:
-            raise InternalError(f"Cannot unregister shared memory region '{name}', it is currently in use.")
-        if busy:
-            raise InternalError(
-                "Failed to unregister the following cuda shared memory regions: "
-                + "".join(f"{n} ," for n in busy)
-            )
-
-    def status(self, name: str = "") -> list[dict[str, Any]]:
-        with self._lock:
-            if name:
-                r = self._regions.get(name)
-                if r is None:
-                    if self._system is not None and self._system.has(name):
-                        raise NotFoundError(
-                            f"The region named '{name}' is registered as system shared memory, not CUDA "
-                            "shared memory"
-                        )
-                    raise NotFoundError(f"Unable to find cuda shared memory region: '{name}'")
-                return [r.status()]
-            return [r.status() for r in self._regions.values()]
-
     def close(self) -> None:
         """At shutdown: close every handle no request holds."""
         with contextlib.suppress(InternalError):  # a region a request still holds: the exit closes it
@@ -225,10 +179,8 @@ class CudaSharedMemoryManager:
             r = self._regions.get(name)
         if r is None:
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
-        if offset < 0 or offset >= r.byte_size:
-            raise InvalidArgumentError(f"Invalid offset for shared memory region: '{name}'")
-        if byte_size is None or byte_size <= 0 or offset + byte_size > r.byte_size:
-            raise InvalidArgumentError(f"Invalid offset + byte size for shared memory region: '{name}'")
+        check_window(name, r.byte_size, offset, byte_size)
+        assert byte_size is not None
         return CudaWindow(r, offset, byte_size, self._lock)
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import mmap
 import os
 import stat
-import threading
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -33,9 +31,10 @@ from inferd.errors import (
     NotFoundError,
     UnsupportedError,
 )
+from inferd.shm.registry import Regions, check_window, too_small
 
 if TYPE_CHECKING:
-    from inferd.shm.cuda import CudaSharedMemoryManager, CudaWindow
+    from inferd.shm.cuda import CudaWindow
 
 #: a resolved ``shared_memory_region``: a view of system shared memory, or a CUDA window
 Window: TypeAlias = "memoryview | CudaWindow"
@@ -75,41 +74,20 @@ class SystemRegion:
         return True
 
 
-class SharedMemoryManager:
-    """The system shared-memory regions of one server (thread-safe)."""
+class SharedMemoryManager(Regions[SystemRegion]):
+    """The system shared-memory regions of one server (thread-safe); ``sibling``: the CUDA ones."""
 
-    def __init__(self, allow_client_shm: bool = True) -> None:
-        self._regions: dict[str, SystemRegion] = {}
-        self._lock = threading.Lock()
-        self.allow_client_shm = allow_client_shm
-        #: ``--workers``: applies a change in every other serving process (workers/peers.py), so a
-        #: region registered on one connection serves requests on any; None in a single process
-        self.propagate: Callable[..., Awaitable[None]] | None = None
-        #: the server's CUDA regions (shm/cuda.py), which share this one namespace of region names
-        self.cuda: CudaSharedMemoryManager | None = None
-
-    # -- what the front ends call: here, then in every other process -----------------------------
-    async def register_everywhere(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        self.register(name, key, offset, byte_size)
-        if self.propagate is not None:
-            await self.propagate("shm_register", name, key, offset, byte_size)
-
-    async def unregister_everywhere(self, name: str = "") -> None:
-        self.unregister(name)
-        if self.propagate is not None:
-            await self.propagate("shm_unregister", name)
-
-    def has(self, name: str) -> bool:
-        return name in self._regions
+    KIND = "system"
+    LABEL = "system"
+    OPS = ("shm_register", "shm_unregister")
 
     # -- extension endpoints ---------------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes at ``offset`` of the shm object ``key`` under ``name``."""
         if not self.allow_client_shm:
             raise UnsupportedError(CLIENT_SHM_DISABLED)
-        with self._lock:
-            if name in self._regions or (self.cuda is not None and self.cuda.has(name)):
-                raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
+        if self.taken(name):
+            raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
         path = os.path.join(SHM_DIR, key.lstrip("/"))
         if "/" in key.lstrip("/") or not key.strip("/") or "\0" in key:  # a NUL: no such C string
             raise InternalError(f"Unable to open shared memory region: '{key}'")
@@ -142,40 +120,6 @@ class SharedMemoryManager:
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
             self._regions[name] = region
 
-    def unregister(self, name: str = "") -> None:
-        """Forget one region (unknown names are fine, as the reference) or, with no name, all; a
-        region a request still uses stays (INTERNAL, the reference 2.51's texts)."""
-        with self._lock:
-            if name:
-                r = self._regions.get(name)
-                if r is not None and not r.close():
-                    raise InternalError(
-                        f"Cannot unregister shared memory region '{name}', it is currently in use."
-                    )
-                self._regions.pop(name, None)
-                return
-            busy = [n for n, r in self._regions.items() if not r.close()]
-            self._regions = {n: r for n, r in self._regions.items() if n in busy}
-        if busy:
-            raise InternalError(
-                "Failed to unregister the following system shared memory regions: "
-                + "".join(f"{n} ," for n in busy)
-            )
-
-    def status(self, name: str = "") -> list[dict[str, Any]]:
-        with self._lock:
-            if name:
-                r = self._regions.get(name)
-                if r is None:
-                    if self.cuda is not None and self.cuda.has(name):
-                        raise NotFoundError(
-                            f"The region named '{name}' is registered as CUDA shared memory, not system "
-                            "shared memory"
-                        )
-                    raise NotFoundError(f"Unable to find system shared memory region: '{name}'")
-                return [r.status()]
-            return [r.status() for r in self._regions.values()]
-
     def close(self) -> None:
         """At shutdown: unmap what can be unmapped (a mapping still in use goes with its last view)."""
         with self._lock:
@@ -186,18 +130,16 @@ class SharedMemoryManager:
 
     # -- request side ------------------------------------------------------------------------------
     def resolve(self, name: str, offset: int, byte_size: int | None) -> Window:
-        """The window ``[offset, offset + byte_size)`` of region ``name``, bounds checked (a CUDA
-        region's: shm/cuda.py)."""
+        """The window of region ``name``, or of the CUDA region of that name (shm/cuda.py)."""
         with self._lock:
             r = self._regions.get(name)
         if r is None:
-            if self.cuda is not None and self.cuda.has(name):
-                return self.cuda.resolve(name, offset, byte_size)
+            cuda = self.sibling
+            if cuda is not None and cuda.has(name):
+                return cuda.resolve(name, offset, byte_size)
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
-        if offset < 0 or offset >= r.byte_size:  # the offset alone: the reference's own text
-            raise InvalidArgumentError(f"Invalid offset for shared memory region: '{name}'")
-        if byte_size is None or byte_size <= 0 or offset + byte_size > r.byte_size:
-            raise InvalidArgumentError(f"Invalid offset + byte size for shared memory region: '{name}'")
+        check_window(name, r.byte_size, offset, byte_size)
+        assert byte_size is not None
         try:
             size = os.fstat(r.fd).st_size
         except OSError:
@@ -217,8 +159,5 @@ def write_to_target(t: Tensor, target: Target) -> None:
     data = t.to_bytes()
     size = len(data) if isinstance(data, bytes) else data.nbytes
     if size > target.nbytes:
-        raise InternalError(
-            f"shared memory size specified with the request for output '{t.name}' ({target.nbytes} bytes) "
-            f"should be at least {size} bytes to hold the results"
-        )
+        raise too_small(t.name, target.nbytes, size)
     target[:size] = data

@@ -123,20 +123,12 @@ class PeerServer:
         if op == "unload":
             await core.unload_model(*args)
             return None
-        if op == "shm_register":
-            self.shm.register(*args)
-            return None
-        if op == "shm_unregister":
-            self.shm.unregister(*args)
-            return None
+        for registry in (self.shm, self.shm.sibling):  # system and CUDA shared memory (shm/registry.py)
+            if registry is not None and op in registry.OPS:
+                (registry.register if op == registry.OPS[0] else registry.unregister)(*args)
+                return None
         if op == "shm_status":
             return self.shm.status()
-        if op == "cuda_shm_register" and self.shm.cuda is not None:
-            self.shm.cuda.register(*args)
-            return None
-        if op == "cuda_shm_unregister" and self.shm.cuda is not None:
-            self.shm.cuda.unregister(*args)
-            return None
         if op == "log_settings" and self.logs is not None:
             self.logs.apply(*args)
             return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Coroutine
 from functools import partial
@@ -73,10 +74,6 @@ def to_pb(response: InferResponse | None, keep_device: bool = False) -> pb_utils
         return out
     out._outputs = [pb_utils.Tensor._of_core(t.name, t, keep_device) for t in response.outputs]
     return out
-
-
-def _to_pb_gpu(response: InferResponse | None) -> pb_utils.InferenceResponse:
-    return to_pb(response, True)
 
 
 class InstanceHooks(pb_utils._Hooks):
@@ -197,7 +194,7 @@ class InstanceHooks(pb_utils._Hooks):
             raise InternalError("BLS request issued from the event loop thread; retry the request")
         inst.uses_bls = True
         stream = self._submit(request, decoupled)
-        convert = _to_pb_gpu if request._gpu_outputs else to_pb
+        convert = functools.partial(to_pb, keep_device=request._gpu_outputs)
         if decoupled:
             return ResponseIterator(stream, convert)
         response, _final = stream.get()
@@ -206,7 +203,7 @@ class InstanceHooks(pb_utils._Hooks):
     def bls_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Coroutine[Any, Any, Any]:
         async def run() -> Any:
             stream = self._submit(request, decoupled)
-            convert = _to_pb_gpu if request._gpu_outputs else to_pb
+            convert = functools.partial(to_pb, keep_device=request._gpu_outputs)
             try:
                 if decoupled:
                     await stream.wait()  # the first response is there: iterating it does not block

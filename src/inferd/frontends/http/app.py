@@ -390,25 +390,20 @@ class HttpApp:
             resp.send(404, _NOT_FOUND, _TEXT)
             return
         try:
+            mgr: SharedMemoryManager | CudaSharedMemoryManager = (
+                self.shm if kind == "system" else self.cuda_shm
+            )
             if action == "status":
-                mgr: SharedMemoryManager | CudaSharedMemoryManager = (
-                    self.shm if kind == "system" else self.cuda_shm
-                )
                 self._json(resp, mgr.status(region))
                 return
-            if kind == "system":  # applied in every serving process (--workers): answered when done
-                if action == "unregister":
-                    change = self.shm.unregister_everywhere(region)
-                else:
-                    doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
-                    change = self.shm.register_everywhere(region, *system_region(doc))
-                self._spawn(self._when_done(change, resp))
-                return
+            # applied in every serving process (--workers): answered when done
             if action == "unregister":
-                change = self.cuda_shm.unregister_everywhere(region)
+                change = mgr.unregister_everywhere(region)
             else:
                 doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
-                change = self.cuda_shm.register_everywhere(region, *cuda_region(doc))
+                change = mgr.register_everywhere(
+                    region, *(system_region if kind == "system" else cuda_region)(doc)
+                )
             self._spawn(self._when_done(change, resp))
         except InferdError as e:
             _error(resp, e)
