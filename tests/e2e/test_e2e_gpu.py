@@ -106,11 +106,9 @@ def add_model(repo: Path, name: str, config: str, files: dict[str, Path]) -> Non
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("torch")
-    import torch
+    import torch  # the torch extra (make install) and the GPU image both have it
 
-    if not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} sees no CUDA device (a CPU-only build)")
+    assert torch.cuda.is_available(), f"NVML finds a GPU but torch {torch.__version__} sees no CUDA device"
     root = tmp_path_factory.mktemp("gpu")
     write_torchscript(root / "model.pt")
     repo = root / "models"
@@ -124,18 +122,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         TORCH_CONFIG.format(name="torch_missing_gpu", gpus=missing),
         {"model.pt": root / "model.pt"},
     )
-    if _has("onnx"):
-        write_onnx(root / "model.onnx")
-        add_model(repo, "onnx_gpu", ONNX_CONFIG, {"model.onnx": root / "model.onnx"})
+    write_onnx(root / "model.onnx")  # onnx: the examples extra here, and the GPU image
+    add_model(repo, "onnx_gpu", ONNX_CONFIG, {"model.onnx": root / "model.onnx"})
     return repo
-
-
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +205,6 @@ def test_a_model_naming_a_missing_gpu_fails_with_the_references_text_while_the_o
 
 
 def test_onnx_on_kind_gpu_serves_through_cuda_or_says_onnxruntime_is_cpu_only(server: InferdProcess) -> None:
-    if not _has("onnx"):
-        pytest.skip("the onnx package (to write the model) is not installed")
     import onnxruntime
 
     x = np.array([1.0, -2.0, 0.5, 8.0], np.float32)

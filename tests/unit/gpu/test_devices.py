@@ -35,8 +35,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(env: str | None, visible:
 
 
 def test_a_machine_without_nvml_or_a_gpu_finds_none() -> None:
-    pytest.importorskip("pynvml")  # (installed by make install: its no-driver path is what runs here)
-    import pynvml
+    import pynvml  # nvidia-ml-py, installed by make install: its no-driver path is what runs here
 
     with contextlib.suppress(pynvml.NVMLError):
         pynvml.nvmlInit()  # (raises here: no driver, which is the case under test)
