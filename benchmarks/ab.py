@@ -11,6 +11,8 @@ table goes to ``benchmarks/results/ab-<UTC>/ab.md`` and ``summary.json``.
 
     .venv/bin/python benchmarks/ab.py --base a4de798                 # 3 rounds, the default scenarios
     .venv/bin/python benchmarks/ab.py --base HEAD --rounds 5 --reference --scenarios 'add_sub_http_c(1|8)$'
+    .venv/bin/python benchmarks/ab.py --base HEAD --scenarios add_sub_http_c8 \
+        --serve-flags '--trace-config triton,file={tmp}/t.json --trace-config level=TIMESTAMPS --trace-config rate=1'
 
 Throughput shares the 2 cores with perf_analyzer and swings with the machine; CPU per request is the
 steadier figure. Start on an idle machine (load under 0.5: the header says what it was).
@@ -85,8 +87,9 @@ def servers(
     out: Path,
     head_src: Path = ROOT / "src",
     extra: dict[str, Path] | None = None,
+    serve_flags: str = "",
 ) -> dict[str, BenchServer]:
-    cmd = INFERD_TEMPLATE.format(python=sys.executable)
+    cmd = INFERD_TEMPLATE.format(python=sys.executable) + (f" {serve_flags}" if serve_flags else "")
     trees = {"base": (base_src, "inferd (BASE)"), "head": (head_src, "inferd (working tree)")}
     trees.update({name: (src, f"inferd ({name})") for name, src in (extra or {}).items()})
     made = {
@@ -201,6 +204,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reference", action="store_true", help="the reference in every round too")
     p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
     p.add_argument("--output", type=Path, help="results folder (default benchmarks/results/ab-<UTC>)")
+    p.add_argument(
+        "--serve-flags",
+        default="",
+        help="more flags for every inferd server ({tmp}: a temporary folder), e.g. to compare the traced path",
+    )
     a = p.parse_args(argv)
     if (a.base is None) == (a.base_src is None):
         p.error("give --base or --base-src")
@@ -235,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             wt, sha = base_worktree(a.base, Path(tmp))
             base_src = wt / "src"
         try:
-            made = servers(base_src, a.reference, out, a.head_src, extra)
+            flags = a.serve_flags.replace("{tmp}", tmp)
+            made = servers(base_src, a.reference, out, a.head_src, extra, flags)
             names = list(made)
             log(
                 f"bench-ab: base {sha[:12]} ({a.base or a.base_src}) against the working tree ({head_desc}); load {load_start}"
@@ -260,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.rounds} rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{load_start} at the start and {loadavg()} at the end; perf_analyzer shares the machine's cores. "
         "CPU/req: the server's process tree's CPU over the successes its statistics counted."
+        + (f" Every inferd server ran with `{a.serve_flags}`." if a.serve_flags else "")
     )
     text = render(rounds, ids, names, header)
     (out / "ab.md").write_text(text)

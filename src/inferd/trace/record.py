@@ -14,18 +14,18 @@ groups them. Timestamps are ``CLOCK_MONOTONIC`` nanoseconds, the reference's ste
 
 from __future__ import annotations
 
-import functools
 import itertools
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
+from inferd.trace.rows import EARLY, Key, compute_stamps, header, json_string
 
 if TYPE_CHECKING:
     from inferd.trace.settings import TraceSetting
@@ -35,8 +35,6 @@ _ids = itertools.count(1)
 #: shared empty lists (never appended to: replaced)
 _NO_TRACES: list[Trace] = []
 _NO_TENSORS: list[Tensor] = []
-#: stamps written before the header, as the reference captures them before the request starts
-_EARLY = ("HTTP_RECV_START", "HTTP_RECV_END")
 
 
 class Trace:
@@ -47,7 +45,7 @@ class Trace:
         "_prev_post",
         "attached",
         "children",
-        "compute",
+        "execute",
         "finish_ns",
         "id",
         "inputs",
@@ -93,7 +91,8 @@ class Trace:
         self.inputs: list[Tensor] = _NO_TENSORS
         self.model_name = ""
         self.model_version = ""
-        self.compute: tuple[int, int, int, int] | None = None
+        #: the execute that answered: (start, end, the backend's split or None), as reported
+        self.execute: tuple[int, int, tuple[int, int, int] | None] | None = None
         self.outputs: list[Tensor] = _NO_TENSORS
         self.on_finish = on_finish
         self.start_ns = time.monotonic_ns()
@@ -181,11 +180,15 @@ class Trace:
 
     def computed(self, start_ns: int, end_ns: int, timings: tuple[int, int, int] | None) -> None:
         """The execute that answered the request: its start and end, and the backend's split
-        (input, infer, output nanoseconds) when it reports one."""
-        in_ns, infer_ns = (0, end_ns - start_ns) if timings is None else timings[:2]
-        input_end = min(end_ns, start_ns + max(0, in_ns))
-        output_start = max(input_end, min(end_ns, input_end + max(0, infer_ns)))
-        self.compute = (start_ns, input_end, output_start, end_ns)
+        (input, infer, output nanoseconds) when it reports one. Kept as reported: the four COMPUTE_*
+        stamps are worked out when written (``compute``; rows.py for a whole batch at once)."""
+        self.execute = (start_ns, end_ns, timings)
+
+    @property
+    def compute(self) -> tuple[int, int, int, int] | None:
+        """COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END (None: no execute)."""
+        e = self.execute
+        return None if e is None else compute_stamps(*e)
 
     def child(self) -> Trace:
         """A child trace (an ensemble step, a BLS request made with this request's trace)."""
@@ -250,7 +253,7 @@ class Trace:
         if setting.timestamps:
             st = self.stamps
             for name, ns in zip(st[0::2], st[1::2], strict=True):
-                (out if name in _EARLY else late).append(f'{pre}{name}","ns":{ns}}}]}}')
+                (out if name in EARLY else late).append(f'{pre}{name}","ns":{ns}}}]}}')
             out.append(self._header())
             if attached:
                 out.append(f'{pre}REQUEST_START","ns":{self.t_request}}}]}}')
@@ -269,13 +272,37 @@ class Trace:
         return ",".join(out)
 
     def _header(self) -> str:
+        if not self.request_id and self.parent is None:
+            return header(str(self.id), self.model_name, self.model_version)
         version = int(self.model_version) if self.model_version.isdigit() else -1
-        head = f'{{"id":{self.id},"model_name":{_json(self.model_name)},"model_version":{version}'
+        head = f'{{"id":{self.id},"model_name":{json_string(self.model_name)},"model_version":{version}'
         if self.request_id:
             head += f',"request_id":{orjson.dumps(self.request_id).decode()}'
         if self.parent is not None:
             head += f',"parent_id":{self.parent.id}'
         return head + "}"
+
+    def row(self) -> tuple[Key, tuple[int, ...]] | None:
+        """This trace as a row of numbers under a key (rows.py), when it has the common shape
+        (attached, no request id, no parent, no children; the setting's level TIMESTAMPS alone);
+        None when it must be written as text (``_records``)."""
+        self._capture()
+        setting = self.setting
+        if self.request_id or self.parent is not None or self.children or not self.attached:
+            return None
+        if setting.tensors or not setting.timestamps:
+            return None
+        st = self.stamps
+        e = self.execute
+        names = cast("tuple[str, ...]", tuple(st[0::2]))
+        key = (names, self.model_name, self.model_version, self.t_queue != 0, e is not None)
+        stamped = cast("list[int]", st[1::2])
+        if e is None:
+            return key, (self.id, self.t_request, self.t_queue, 0, 0, 0, 0, *stamped)
+        start, end, timings = e
+        if timings is None:
+            return key, (self.id, self.t_request, self.t_queue, start, 0, end - start, end, *stamped)
+        return key, (self.id, self.t_request, self.t_queue, start, timings[0], timings[1], end, *stamped)
 
     def release(self) -> None:
         """Written: let go of the request, its tensors and the children (they refer to each other)."""
@@ -285,12 +312,6 @@ class Trace:
         self.children = _NO_TRACES
         self.request = None
         self.outputs = self.inputs = _NO_TENSORS
-
-
-@functools.lru_cache(maxsize=1024)
-def _json(text: str) -> str:
-    """A JSON string (model names repeat: kept)."""
-    return orjson.dumps(text).decode()
 
 
 def _ns(stamp: tuple[str, int]) -> int:

@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferd.errors import InvalidArgumentError
 from inferd.trace.config import LEVEL_OFF, MODE_TRITON, TENSORS, TIMESTAMPS, TraceConfig
 from inferd.trace.sink import TraceFile, Writer
+
+if TYPE_CHECKING:
+    from inferd.trace.record import Trace
 
 #: an unset field of an update (``None`` clears a field: back to the fallback's value)
 UNSET: object = object()
@@ -104,7 +108,6 @@ class TraceSetting:
             with self._lock:
                 self._collected += 1
                 self._ended += 1
-                retire = self._retired and self._started <= self._ended
             writer.append(self.file, text)
             return
         with self._lock:
@@ -123,6 +126,18 @@ class TraceSetting:
             writer.write_index(self.file, ",".join(chunk))
         if retire:
             self._flush(writer)
+
+    def write_trace(self, trace: Trace, writer: Writer) -> None:
+        """A finished trace without children: a row for the writer where it has the common shape
+        and goes straight to the main file (rows.py formats those in batches), else its text."""
+        row = trace.row() if self._direct else None
+        if row is None:
+            self.write(trace._records(), writer)
+            return
+        with self._lock:
+            self._collected += 1
+            self._ended += 1
+        writer.append_row(self.file, *row)
 
     def abandon(self) -> None:
         """A sampled trace that will never be written (its request was refused before it ran)."""

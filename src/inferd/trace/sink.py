@@ -7,19 +7,25 @@ here stays a valid array after every write (its ``]`` is rewritten), so it can b
 server runs; the reference adds ``]`` at exit. A file that cannot be written is logged once and the
 requests go on.
 
-The ``Writer`` buffers the records of finished traces and writes them every ``FLUSH_S``, on the loop.
+The ``Writer`` buffers the records of finished traces and writes them every ``FLUSH_S``, on the loop:
+text, or the rows of common traces (rows.py), each run of rows of one key formatted in one go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
+
+from inferd.trace.rows import Key, format_rows
 
 log = logging.getLogger("inferd.trace")
 
 #: how long finished traces wait to be written together
 FLUSH_S = 0.05
+#: the most buffers one writev takes (POSIX guarantees 16; Linux takes 1024)
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in getattr(os, "sysconf_names", {}) else 16
 
 
 class TraceFile:
@@ -32,18 +38,18 @@ class TraceFile:
         self._failed = False
         self._closed = False  # at exit: what comes later must not reopen (and so truncate) the file
 
-    def append(self, text: str) -> None:
-        """Add records to the main array."""
-        if not self.name or self._failed or self._closed:
+    def append(self, parts: list[bytes | memoryview]) -> None:
+        """Add records to the main array: ``parts``, each comma-separated records (UTF-8 JSON),
+        written as they are (no copy joins them)."""
+        if not self.name or self._failed or self._closed or not parts:
             return
         try:
             if self._fh is None:
-                self._fh = open(self.name, "w+b")  # noqa: SIM115  (kept open: one array, appended to)
-                self._fh.write(b"[" + text.encode() + b"]")
+                self._fh = open(self.name, "w+b", buffering=0)  # noqa: SIM115  (kept open: one array, appended to)
+                _write_all(self._fh.fileno(), [b"[", *_commas(parts), b"]"])
             else:
                 self._fh.seek(-1, 2)
-                self._fh.write(b"," + text.encode() + b"]")
-            self._fh.flush()
+                _write_all(self._fh.fileno(), [b",", *_commas(parts), b"]"])
         except OSError as e:
             self._fail(e)
 
@@ -73,6 +79,40 @@ class TraceFile:
             self._fh = None
 
 
+def _commas(parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    out: list[bytes | memoryview] = [b","] * (2 * len(parts) - 1)
+    out[0::2] = parts
+    return out
+
+
+def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    """All of ``parts`` at the file's position, in as few system calls as the kernel allows."""
+    if not hasattr(os, "writev"):  # (Windows)
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
+        return
+    while parts:
+        n = os.writev(fd, parts[:_IOV_MAX])
+        while parts and n >= len(parts[0]):
+            n -= len(parts[0])
+            parts = parts[1:]
+        if n:
+            parts[0] = parts[0][n:]
+
+
+class _Run:
+    """Consecutive rows of one key, waiting for the flush (one flat list of their numbers)."""
+
+    __slots__ = ("key", "n", "values")
+
+    def __init__(self, key: Key, values: tuple[int, ...]) -> None:
+        self.key = key
+        self.values = list(values)
+        self.n = 1
+
+
 class Writer:
     """Buffers what the settings write and writes it in one go every ``FLUSH_S`` (a timer on the
     event loop; with no loop running, at once). Everything happens on the loop's thread: a writer
@@ -80,19 +120,34 @@ class Writer:
     (measured: add_sub left inline mode, CPU per request +60%)."""
 
     def __init__(self) -> None:
-        self._appends: dict[TraceFile, list[str]] = {}
+        #: per file, in the order written: records as text, and runs of rows
+        self._appends: dict[TraceFile, list[str | _Run]] = {}
         self._indexed: list[tuple[TraceFile, str]] = []
         self._files: set[TraceFile] = set()
         self._timer: asyncio.TimerHandle | None = None
 
+    def _pending(self, file: TraceFile) -> list[str | _Run]:
+        items = self._appends.get(file)
+        if items is None:
+            self._files.add(file)
+            items = self._appends[file] = []
+        return items
+
     def append(self, file: TraceFile, text: str) -> None:
         """Records for ``file``'s main array."""
-        self._files.add(file)
-        texts = self._appends.get(file)
-        if texts is None:
-            self._appends[file] = [text]
+        self._pending(file).append(text)
+        if self._timer is None:
+            self._arm()
+
+    def append_row(self, file: TraceFile, key: Key, values: tuple[int, ...]) -> None:
+        """A common trace for ``file``'s main array, as a row (``Trace.row``)."""
+        items = self._pending(file)
+        last = items[-1] if items else None
+        if isinstance(last, _Run) and last.key == key:
+            last.values += values
+            last.n += 1
         else:
-            texts.append(text)
+            items.append(_Run(key, values))
         if self._timer is None:
             self._arm()
 
@@ -117,8 +172,8 @@ class Writer:
             self._timer = None
         appends, self._appends = self._appends, {}
         indexed, self._indexed = self._indexed, []
-        for file, texts in appends.items():
-            file.append(",".join(texts))
+        for file, items in appends.items():
+            file.append([text for text in map(_text, items) if text])
         for file, text in indexed:
             file.write_index(text)
         return True
@@ -128,3 +183,9 @@ class Writer:
         self.flush()
         for f in self._files:
             f.close()
+
+
+def _text(item: str | _Run) -> bytes | memoryview:
+    if isinstance(item, str):
+        return item.encode()
+    return format_rows(item.key, item.values, item.n)

@@ -102,7 +102,7 @@ class Tracing:
         if not trace.attached:  # refused before it was queued: nothing to write
             setting.abandon()
         elif setting.mode == MODE_TRITON and not trace.children:  # the common case, kept short
-            setting.write(trace._records(), self.writer)
+            setting.write_trace(trace, self.writer)
             trace.request = None
         else:
             self._write(trace)

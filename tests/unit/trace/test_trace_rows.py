@@ -1,0 +1,165 @@
+"""Common traces written as rows (rows.py): the same bytes as each trace's own records, whatever the
+numbers' widths, the stamps' names and order, the model; and which traces take that path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferd.core.request import InferRequest
+from inferd.core.response import ResponseStream
+from inferd.trace import Trace, Tracing, parse_trace_config
+from inferd.trace.rows import format_rows
+from inferd.trace.settings import TraceSetting
+from inferd.trace.sink import TraceFile
+
+FRONT_END = [
+    "HTTP_RECV_START",
+    "HTTP_RECV_END",
+    "GRPC_WAITREAD_START",
+    "GRPC_WAITREAD_END",
+    "REQUEST_END",
+    "INFER_RESPONSE_COMPLETE",
+    "HTTP_SEND_START",
+    "HTTP_SEND_END",
+    "GRPC_SEND_START",
+    "GRPC_SEND_END",
+]
+
+#: numbers around every width a row can hold, 0 and the int64 edge included
+NUMBERS = st.one_of(
+    st.integers(0, 20),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from([9, 10, 99, 100, 9_999, 10_000, 99_999_999, 10**13 - 1, 10**13, 10**18, 2**63 - 1]),
+)
+
+LOOP = asyncio.new_event_loop()
+
+
+def setting(tmp_path: Path, *flags: str) -> TraceSetting:
+    t = Tracing(
+        parse_trace_config([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1", *flags])
+    )
+    return t.settings.get("")
+
+
+def make_trace(
+    s: TraceSetting,
+    tid: int,
+    names: list[str],
+    numbers: list[int],
+    model: tuple[str, str],
+    queue: int,
+    compute: tuple[int, int, int, int] | None,
+    rid: str = "",
+) -> Trace:
+    trace = Trace(s)
+    trace.id = tid
+    req = InferRequest(model[0], {}, id=rid)
+    req.t_start_ns = numbers[0]
+    req.t_queue_ns = queue
+    trace.attach(req, model[0], model[1], ResponseStream(LOOP))
+    if compute is not None:
+        trace.computed(compute[0], compute[3], (compute[1], compute[2], 0))
+    trace.stamps = [x for pair in zip(names, numbers[1:], strict=False) for x in pair]
+    return trace
+
+
+traces = st.tuples(
+    st.lists(st.sampled_from(FRONT_END), min_size=0, max_size=6),
+    st.sampled_from([("add_sub", "1"), ('q"u\\ote', "12"), ("ünï", ""), ("m", "latest")]),
+    st.booleans(),
+    st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=traces, ids=st.lists(NUMBERS, min_size=1, max_size=8), numbers=st.data())
+def test_rows_write_what_the_records_write(
+    tmp_path_factory: pytest.TempPathFactory,
+    shape: tuple[list[str], tuple[str, str], bool, bool],
+    ids: list[int],
+    numbers: st.DataObject,
+) -> None:
+    names, model, has_queue, has_compute = shape
+    s = setting(tmp_path_factory.mktemp("rows"))
+    written = []
+    values: list[int] = []
+    key = None
+    for tid in ids:
+        nums = numbers.draw(st.lists(NUMBERS, min_size=len(names) + 6, max_size=len(names) + 6))
+        queue = nums[-5] or 1 if has_queue else 0
+        compute = tuple(nums[-4:]) if has_compute else None
+        trace = make_trace(s, tid, names, nums, model, queue, compute)  # type: ignore[arg-type]
+        row = trace.row()
+        assert row is not None
+        assert key is None or row[0] == key
+        key = row[0]
+        values += row[1]
+        written.append(trace._records())
+    assert key is not None
+    got = format_rows(key, values, len(ids))
+    assert got == ",".join(written).encode()
+    json.loads(b"[" + got + b"]")
+
+
+def test_numbers_past_int64_and_below_zero_are_written_one_by_one(tmp_path: Path) -> None:
+    s = setting(tmp_path)
+    for odd in (2**64 + 5, -3):
+        trace = make_trace(s, 7, ["HTTP_RECV_START", "REQUEST_END"], [5, odd, 6], ("m", "1"), 0, None)
+        row = trace.row()
+        assert row is not None
+        assert format_rows(row[0], list(row[1]), 1) == trace._records().encode()
+
+
+def test_which_traces_are_rows(tmp_path: Path) -> None:
+    plain = make_trace(setting(tmp_path), 1, ["HTTP_RECV_START"], [5, 6], ("m", "1"), 0, None)
+    assert plain.row() is not None
+    not_attached = Trace(setting(tmp_path))
+    assert not_attached.row() is None
+    with_id = make_trace(setting(tmp_path), 1, [], [5], ("m", "1"), 0, None, rid="r1")
+    assert with_id.row() is None
+    parent = make_trace(setting(tmp_path), 1, [], [5], ("m", "1"), 0, None)
+    assert parent.child().row() is None
+    assert parent.row() is None  # (a trace with children is written with them)
+    tensors = make_trace(setting(tmp_path, "level=TENSORS"), 1, [], [5], ("m", "1"), 0, None)
+    assert tensors.row() is None
+
+
+def test_a_run_of_rows_and_text_keep_their_order_in_the_file(tmp_path: Path) -> None:
+    """The writer keeps rows of one key together and text between them, in the order written."""
+    t = Tracing(parse_trace_config([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1"]))
+    s = t.settings.get("")
+    file: TraceFile = s.file
+    order = []
+    for i, model in enumerate(["a", "a", "b", "a"], 1):
+        rid = "text" if i == 3 else ""
+        trace = make_trace(s, i, ["HTTP_RECV_START"], [100 + i, 200 + i], (model, "1"), 0, None, rid)
+        order.append(i)
+        s.write_trace(trace, t.writer)
+    t.writer.flush()
+    t.close()
+    records = json.loads((tmp_path / "t.json").read_bytes())
+    ids: list[int] = []
+    for r in records:
+        if not ids or ids[-1] != r["id"]:
+            ids.append(r["id"])
+    assert ids == order
+    assert file.name.endswith("t.json")
+    assert [r.get("request_id") for r in records if "model_name" in r] == [None, None, "text", None]
+
+
+def test_a_file_takes_more_parts_than_one_system_call_does(tmp_path: Path) -> None:
+    """The main file is written with writev, IOV_MAX buffers at a time: every part arrives, in order."""
+    file = TraceFile(str(tmp_path / "t.json"))
+    parts: list[bytes | memoryview] = [b'{"id":%d}' % i for i in range(3000)]
+    parts[7] = memoryview(b'{"id":7}')
+    file.append(parts)
+    file.append([b'{"id":3000}'])
+    file.close()
+    assert [r["id"] for r in json.loads((tmp_path / "t.json").read_bytes())] == list(range(3001))
