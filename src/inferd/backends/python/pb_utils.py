@@ -338,6 +338,8 @@ class InferenceRequest:
         ct = self._core.inputs.get(name)
         if ct is None:
             return None
+        if ct.device is None:  # (the common case: no call more than before GPU tensors)
+            return Tensor._typed(name, ct.array, ct.datatype)
         hooks = self._hooks
         return Tensor._of_core(name, ct, hooks is not None and hooks.gpu_inputs)
 
