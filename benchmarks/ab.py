@@ -9,13 +9,14 @@ it prints throughput and the server's CPU per request (its process tree's CPU ov
 its statistics counted, benchmarks/cpu.py) with the ratios head/base, then the medians; the whole
 table goes to ``benchmarks/results/ab-<UTC>/ab.md`` and ``summary.json``.
 
-    .venv/bin/python benchmarks/ab.py --base a4de798                 # 3 rounds, the default scenarios
-    .venv/bin/python benchmarks/ab.py --base HEAD --rounds 5 --reference --scenarios 'add_sub_http_c(1|8)$'
+    .venv/bin/python benchmarks/ab.py --base a4de798                 # 4 rounds, the default scenarios
+    .venv/bin/python benchmarks/ab.py --base HEAD --rounds 6 --reference --scenarios 'add_sub_http_c(1|8)$'
     .venv/bin/python benchmarks/ab.py --base HEAD --scenarios add_sub_http_c8 \
         --serve-flags '--trace-config triton,file={tmp}/t.json --trace-config level=TIMESTAMPS --trace-config rate=1'
 
 Throughput shares the 2 cores with perf_analyzer and swings with the machine; CPU per request is the
-steadier figure. Start on an idle machine (load under 0.5: the header says what it was).
+steadier figure. Keep the rounds even, so that each tree runs first in as many rounds as the other
+(with an odd count one of them has an extra first slot, and on a shared machine the slot may matter). Start on an idle machine (load under 0.5: the header says what it was).
 """
 
 from __future__ import annotations
@@ -199,7 +200,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--extra", action="append", default=[], metavar="NAME=SRC", help="one more source tree in every round"
     )
-    p.add_argument("--rounds", type=int, default=3, help="rounds; the order of the servers turns every round")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="rounds; the order of the servers turns every round (an even number: each runs first as often)",
+    )
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="regex over bench.sh's scenario ids")
     p.add_argument("--reference", action="store_true", help="the reference in every round too")
     p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
