@@ -29,12 +29,8 @@ import numpy as np
 
 from inferd.backends.base import InstanceSpec
 from inferd.backends.onnxruntime.backend import OnnxRuntimeBackend, model_path
-from inferd.backends.onnxruntime.options import (
-    execution_providers,
-    intra_op_threads,
-    session_options,
-    session_settings,
-)
+from inferd.backends.onnxruntime.options import intra_op_threads, session_options, session_settings
+from inferd.backends.onnxruntime.providers import execution_providers
 from inferd.core.types import BY_CONFIG_VALUE
 from inferd.repository import autofill_backend_fields, load_model_config, normalize_config
 
