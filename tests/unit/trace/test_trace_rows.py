@@ -38,8 +38,6 @@ NUMBERS = st.one_of(
     st.sampled_from([9, 10, 99, 100, 9_999, 10_000, 99_999_999, 10**13 - 1, 10**13, 10**18, 2**63 - 1]),
 )
 
-LOOP = asyncio.new_event_loop()
-
 
 def setting(tmp_path: Path, *flags: str) -> TraceSetting:
     t = Tracing(
@@ -63,7 +61,11 @@ def make_trace(
     req = InferRequest(model[0], {}, id=rid)
     req.t_start_ns = numbers[0]
     req.t_queue_ns = queue
-    trace.attach(req, model[0], model[1], ResponseStream(LOOP))
+    loop = asyncio.new_event_loop()  # (the stream's; nothing runs on it)
+    try:
+        trace.attach(req, model[0], model[1], ResponseStream(loop))
+    finally:
+        loop.close()
     if compute is not None:
         trace.computed(compute[0], compute[3], (compute[1], compute[2], 0))
     trace.stamps = [x for pair in zip(names, numbers[1:], strict=False) for x in pair]
