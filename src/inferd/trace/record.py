@@ -25,7 +25,7 @@ import orjson
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
-from inferd.trace.rows import EARLY, Key, compute_stamps, header, json_string
+from inferd.trace.rows import EARLY, Key, compute_stamps, header
 
 if TYPE_CHECKING:
     from inferd.trace.settings import TraceSetting
@@ -35,6 +35,8 @@ _ids = itertools.count(1)
 #: shared empty lists (never appended to: replaced)
 _NO_TRACES: list[Trace] = []
 _NO_TENSORS: list[Tensor] = []
+#: a row's execute columns when there was none (start, input, infer, end)
+_NO_EXECUTE = (0, 0, 0, 0)
 
 
 class Trace:
@@ -272,10 +274,10 @@ class Trace:
         return ",".join(out)
 
     def _header(self) -> str:
+        head = header(str(self.id), self.model_name, self.model_version)
         if not self.request_id and self.parent is None:
-            return header(str(self.id), self.model_name, self.model_version)
-        version = int(self.model_version) if self.model_version.isdigit() else -1
-        head = f'{{"id":{self.id},"model_name":{json_string(self.model_name)},"model_version":{version}'
+            return head
+        head = head[:-1]  # (the same object, with the request's id and its parent's added)
         if self.request_id:
             head += f',"request_id":{orjson.dumps(self.request_id).decode()}'
         if self.parent is not None:
@@ -298,11 +300,11 @@ class Trace:
         key = (names, self.model_name, self.model_version, self.t_queue != 0, e is not None)
         stamped = cast("list[int]", st[1::2])
         if e is None:
-            return key, (self.id, self.t_request, self.t_queue, 0, 0, 0, 0, *stamped)
-        start, end, timings = e
-        if timings is None:
-            return key, (self.id, self.t_request, self.t_queue, start, 0, end - start, end, *stamped)
-        return key, (self.id, self.t_request, self.t_queue, start, timings[0], timings[1], end, *stamped)
+            execute: tuple[int, int, int, int] = _NO_EXECUTE
+        else:
+            start, end, timings = e
+            execute = (start, 0, end - start, end) if timings is None else (start, *timings[:2], end)
+        return key, (self.id, self.t_request, self.t_queue, *execute, *stamped)
 
     def release(self) -> None:
         """Written: let go of the request, its tensors and the children (they refer to each other)."""

@@ -144,7 +144,7 @@ def format_rows(key: Key, values: list[int], n: int) -> bytes | memoryview:
 
 def _digits(values: np.ndarray) -> np.ndarray:
     """Each value's 20 decimal digits, zero-padded on the left (uint8 ASCII, one more axis)."""
-    x = values.astype(np.int64, copy=True)
+    x = values  # (never written to: each step makes a new array)
     groups = np.empty((*values.shape, 5), dtype="<u4")
     for k in range(4, -1, -1):  # four digits at a time, through a table (no per-digit division)
         q = x // 10000
