@@ -228,7 +228,7 @@ async def _http_client(port: int, stop: float, tally: Tally, rng: random.Random,
 
 
 #: client-side statuses of a call whose connection broke under it, and of one never accepted
-_BROKEN = (
+BROKEN = (
     "Socket closed",
     "Connection reset",
     "GOAWAY",
@@ -262,7 +262,7 @@ async def _grpc_client(port: int, stop: float, tally: Tally, rng: random.Random,
                     if sigterm and refused > 3:
                         return
                     await asyncio.sleep(0.05)
-                elif any(d in details for d in _BROKEN):
+                elif any(d in details for d in BROKEN):
                     tally.outcomes["empty reply (connection broke under the call)"] += 1
                     tally.error(f"gRPC {model} {e.code().name}: {details}")
                 else:

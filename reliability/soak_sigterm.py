@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reliability.common import Server
-from reliability.soak_clients import Tally, clients
+from reliability.soak_clients import BROKEN, Tally, clients
 
 
 def sigterm_check(
@@ -98,7 +98,9 @@ def sigterm_check(
             "outcomes": dict(tally.outcomes),
             "long_requests": long_outcomes,
             "lost": lost,
-            "error_samples": [s for s in tally.error_samples if "no answer" in s or "Socket" in s][:10],
+            "error_samples": [
+                s for s in tally.error_samples if "no answer" in s or any(b in s for b in BROKEN)
+            ][:10],
         }
     )
     return result

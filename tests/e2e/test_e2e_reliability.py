@@ -184,10 +184,11 @@ def test_soak_without_errors(soak: dict[str, Any]) -> None:
 @pytest.mark.timeout(300)
 def test_sigterm_under_load_answers_every_accepted_request(soak: dict[str, Any]) -> None:
     t = soak["sigterm"]
-    assert t["exit_code"] == 0 and t["exit_seconds"] <= t["exit_timeout"] + 3, t
-    assert all(x.startswith("HTTP 503") for x in t["long_requests"]), t
-    assert t["outcomes"].get("empty reply on a fresh connection", 0) == 0, t
-    assert t["outcomes"].get("empty reply (connection broke under the call)", 0) == 0, t
+    shown = json.dumps(t, indent=1)  # a string, so that pytest prints all of it (the error samples)
+    assert t["exit_code"] == 0 and t["exit_seconds"] <= t["exit_timeout"] + 3, shown
+    assert all(x.startswith("HTTP 503") for x in t["long_requests"]), shown
+    assert t["outcomes"].get("empty reply on a fresh connection", 0) == 0, shown
+    assert t["outcomes"].get("empty reply (connection broke under the call)", 0) == 0, shown
 
 
 @pytest.mark.timeout(300)

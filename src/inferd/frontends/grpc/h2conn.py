@@ -74,6 +74,11 @@ _ACK_AFTER = 1 << 30
 STREAM_WINDOW = 1 << 24
 _STREAM_ACK_AFTER = STREAM_WINDOW // 4
 ENHANCE_YOUR_CALM = 0xB
+#: graceful shutdown: the PING after the first GOAWAY, and how long its ACK is waited for
+_SHUTDOWN_PING = b"inferd\x00\x01"
+_SHUTDOWN_ACK_S = 1.0
+#: after the last GOAWAY the server half-closes and reads until the client closes, at most this long
+_LINGER_S = 2.0
 
 
 S = TypeVar("S", bound=H2Stream)
@@ -117,7 +122,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._recv_unacked = 0
         self._blocked: dict[int, S] = {}
         self._window_waiters: list[asyncio.Future[None]] = []
-        self.going_away = False
+        self.going_away = False  # the final GOAWAY went out: new streams are refused
+        self._shutdown: asyncio.TimerHandle | None = None  # the first GOAWAY went out: its PING's ACK due
         self.lost = False
         self._out: list[bytes] | None = None
         #: flow control: the transport holds more than its high-water mark
@@ -211,13 +217,49 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._wake_writers()
 
     def goaway(self) -> None:
-        """Tell the client no new streams are taken (those open finish)."""
-        if self.going_away or self._transport is None:
+        """Graceful shutdown in two steps, as RFC 9113 section 6.8 advises and gRPC servers do: a
+        GOAWAY naming the highest stream id and a PING. Streams the client opened before it read
+        that GOAWAY are still taken (a call sent at that moment is served, not refused). The PING's
+        ACK (or ``_SHUTDOWN_ACK_S``) brings the final GOAWAY, naming the last stream taken; later
+        streams are refused and the open ones finish, then the connection ends (``_finish``)."""
+        transport = self._transport
+        if self.going_away or self._shutdown is not None or transport is None or self.lost:
+            return
+        self._write(
+            frame(GOAWAY, 0, 0, struct.pack(">II", 0x7FFFFFFF, NO_ERROR)) + frame(PING, 0, 0, _SHUTDOWN_PING)
+        )
+        self._shutdown = asyncio.get_running_loop().call_later(_SHUTDOWN_ACK_S, self._final_goaway)
+
+    def _final_goaway(self) -> None:
+        if self._shutdown is not None:
+            self._shutdown.cancel()
+        if self.going_away or self._transport is None or self.lost:
             return
         self.going_away = True
         self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, NO_ERROR)))
         if not self.streams:
-            self.close()
+            self._finish()
+
+    def _finish(self) -> None:
+        """End a connection whose calls are over: FIN after what was written, then read and drop
+        what the client still sends until it closes (at most ``_LINGER_S``). Closing at once would
+        make the kernel answer bytes still unread (a PING, a WINDOW_UPDATE) with a reset, and a
+        client may then lose the answers it had not read yet."""
+        transport = self._transport
+        if transport is None or self.lost or transport.is_closing():
+            return
+        self._flush_out()
+        self._dead = True  # nothing more is parsed; what comes is dropped
+        if not transport.can_write_eof():  # TLS: close_notify, then the socket closes
+            transport.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
+
+    def eof_received(self) -> bool:
+        """The client closed its side: the transport closes (its streams are cancelled)."""
+        return False
 
     def close(self) -> None:
         if self._transport is not None:
@@ -320,6 +362,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
                     self._write(frame(PING, ACK, 0, payload))
                 elif payload == self._ping_payload:
                     self._ping_sent = None
+                elif payload == _SHUTDOWN_PING:
+                    self._final_goaway()
             elif ftype == RST_STREAM:
                 st = self.streams.pop(sid, None)
                 if st is not None:
@@ -560,7 +604,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         if self.streams.pop(st.id, None) is not None and not st.remote_closed:
             self._write(frame(RST_STREAM, 0, st.id, NO_ERROR.to_bytes(4, "big")))
         if self.going_away and not self.streams:
-            self.close()
+            self._finish()
 
     async def wait_window(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -526,7 +526,8 @@ class LeanGrpcServer:
             self._server = None
 
     async def stop(self, grace: float | None = None) -> None:
-        """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end)."""
+        """GOAWAY to every client; running calls get ``grace`` seconds (None: until they end), and
+        the connections end as their clients close them (``H2Connection.goaway``)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -536,7 +537,7 @@ class LeanGrpcServer:
         if grace is not None:
             limit = time.monotonic() + grace
             self._deadline = limit if self._deadline is None else min(self._deadline, limit)
-        while any(c.streams for c in self._connections):
+        while self._connections:  # each leaves the set when its socket closes
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 break
             await asyncio.sleep(0.02)

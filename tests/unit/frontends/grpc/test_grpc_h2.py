@@ -20,6 +20,7 @@ import h2.settings
 import pytest
 
 from inferd.errors import NotFoundError
+from inferd.frontends.grpc import h2conn
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2conn import STREAM_WINDOW
 from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Handlers
@@ -71,12 +72,25 @@ class FakeTransport:
     def __init__(self) -> None:
         self.data = bytearray()
         self.closed = False
+        self.eof = False  # half-closed: FIN after what was written
 
     def write(self, data: bytes) -> None:
         self.data += data
 
     def close(self) -> None:
         self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.eof
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def resume_reading(self) -> None:
+        pass
 
     def take(self) -> bytes:
         out = bytes(self.data)
@@ -357,28 +371,63 @@ def test_reset_stream_cancels_the_call() -> None:
     run(main())
 
 
-def test_goaway_refuses_new_streams_and_lets_open_ones_finish() -> None:
+def test_goaway_in_two_steps_serves_calls_sent_before_the_client_saw_it() -> None:
     async def main() -> None:
         p = Peer()
-        slow = p.call(
-            "ModelMetadata", length_prefixed(pb.ModelMetadataRequest(name="slow").SerializeToString())
-        )
+        meta = length_prefixed(pb.ModelMetadataRequest(name="slow").SerializeToString())
+        slow = p.call("ModelMetadata", meta)
         await p.pump()
         p.conn.goaway()
         await asyncio.sleep(0)
-        assert [f[0] for f in frames(p.transport.take())] == [7]  # GOAWAY
-        assert not p.transport.closed
+        first = frames(p.transport.take())
+        # GOAWAY naming the highest stream id (nothing refused yet), and a PING
+        assert [f[0] for f in first] == [7, 6]
+        assert struct.unpack(">II", first[0][3]) == (0x7FFFFFFF, 0)
+        # a call the client sent before it read that GOAWAY is served
+        early = p.call("ServerLive", length_prefixed(b""))
+        p.conn.data_received(p.h2.data_to_send())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert [(f[0], f[2]) for f in frames(p.transport.take())] == [(1, early), (0, early), (1, early)]
+        # the PING's ACK: the final GOAWAY names the last stream taken
+        p.conn.data_received(frame(6, 1, 0, first[1][3]))
+        await asyncio.sleep(0)
+        [final] = frames(p.transport.take())
+        assert final[0] == 7 and struct.unpack(">II", final[3]) == (early, 0)
         refused = p.call("ServerLive", length_prefixed(b""))
         p.conn.data_received(p.h2.data_to_send())
         await asyncio.sleep(0)
         assert frames(p.transport.take()) == [(3, 0, refused, b"\x00\x00\x00\x07")]  # REFUSED_STREAM
+        assert not p.transport.eof
         p.servicer.release.set()
         for _ in range(3):
             await asyncio.sleep(0)
         answer = frames(p.transport.take())
         assert [(f[0], f[2]) for f in answer] == [(1, slow), (0, slow), (1, slow)]
         assert answer[-1][1] == 0x5  # trailers: END_HEADERS | END_STREAM
-        assert p.transport.closed
+        # the last call over: FIN after the answer, and the socket stays open to read the client out
+        assert p.transport.eof and not p.transport.closed
+        p.conn.data_received(frame(6, 0, 0, b"12345678"))  # read and dropped: no reset, no answer
+        await asyncio.sleep(0)
+        assert p.transport.take() == b""
+        assert p.conn.eof_received() is False  # the client's FIN closes the transport
+
+    run(main())
+
+
+def test_goaway_without_an_ack_goes_final_after_its_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(h2conn, "_SHUTDOWN_ACK_S", 0.01)
+
+    async def main() -> None:
+        p = Peer()
+        await p.pump()
+        p.conn.goaway()
+        await asyncio.sleep(0)
+        assert [f[0] for f in frames(p.transport.take())] == [7, 6]
+        await asyncio.sleep(0.05)  # no ACK comes: the final GOAWAY, and with no call open, FIN
+        [final] = frames(p.transport.take())
+        assert final[0] == 7 and struct.unpack(">II", final[3]) == (0, 0)
+        assert p.transport.eof
 
     run(main())
 
@@ -453,6 +502,48 @@ def test_lean_server_binds_and_stops() -> None:
         assert head[3] == 4  # the server's SETTINGS first
         await s.stop(1.0)
         writer.close()
+
+    run(main())
+
+
+def test_a_call_sent_as_the_server_stops_is_answered_and_the_socket_ends_with_fin() -> None:
+    """The race of a client that sends a call while the server's GOAWAY is on its way: the call is
+    served, and the connection ends with FIN once the client acknowledged the PING (a server that
+    closed at once made the client's send fail with EPIPE: 'Stream removed', not retried)."""
+
+    async def main() -> None:
+        s = LeanGrpcServer(FakeServicer(), "127.0.0.1", 0)
+        await s.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
+        client = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
+        client.initiate_connection()
+        writer.write(client.data_to_send())
+        client.receive_data(await reader.read(65536))  # the server's SETTINGS
+        writer.write(client.data_to_send())
+        await writer.drain()
+        stopping = asyncio.create_task(s.stop(5.0))
+        await asyncio.sleep(0.05)  # the first GOAWAY is written; the client has not read it
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", f"{SVC}/ServerLive")]
+        headers += [(":authority", "x"), ("te", "trailers"), ("content-type", "application/grpc")]
+        client.send_headers(1, headers)
+        client.send_data(1, length_prefixed(b""), end_stream=True)
+        writer.write(client.data_to_send())
+        buf, seen = b"", []
+        while data := await asyncio.wait_for(reader.read(65536), 5):  # to the server's FIN
+            buf += data
+            while len(buf) >= 9 and len(buf) >= (n := 9 + int.from_bytes(buf[:3], "big")):
+                [f], buf = frames(buf[:n]), buf[n:]
+                seen.append(f)
+                if f[0] == 6 and not f[1] & 1:  # the server's PING: its ACK
+                    writer.write(frame(6, 1, 0, f[3]))
+        assert seen[-2] == (1, 0x5, 1, b"\x00\x0bgrpc-status\x010")  # the call's trailers
+        goaways = [struct.unpack(">II", f[3]) for f in seen if f[0] == 7]
+        assert goaways == [(0x7FFFFFFF, 0), (1, 0)]  # the first names every stream, the final the last taken
+        writer.close()
+        await asyncio.wait_for(stopping, 5)
+        assert not s._connections
 
     run(main())
 
