@@ -104,11 +104,23 @@ def servers(
     return made
 
 
-def measure(server: BenchServer, ids: list[str], out: Path, tag: str, quick: bool) -> dict[str, Cell]:
-    """bench.sh once per scenario against ``server`` (started and stopped here)."""
+def measure(
+    server: BenchServer, ids: list[str], out: Path, tag: str, quick: bool, warmup: bool = True
+) -> dict[str, Cell]:
+    """bench.sh once per scenario against ``server`` (started and stopped here); first, unless
+    ``warmup`` is off, the scenarios once at a third of their length, not counted: a server's first
+    seconds (the first requests' imports and caches, its heap growing) are not its steady state, and
+    make bench never measures them either (its matrix starts with other scenarios)."""
     cells: dict[str, Cell] = {}
     ports = server.start()
     try:
+        if warmup:
+            run_logged(
+                ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(out / f"{tag}-warmup.csv")],
+                out / f"{tag}-bench.log",
+                env={**os.environ, "BENCH_ONLY": "^(" + "|".join(ids) + ")$", "BENCH_SCALE": "0.3"},
+                echo=False,
+            )  # fmt: skip
         for sid in ids:
             env = {"BENCH_ONLY": f"^{sid}$"}
             if quick:
@@ -209,6 +221,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="regex over bench.sh's scenario ids")
     p.add_argument("--reference", action="store_true", help="the reference in every round too")
     p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
+    p.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="measure from a fresh server's first request (no warm-up pass)",
+    )
     p.add_argument("--output", type=Path, help="results folder (default benchmarks/results/ab-<UTC>)")
     p.add_argument(
         "--serve-flags",
@@ -261,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = Round(n, order)
                 for name in order:
                     log(f"round {n}: {name}")
-                    r.cells[name] = measure(made[name], ids, out, f"r{n}-{name}", a.quick)
+                    r.cells[name] = measure(made[name], ids, out, f"r{n}-{name}", a.quick, not a.no_warmup)
                     for sid, c in r.cells[name].items():
                         log(
                             f"  {sid}: {_f(c.infer_per_s, 1)} infer/s, {_f(c.cpu_us, 1)} us CPU/request ({c.status})"
@@ -275,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.rounds} rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{load_start} at the start and {loadavg()} at the end; perf_analyzer shares the machine's cores. "
         "CPU/req: the server's process tree's CPU over the successes its statistics counted."
+        + (" No warm-up pass." if a.no_warmup else " Each server had a warm-up pass first (not counted).")
         + (f" Every inferd server ran with `{a.serve_flags}`." if a.serve_flags else "")
     )
     text = render(rounds, ids, names, header)

@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/calls.py --diff base.json head.json      # what is new per request
     .venv/bin/python benchmarks/calls.py --proto grpc --n 1000 --instructions         # callgrind
     .venv/bin/python benchmarks/calls.py --model ensemble_add_sub --concurrency 8 --cpu
+    .venv/bin/python benchmarks/calls.py --client perf_analyzer --concurrency 8 --instructions --inline
     .venv/bin/python benchmarks/calls.py --serve-flags '--trace-config level=TIMESTAMPS ...' --json t.json
 
 Steadier measures than throughput on a shared machine. The server (``inferd serve`` from ``--src``
@@ -21,7 +22,9 @@ requests only (at concurrency 1 it repeats to about 1% whatever the machine's lo
 the load forms move it). ``--cpu``: the loop thread's and the other threads' CPU per request (from
 /proc) and the cyclic GC's collections. ``--syscalls``: strace -c's counts (strace slows the loop
 enough to change the path). ``--attach 'CMD {pid}'``: any tool over the measured requests (perf
-record, py-spy), ended with SIGINT.
+record, py-spy), ended with SIGINT. ``--client perf_analyzer``: perf_analyzer is the load instead
+(``--concurrency`` requests in flight on its own connections; about ``--n`` requests, as the server's
+statistics count them), for any of those measures.
 """
 
 from __future__ import annotations
@@ -261,8 +264,58 @@ def _client_process(
     done.release()
 
 
-def run_clients(args: argparse.Namespace, http: int, grpc_port: int, armed: Any, disarm: Any) -> float:
-    """The warm-up, then ``armed()``, the measured requests (wall seconds), then ``disarm()``."""
+def success_count(http: int, model: str) -> int:
+    """The model's successful requests (the statistics extension)."""
+    conn = Connection("127.0.0.1", http)
+    status, body = conn.roundtrip(http_request("GET", f"/v2/models/{model}/stats", "localhost"))
+    conn.close()
+    if status != 200:
+        raise SystemExit(f"calls: {model}'s statistics: HTTP {status} {body[:200]!r}")
+    return int(json.loads(body)["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+def run_perf_analyzer(
+    args: argparse.Namespace, http: int, grpc_port: int, armed: Any, disarm: Any
+) -> tuple[float, int]:
+    """perf_analyzer as the load (its libcurl or gRPC client, ``--concurrency`` requests in flight):
+    the warm-up, then ``armed()``, about ``--n`` requests (counted by the server's statistics), then
+    ``disarm()``; perf_analyzer is stopped after."""
+    pa = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "get_perf_analyzer.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    url = f"127.0.0.1:{grpc_port if args.proto == 'grpc' else http}"
+    cmd = [pa, "-m", args.model, "-i", args.proto, "-u", url, "--concurrency-range", str(args.concurrency)]
+    cmd += ["--measurement-interval", "600000", "-r", "3"]  # runs until stopped
+    load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while success_count(http, args.model) < args.warmup:
+            if load.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"calls: perf_analyzer did not load the server (exit {load.poll()})")
+            time.sleep(0.2)
+        start = success_count(http, args.model)
+        rate = start / 1.0  # a first guess, refined below
+        armed()
+        t0 = time.perf_counter()
+        first = success_count(http, args.model)
+        while (done := success_count(http, args.model) - first) < args.n:  # a few polls, no more
+            rate = max(done, 1) / max(time.perf_counter() - t0, 1e-3)
+            time.sleep(min(2.0, max(0.05, (args.n - done) / rate / 2)))
+        wall = time.perf_counter() - t0
+        disarm()
+        return wall, done
+    finally:
+        os.killpg(load.pid, signal.SIGKILL)  # (SIGINT waits for its window to end)
+        load.wait(30)
+
+
+def run_clients(
+    args: argparse.Namespace, http: int, grpc_port: int, armed: Any, disarm: Any
+) -> tuple[float, int]:
+    """The warm-up, then ``armed()``, the measured requests (wall seconds, how many), then
+    ``disarm()``."""
+    if args.client == "perf_analyzer":
+        return run_perf_analyzer(args, http, grpc_port, armed, disarm)
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -284,7 +337,7 @@ def run_clients(args: argparse.Namespace, http: int, grpc_port: int, armed: Any,
     disarm()
     for p in procs:
         p.join()
-    return wall
+    return wall, args.n // args.concurrency * args.concurrency
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -310,7 +363,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         ["callgrind_control", what, str(proc.pid)], capture_output=True, check=True
                     )
 
-                wall = run_clients(args, http, grpc_port, lambda: cg("--instr=on"), lambda: cg("--instr=off"))
+                wall, n = run_clients(
+                    args, http, grpc_port, lambda: cg("--instr=on"), lambda: cg("--instr=off")
+                )
                 doc["wall_us_per_request"] = wall / n * 1e6
                 cg("--dump")
                 time.sleep(1.0)
@@ -335,9 +390,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     attached[0].send_signal(signal.SIGINT)
                     attached[0].wait(60)
 
-                doc["wall_us_per_request"] = (
-                    run_clients(args, http, grpc_port, start_tool, stop_tool) / n * 1e6
-                )
+                wall, n = run_clients(args, http, grpc_port, start_tool, stop_tool)
+                doc["wall_us_per_request"] = wall / n * 1e6
                 print(f"{args.attach}: done, round trip {doc['wall_us_per_request']:.0f} us")
                 return doc
             if args.syscalls:
@@ -353,19 +407,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     tracer[0].send_signal(signal.SIGINT)
                     tracer[0].wait(20)
 
-                run_clients(args, http, grpc_port, attach, detach)
+                _, n = run_clients(args, http, grpc_port, attach, detach)
                 doc["syscalls"] = _syscalls(out.read_text(), n)
                 return doc
             if args.cpu:
                 cpu: list[dict[str, float]] = []
-                wall = run_clients(
+                wall, n = run_clients(
                     args,
                     http,
                     grpc_port,
                     lambda: (os.kill(proc.pid, signal.SIGUSR1), cpu.append(thread_cpu(proc.pid))),
                     lambda: (cpu.append(thread_cpu(proc.pid)), os.kill(proc.pid, signal.SIGUSR2)),
                 )
-                doc["wall_us_per_request"] = wall / n * 1e6
+                doc["wall_us_per_request"], doc["n"] = wall / n * 1e6, n
                 doc["cpu_us_per_request"] = {k: (v - cpu[0].get(k, 0.0)) / n * 1e6 for k, v in cpu[1].items()}
                 doc["gc"] = _gc_figures(Path(str(stats) + ".gc"), n)
                 return doc
@@ -374,7 +428,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 os.kill(proc.pid, signal.SIGUSR1)
                 time.sleep(0.3)
 
-            wall = run_clients(args, http, grpc_port, arm, lambda: os.kill(proc.pid, signal.SIGUSR2))
+            wall, n = run_clients(args, http, grpc_port, arm, lambda: os.kill(proc.pid, signal.SIGUSR2))
+            doc["n"] = n
             doc["wall_us_per_request"] = wall / n * 1e6
             deadline = time.monotonic() + 20
             while not stats.exists() and time.monotonic() < deadline:
@@ -472,6 +527,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--concurrency", type=int, default=1, help="client processes (above 1: batches form)")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument(
+        "--client",
+        choices=("lean", "perf_analyzer"),
+        default="lean",
+        help="the load: lean clients (a prepared request each) or perf_analyzer (libcurl, gRPC C++)",
+    )
     p.add_argument(
         "--serve-flags",
         default="",
