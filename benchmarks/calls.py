@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_paths import ROOT
+from cpu import successes
 from lean_http import Connection, http_request, infer_request
 
 MODELS = ROOT / "tests" / "fixtures" / "reference_models"
@@ -265,13 +266,11 @@ def _client_process(
 
 
 def success_count(http: int, model: str) -> int:
-    """The model's successful requests (the statistics extension)."""
-    conn = Connection("127.0.0.1", http)
-    status, body = conn.roundtrip(http_request("GET", f"/v2/models/{model}/stats", "localhost"))
-    conn.close()
-    if status != 200:
-        raise SystemExit(f"calls: {model}'s statistics: HTTP {status} {body[:200]!r}")
-    return int(json.loads(body)["model_stats"][0]["inference_stats"]["success"]["count"])
+    """The model's successful requests (cpu.py's reading of the statistics extension)."""
+    n = successes(http, model)
+    if n is None:
+        raise SystemExit(f"calls: no statistics for {model}")
+    return n
 
 
 def run_perf_analyzer(
@@ -293,8 +292,6 @@ def run_perf_analyzer(
             if load.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"calls: perf_analyzer did not load the server (exit {load.poll()})")
             time.sleep(0.2)
-        start = success_count(http, args.model)
-        rate = start / 1.0  # a first guess, refined below
         armed()
         t0 = time.perf_counter()
         first = success_count(http, args.model)

@@ -10,7 +10,8 @@ receives their data through four hooks.
 ``H2Limits`` bound what one client can make the connection hold: concurrent streams (advertised in
 SETTINGS, the ones over refused with REFUSED_STREAM), the size of a header block, compressed and
 decoded (ENHANCE_YOUR_CALM past it), a preface that does not come, and a peer that stops answering
-the keepalive PINGs the server sends. ``sweep(now)`` checks the timeouts (about once a second).
+the keepalive PINGs the server sends. How a connection ends (``sweep``'s timeouts, connection
+errors, the graceful GOAWAY and close) is ``h2life.H2Lifetime``, a mixin of ``H2Connection``.
 
 Flow control both ways. Out: DATA never passes the client's windows, and while the transport holds
 more than its high-water mark (a client that does not read) no DATA is written and nothing is read
@@ -25,14 +26,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import os
 import struct
 import time
 from typing import Any, Generic, TypeVar
 
 from inferd.frontends.flow import Unsent, WriteBudget
+from inferd.frontends.grpc.h2life import H2Lifetime
 from inferd.frontends.grpc.h2wire import (
     ACK,
+    COMPRESSION_ERROR,
     CONTINUATION,
     DATA,
     END_HEADERS,
@@ -63,6 +65,7 @@ from inferd.frontends.grpc.h2wire import (
     HeaderBlocks,
     frame,
 )
+from inferd.frontends.grpc.h2wire import ENHANCE_YOUR_CALM as ENHANCE_YOUR_CALM  # h2server's
 from inferd.frontends.grpc.h2wire import H2Limits as H2Limits  # h2server's types, here too
 from inferd.frontends.grpc.h2wire import H2Stream as H2Stream
 
@@ -73,18 +76,12 @@ _ACK_AFTER = 1 << 30
 #: the window of a stream's request data (SETTINGS_INITIAL_WINDOW_SIZE), acknowledged by quarters
 STREAM_WINDOW = 1 << 24
 _STREAM_ACK_AFTER = STREAM_WINDOW // 4
-ENHANCE_YOUR_CALM = 0xB
-#: graceful shutdown: the PING after the first GOAWAY, and how long its ACK is waited for
-_SHUTDOWN_PING = b"inferd\x00\x01"
-_SHUTDOWN_ACK_S = 1.0
-#: after the last GOAWAY the server half-closes and reads until the client closes, at most this long
-_LINGER_S = 2.0
 
 
 S = TypeVar("S", bound=H2Stream)
 
 
-class H2Connection(asyncio.Protocol, Generic[S]):
+class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
     """One client connection. Subclasses implement ``open_stream``, ``started``, ``stream_data``,
     ``end_of_request`` and ``cancel_stream``."""
 
@@ -100,8 +97,6 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._limits = limits
         self._opened_at = time.monotonic()
         self.last_io = self._opened_at
-        self._ping_sent: float | None = None  # an unanswered keepalive PING went out then
-        self._ping_payload = b""
         self._transport: asyncio.Transport | None = None
         self._buf = b""  # the start of an incomplete frame (b"": none)
         self._chunks: list[bytes] = []
@@ -122,14 +117,13 @@ class H2Connection(asyncio.Protocol, Generic[S]):
         self._recv_unacked = 0
         self._blocked: dict[int, S] = {}
         self._window_waiters: list[asyncio.Future[None]] = []
-        self.going_away = False  # the final GOAWAY went out: new streams are refused
-        self._shutdown: asyncio.TimerHandle | None = None  # the first GOAWAY went out: its PING's ACK due
         self.lost = False
         self._out: list[bytes] | None = None
         #: flow control: the transport holds more than its high-water mark
         self._write_paused = False
         self._budget = budget if budget is not None else WriteBudget(0)
         self._unsent = Unsent(self._budget)
+        self._init_lifetime()
 
     # -- hooks -----------------------------------------------------------------------------------
     def parse_headers(self, headers: list[tuple[str, str]]) -> Any:
@@ -216,81 +210,6 @@ class H2Connection(asyncio.Protocol, Generic[S]):
             self._flush(st)
         self._wake_writers()
 
-    def goaway(self) -> None:
-        """Graceful shutdown in two steps, as RFC 9113 section 6.8 advises and gRPC servers do: a
-        GOAWAY naming the highest stream id and a PING. Streams the client opened before it read
-        that GOAWAY are still taken (a call sent at that moment is served, not refused). The PING's
-        ACK (or ``_SHUTDOWN_ACK_S``) brings the final GOAWAY, naming the last stream taken; later
-        streams are refused and the open ones finish, then the connection ends (``_finish``)."""
-        transport = self._transport
-        if self.going_away or self._shutdown is not None or transport is None or self.lost:
-            return
-        self._write(
-            frame(GOAWAY, 0, 0, struct.pack(">II", 0x7FFFFFFF, NO_ERROR)) + frame(PING, 0, 0, _SHUTDOWN_PING)
-        )
-        self._shutdown = asyncio.get_running_loop().call_later(_SHUTDOWN_ACK_S, self._final_goaway)
-
-    def _final_goaway(self) -> None:
-        if self._shutdown is not None:
-            self._shutdown.cancel()
-        if self.going_away or self._transport is None or self.lost:
-            return
-        self.going_away = True
-        self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, NO_ERROR)))
-        if not self.streams:
-            self._finish()
-
-    def _finish(self) -> None:
-        """End a connection whose calls are over: FIN after what was written, then read and drop
-        what the client still sends until it closes (at most ``_LINGER_S``). Closing at once would
-        make the kernel answer bytes still unread (a PING, a WINDOW_UPDATE) with a reset, and a
-        client may then lose the answers it had not read yet."""
-        transport = self._transport
-        if transport is None or self.lost or transport.is_closing():
-            return
-        self._flush_out()
-        self._dead = True  # nothing more is parsed; what comes is dropped
-        if not transport.can_write_eof():  # TLS: close_notify, then the socket closes
-            transport.close()
-            return
-        transport.write_eof()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
-
-    def eof_received(self) -> bool:
-        """The client closed its side: the transport closes (its streams are cancelled)."""
-        return False
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._flush_out()
-            self._transport.close()
-
-    def _error(self, code: int, why: str) -> None:
-        log.debug("HTTP/2 connection error %d: %s", code, why)
-        self._dead = True
-        if self._transport is not None and not self.lost:
-            self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, code) + why.encode()))
-            self.close()
-        self._buf = b""
-
-    def sweep(self, now: float) -> None:
-        """Close a connection past a timeout; send a keepalive PING when one is due."""
-        if self._dead or self.lost:
-            return
-        limits = self._limits
-        if not self._preface:
-            if limits.preface_timeout_s and now - self._opened_at > limits.preface_timeout_s:
-                self._error(PROTOCOL_ERROR, "no client preface")
-            return
-        if self._ping_sent is not None:
-            if limits.keepalive_timeout_s and now - self._ping_sent > limits.keepalive_timeout_s:
-                self._error(ENHANCE_YOUR_CALM, "keepalive PING not answered")
-        elif limits.keepalive_time_s and now - self.last_io > limits.keepalive_time_s:
-            self._ping_sent = now
-            self._ping_payload = os.urandom(8)
-            self._write(frame(PING, 0, 0, self._ping_payload))
-
     # -- frames in -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
@@ -360,10 +279,8 @@ class H2Connection(asyncio.Protocol, Generic[S]):
                     return
                 if not flags & ACK:
                     self._write(frame(PING, ACK, 0, payload))
-                elif payload == self._ping_payload:
-                    self._ping_sent = None
-                elif payload == _SHUTDOWN_PING:
-                    self._final_goaway()
+                else:
+                    self._ping_acked(payload)
             elif ftype == RST_STREAM:
                 st = self.streams.pop(sid, None)
                 if st is not None:
@@ -458,7 +375,7 @@ class H2Connection(asyncio.Protocol, Generic[S]):
     def _header_block(self, flags: int, sid: int, block: bytes) -> None:
         headers = self._blocks.decode(block)  # (None: not HPACK)
         if headers is None:
-            self._error(0x9, "header block")  # COMPRESSION_ERROR
+            self._error(COMPRESSION_ERROR, "header block")
             return
         st = self.streams.get(sid)
         if st is not None or sid <= self._last_sid:  # trailers of a request (gRPC clients send none)

@@ -29,20 +29,7 @@ MiB = 1 << 20
 
 
 class FlowTransport(FakeTransport):
-    """FakeTransport with what flow control asks of a transport."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reading = True
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def is_closing(self) -> bool:
-        return self.closed
+    """FakeTransport with the write buffer's size, which flow control asks of a transport."""
 
     def get_write_buffer_size(self) -> int:
         return len(self.data)

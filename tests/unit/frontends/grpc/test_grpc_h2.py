@@ -20,7 +20,7 @@ import h2.settings
 import pytest
 
 from inferd.errors import NotFoundError
-from inferd.frontends.grpc import h2conn
+from inferd.frontends.grpc import h2life
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2conn import STREAM_WINDOW
 from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Handlers
@@ -73,6 +73,7 @@ class FakeTransport:
         self.data = bytearray()
         self.closed = False
         self.eof = False  # half-closed: FIN after what was written
+        self.reading = True  # pause_reading / resume_reading
 
     def write(self, data: bytes) -> None:
         self.data += data
@@ -89,8 +90,11 @@ class FakeTransport:
     def write_eof(self) -> None:
         self.eof = True
 
+    def pause_reading(self) -> None:
+        self.reading = False
+
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def take(self) -> bytes:
         out = bytes(self.data)
@@ -416,7 +420,7 @@ def test_goaway_in_two_steps_serves_calls_sent_before_the_client_saw_it() -> Non
 
 
 def test_goaway_without_an_ack_goes_final_after_its_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(h2conn, "_SHUTDOWN_ACK_S", 0.01)
+    monkeypatch.setattr(h2life, "_SHUTDOWN_ACK_S", 0.01)
 
     async def main() -> None:
         p = Peer()
