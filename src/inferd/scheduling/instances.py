@@ -383,8 +383,9 @@ class InstancePool(PoolMembers):
         t0 = clock()
         auto = self._auto
         counted = not inline and worker >= 0 and auto is not None and not auto.done  # AutoMode's sample
-        if inline:  # one call for the loop thread's CPU and its context switches
+        if inline:  # the loop thread's context switches and CPU (see below)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
+            c0 = time.thread_time_ns()
         elif counted:
             c0 = time.thread_time_ns()
         if counted:
@@ -426,10 +427,12 @@ class InstancePool(PoolMembers):
                 # stands in for its CPU)
                 self._observe(instance, t3 - t0, False, True)
             else:
+                # the CPU from the thread's CPU clock, not getrusage: a thread's rusage times are
+                # split from scheduler ticks and can jump by a whole tick (4 ms at HZ=250) across a
+                # 100 us execute (measured under load), and three such in a row sent a pool of
+                # 50 us executes back to threads
+                cpu = time.thread_time_ns() - c0
                 r1 = resource.getrusage(resource.RUSAGE_THREAD)
-                cpu = int(
-                    (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e9
-                )  # (seconds, to the microsecond)
                 blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
                 self._observe(instance, cpu, blocked, True)
         else:

@@ -6,6 +6,7 @@ import asyncio
 import collections
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from poolkit import WAIT_S, FakeInstance, Gate, answers, request, run, submit, until, wait_event
@@ -14,7 +15,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
-from inferd.scheduling import inline
+from inferd.scheduling import inline, instances
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, form_batch
 
@@ -487,6 +488,39 @@ def test_an_execute_that_blocks_goes_back_to_threads() -> None:
     threads = [t for _, t in inst.calls]
     assert loop_thread in threads
     assert threads[-1] != loop_thread
+
+
+def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inline execute's CPU comes from the thread's CPU clock. A thread's rusage times are split
+    from scheduler ticks and can jump by a whole tick (4 ms at HZ=250) across a 100 us execute: read
+    as CPU, three such in a row looked like slow executes and sent the pool back to threads."""
+
+    def spin(_: object) -> None:  # longer than SMALL_NS (the wall time then is not enough)
+        end = time.monotonic_ns() + 2 * inline.SMALL_NS
+        while time.monotonic_ns() < end:
+            pass
+
+    inst = FakeInstance(spin, inline_ok=True)
+    utime = [0.0]
+
+    def ticking(who: int) -> SimpleNamespace:
+        utime[0] += 0.004  # a tick between each two readings
+        return SimpleNamespace(ru_utime=utime[0], ru_stime=0.0, ru_nvcsw=0)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(inline.INLINE_AFTER + 1):
+            await answers(submit(pool, loop, request(i)))
+        monkeypatch.setattr(instances.resource, "getrusage", ticking)
+        for i in range(inline.SLOW_RUN + 2):
+            await answers(submit(pool, loop, request(f"ticked{i}")))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    threads = [t for _, t in inst.calls]
+    assert utime[0] > 0.004 * inline.SLOW_RUN  # (the ticking rusage was read)
+    assert threads[-(inline.SLOW_RUN + 2) :] == [loop_thread] * (inline.SLOW_RUN + 2)
 
 
 @pytest.mark.parametrize("why", ["no inline_ok", "queue delay", "bls"])
