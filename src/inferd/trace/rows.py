@@ -1,15 +1,16 @@
 """The common trace's records, formatted many at a time with numpy instead of one at a time.
 
 Most traces a server writes have one shape: a request sampled by a front end, attached to a model,
-computed once, no children, no request id, TIMESTAMPS only. Such a trace is kept as a row of integers
-(``Trace.row``: its id and its timestamps) under a key that fixes the rest (the stamps' names and
-order, the model, which of QUEUE_START / COMPUTE_* it has); ``format_rows`` turns a run of rows with
-one key into the same bytes ``Trace._records`` writes, joined by commas.
+computed once, no children, no request id, TIMESTAMPS only. Such a trace waits for the flush as it
+is; there it becomes a row of integers (``record.row_runs``: its id and its timestamps) under a key
+that fixes the rest (the stamps' names and order, the model, which of QUEUE_START / COMPUTE_* it
+has); ``format_rows`` turns a run of rows with one key into the same bytes ``Trace._records`` writes,
+joined by commas.
 
 Why: turning some twenty integers into decimal text was most of what tracing cost a request (Python's
 ``int.__str__`` is about 80 ns for a 14-digit timestamp, and a trace has eleven of them besides its
 id, which every record repeats). Here the digits of a whole run come out of a few array operations:
-per trace, building its row on the request path and a share of the batch's work at flush time.
+per trace, a list append on the request path and a share of the batch's work at flush time.
 
 A row's columns: the trace id, REQUEST_START, QUEUE_START, the execute as the instance pool reported
 it (start, the backend's input and infer nanoseconds, end: the four COMPUTE_* stamps are worked out

@@ -13,14 +13,10 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from inferd.errors import InvalidArgumentError
 from inferd.trace.config import LEVEL_OFF, MODE_TRITON, TENSORS, TIMESTAMPS, TraceConfig
 from inferd.trace.sink import TraceFile, Writer
-
-if TYPE_CHECKING:
-    from inferd.trace.record import Trace
 
 #: an unset field of an update (``None`` clears a field: back to the fallback's value)
 UNSET: object = object()
@@ -77,6 +73,8 @@ class TraceSetting:
         self._retired = False
         #: the main file takes each trace as it ends (what would only go there, at the end, anyway)
         self._direct = count < 0 and log_frequency == 0
+        #: and a common trace goes to it as it is, its records made at the flush (record.row_runs)
+        self.rows = self._direct and self.mode == MODE_TRITON and level == TIMESTAMPS
 
     @property
     def valid(self) -> bool:
@@ -126,18 +124,6 @@ class TraceSetting:
             writer.write_index(self.file, ",".join(chunk))
         if retire:
             self._flush(writer)
-
-    def write_trace(self, trace: Trace, writer: Writer) -> None:
-        """A finished trace without children: a row for the writer where it has the common shape
-        and goes straight to the main file (rows.py formats those in batches), else its text."""
-        row = trace.row() if self._direct else None
-        if row is None:
-            self.write(trace._records(), writer)
-            return
-        with self._lock:
-            self._collected += 1
-            self._ended += 1
-        writer.append_row(self.file, *row)
 
     def abandon(self) -> None:
         """A sampled trace that will never be written (its request was refused before it ran)."""

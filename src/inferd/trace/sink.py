@@ -7,8 +7,9 @@ here stays a valid array after every write (its ``]`` is rewritten), so it can b
 server runs; the reference adds ``]`` at exit. A file that cannot be written is logged once and the
 requests go on.
 
-The ``Writer`` buffers the records of finished traces and writes them every ``FLUSH_S``, on the loop:
-text, or the rows of common traces (rows.py), each run of rows of one key formatted in one go.
+The ``Writer`` buffers finished traces and writes them every ``FLUSH_S``, on the loop: records as
+text, or common traces as they are, whose records are made there (``record.row_runs`` and rows.py:
+each run of one key formatted in one go).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import logging
 import os
 from typing import Any
 
-from inferd.trace.rows import Key, format_rows
+from inferd.trace.record import Trace, row_runs
+from inferd.trace.rows import format_rows
 
 log = logging.getLogger("inferd.trace")
 
@@ -102,17 +104,6 @@ def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
             parts[0] = parts[0][n:]
 
 
-class _Run:
-    """Consecutive rows of one key, waiting for the flush (one flat list of their numbers)."""
-
-    __slots__ = ("key", "n", "values")
-
-    def __init__(self, key: Key, values: tuple[int, ...]) -> None:
-        self.key = key
-        self.values = list(values)
-        self.n = 1
-
-
 class Writer:
     """Buffers what the settings write and writes it in one go every ``FLUSH_S`` (a timer on the
     event loop; with no loop running, at once). Everything happens on the loop's thread: a writer
@@ -120,13 +111,13 @@ class Writer:
     (measured: add_sub left inline mode, CPU per request +60%)."""
 
     def __init__(self) -> None:
-        #: per file, in the order written: records as text, and runs of rows
-        self._appends: dict[TraceFile, list[str | _Run]] = {}
+        #: per file, in the order written: records as text, and common traces
+        self._appends: dict[TraceFile, list[str | Trace]] = {}
         self._indexed: list[tuple[TraceFile, str]] = []
         self._files: set[TraceFile] = set()
         self._timer: asyncio.TimerHandle | None = None
 
-    def _pending(self, file: TraceFile) -> list[str | _Run]:
+    def _pending(self, file: TraceFile) -> list[str | Trace]:
         items = self._appends.get(file)
         if items is None:
             self._files.add(file)
@@ -139,15 +130,13 @@ class Writer:
         if self._timer is None:
             self._arm()
 
-    def append_row(self, file: TraceFile, key: Key, values: tuple[int, ...]) -> None:
-        """A common trace for ``file``'s main array, as a row (``Trace.row``)."""
-        items = self._pending(file)
-        last = items[-1] if items else None
-        if isinstance(last, _Run) and last.key == key:
-            last.values += values
-            last.n += 1
-        else:
-            items.append(_Run(key, values))
+    def append_trace(self, file: TraceFile, trace: Trace) -> None:
+        """A common trace for ``file``'s main array (``Tracing._finished``: its records are made at
+        the flush)."""
+        items = self._appends.get(file)
+        if items is None:
+            items = self._pending(file)
+        items.append(trace)
         if self._timer is None:
             self._arm()
 
@@ -173,7 +162,7 @@ class Writer:
         appends, self._appends = self._appends, {}
         indexed, self._indexed = self._indexed, []
         for file, items in appends.items():
-            file.append([text for text in map(_text, items) if text])
+            file.append(_parts(items))
         for file, text in indexed:
             file.write_index(text)
         return True
@@ -185,7 +174,20 @@ class Writer:
             f.close()
 
 
-def _text(item: str | _Run) -> bytes | memoryview:
-    if isinstance(item, str):
-        return item.encode()
-    return format_rows(item.key, item.values, item.n)
+def _parts(items: list[str | Trace]) -> list[bytes | memoryview]:
+    """The main array's new records: text as it is, each run of traces through rows.py."""
+    out: list[bytes | memoryview] = []
+    traces: list[Trace] = []
+    for item in items:
+        if isinstance(item, str):
+            out += _rows(traces)
+            traces = []
+            if item:
+                out.append(item.encode())
+        else:
+            traces.append(item)
+    return out + _rows(traces)
+
+
+def _rows(traces: list[Trace]) -> list[bytes | memoryview]:
+    return [format_rows(key, values, n) for key, values, n in row_runs(traces)]

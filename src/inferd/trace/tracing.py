@@ -87,7 +87,8 @@ class Tracing:
     # -- sampling (the event loop) ---------------------------------------------------------------
     def sample(self, model_name: str, traceparent: str | None = None) -> Trace | None:
         """A trace for this request of ``model_name``, or None when it is not sampled."""
-        setting = self.settings.get(model_name)
+        settings = self.settings  # (Settings.get, inline: this runs for every request while on)
+        setting = settings.models.get(model_name) or settings.global_setting
         if setting.level == LEVEL_OFF:
             return None
         parent = None
@@ -101,8 +102,11 @@ class Tracing:
         setting = trace.setting
         if not trace.attached:  # refused before it was queued: nothing to write
             setting.abandon()
-        elif setting.mode == MODE_TRITON and not trace.children:  # the common case, kept short
-            setting.write_trace(trace, self.writer)
+        elif setting.rows and not trace.request_id and not trace.children:
+            # the common case, kept short: the trace waits for the flush as it is (record.row_runs)
+            self.writer.append_trace(setting.file, trace)
+        elif setting.mode == MODE_TRITON and not trace.children:
+            setting.write(trace._records(), self.writer)
             trace.request = None
         else:
             self._write(trace)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from inferd.core.request import InferRequest
 from inferd.core.response import ResponseStream
 from inferd.trace import Trace, Tracing, parse_trace_config
+from inferd.trace.record import row_runs
 from inferd.trace.rows import format_rows
 from inferd.trace.settings import TraceSetting
 from inferd.trace.sink import TraceFile
@@ -69,6 +70,7 @@ def make_trace(
     if compute is not None:
         trace.computed(compute[0], compute[3], (compute[1], compute[2], 0))
     trace.stamps = [x for pair in zip(names, numbers[1:], strict=False) for x in pair]
+    trace.finish()  # (no callback: what it copies out of the request is kept)
     return trace
 
 
@@ -91,46 +93,72 @@ def test_rows_write_what_the_records_write(
     names, model, has_queue, has_compute = shape
     s = setting(tmp_path_factory.mktemp("rows"))
     written = []
-    values: list[int] = []
-    key = None
+    batch = []
     for tid in ids:
         nums = numbers.draw(st.lists(NUMBERS, min_size=len(names) + 6, max_size=len(names) + 6))
         queue = nums[-5] or 1 if has_queue else 0
         compute = tuple(nums[-4:]) if has_compute else None
         trace = make_trace(s, tid, names, nums, model, queue, compute)  # type: ignore[arg-type]
-        row = trace.row()
-        assert row is not None
-        assert key is None or row[0] == key
-        key = row[0]
-        values += row[1]
+        batch.append(trace)
         written.append(trace._records())
-    assert key is not None
-    got = format_rows(key, values, len(ids))
+    runs = row_runs(batch)
+    assert len(runs) == 1  # (one key: one run)
+    key, values, n = runs[0]
+    assert n == len(ids)
+    got = format_rows(key, values, n)
     assert got == ",".join(written).encode()
     json.loads(b"[" + got + b"]")
+
+
+def test_traces_of_other_keys_start_runs_of_their_own(tmp_path: Path) -> None:
+    s = setting(tmp_path)
+    shapes = [
+        ("a", ["HTTP_RECV_START"]),
+        ("a", ["HTTP_RECV_START"]),
+        ("b", ["HTTP_RECV_START"]),
+        ("b", ["GRPC_SEND_START"]),
+        ("a", ["HTTP_RECV_START"]),
+    ]
+    batch = [
+        make_trace(s, i, names, [10 + i, 20 + i], (m, "1"), 0, None) for i, (m, names) in enumerate(shapes)
+    ]
+    runs = row_runs(batch)
+    assert [n for _, _, n in runs] == [2, 1, 1, 1]
+    got = b",".join(bytes(format_rows(*run)) for run in runs)
+    assert got == ",".join(t._records() for t in batch).encode()
 
 
 def test_numbers_past_int64_and_below_zero_are_written_one_by_one(tmp_path: Path) -> None:
     s = setting(tmp_path)
     for odd in (2**64 + 5, -3):
         trace = make_trace(s, 7, ["HTTP_RECV_START", "REQUEST_END"], [5, odd, 6], ("m", "1"), 0, None)
-        row = trace.row()
-        assert row is not None
-        assert format_rows(row[0], list(row[1]), 1) == trace._records().encode()
+        [(key, values, n)] = row_runs([trace])
+        assert format_rows(key, values, n) == trace._records().encode()
 
 
-def test_which_traces_are_rows(tmp_path: Path) -> None:
-    plain = make_trace(setting(tmp_path), 1, ["HTTP_RECV_START"], [5, 6], ("m", "1"), 0, None)
-    assert plain.row() is not None
-    not_attached = Trace(setting(tmp_path))
-    assert not_attached.row() is None
-    with_id = make_trace(setting(tmp_path), 1, [], [5], ("m", "1"), 0, None, rid="r1")
-    assert with_id.row() is None
-    parent = make_trace(setting(tmp_path), 1, [], [5], ("m", "1"), 0, None)
-    assert parent.child().row() is None
-    assert parent.row() is None  # (a trace with children is written with them)
-    tensors = make_trace(setting(tmp_path, "level=TENSORS"), 1, [], [5], ("m", "1"), 0, None)
-    assert tensors.row() is None
+def test_which_traces_wait_for_the_flush_as_they_are(tmp_path: Path) -> None:
+    """Only common traces (attached, no request id, no children, a setting of TIMESTAMPS alone that
+    writes the main file as traces end) go to the writer as they are; the rest as their text."""
+    t = Tracing(parse_trace_config([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1"]))
+    s = t.settings.get("")
+    plain = make_trace(s, 1, ["HTTP_RECV_START"], [5, 6], ("m", "1"), 0, None)
+    with_id = make_trace(s, 2, [], [5], ("m", "1"), 0, None, rid="r1")
+    parent = make_trace(s, 3, [], [5], ("m", "1"), 0, None)
+    parent.child()
+
+    async def finish() -> list[str | Trace]:  # (on a loop: the writer waits for its timer)
+        for trace in (plain, with_id, parent, Trace(s)):
+            t._finished(trace)
+        return list(t.writer._appends[s.file])
+
+    queued = asyncio.run(finish())
+    assert queued[0] is plain
+    assert [type(q) for q in queued[1:]] == [str, str]  # (the trace never attached: nothing)
+    for flags in (["level=TENSORS"], ["triton,log-frequency=2"], ["count=5"]):
+        assert not setting(tmp_path, *flags).rows
+    t.close()
+    records = json.loads((tmp_path / "t.json").read_bytes())
+    assert [r["id"] for r in records if "model_name" in r] == [1, 2, 3]
 
 
 def test_a_run_of_rows_and_text_keep_their_order_in_the_file(tmp_path: Path) -> None:
@@ -143,7 +171,7 @@ def test_a_run_of_rows_and_text_keep_their_order_in_the_file(tmp_path: Path) -> 
         rid = "text" if i == 3 else ""
         trace = make_trace(s, i, ["HTTP_RECV_START"], [100 + i, 200 + i], (model, "1"), 0, None, rid)
         order.append(i)
-        s.write_trace(trace, t.writer)
+        t._finished(trace)
     t.writer.flush()
     t.close()
     records = json.loads((tmp_path / "t.json").read_bytes())

@@ -7,6 +7,7 @@ import functools
 import gzip
 import logging
 import re
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine
 from importlib import resources
@@ -513,8 +514,8 @@ class _InferCall:
     def answer(self, r: InferResponse | None, final: bool) -> None:
         """The stream's callback: the response encoded, or its error (text/plain, as the reference)."""
         resp = self.resp
-        if self.trace is not None:
-            self.trace.stamp("INFER_RESPONSE_COMPLETE")
+        if self.trace is not None:  # (Trace.stamp, inline)
+            self.trace.stamps += ("INFER_RESPONSE_COMPLETE", time.monotonic_ns())
         if r is None:
             _error(resp, InternalError("model produced no response"), _TEXT)
             return

@@ -15,6 +15,7 @@ from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.http.errors import JSON, send_error
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.responder import ExtraHeaders
 from inferd.trace import Trace, Tracing
 from inferd.trace.protocol import http_answer, http_update, unknown_model
 
@@ -78,10 +79,16 @@ class TracedResponder:
     def closed(self) -> bool:
         return bool(self._resp.closed)
 
-    def send(self, *args: Any, **kwargs: Any) -> None:
+    def send(
+        self,
+        status: int,
+        body: bytes | list[bytes | memoryview],
+        content_type: str = "application/json",
+        extra_headers: ExtraHeaders = None,
+    ) -> None:
         trace = self._trace
         stamps = trace.stamps
         stamps += ("HTTP_SEND_START", time.monotonic_ns())
-        self._resp.send(*args, **kwargs)
+        self._resp.send(status, body, content_type, extra_headers)
         stamps += ("HTTP_SEND_END", time.monotonic_ns())
         trace.finish()
