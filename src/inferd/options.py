@@ -126,7 +126,9 @@ class ServerOptions:
         cli=False,
     )
     log_verbose: int = option(
-        0, "verbose logging: 1 adds model load steps with timings and every failed request, 2 every request"
+        0,
+        "verbose logging: 1 adds model load steps with timings, every failed request with its reason and a "
+        "line per request once answered; 2 each request as it arrives and transport details",
     )
     log_file: str | None = option(None, "write the log to this file instead of stderr", metavar="FILE")
     log_format: str = option(
