@@ -383,10 +383,9 @@ class InstancePool(PoolMembers):
         t0 = clock()
         auto = self._auto
         counted = not inline and worker >= 0 and auto is not None and not auto.done  # AutoMode's sample
-        if inline:  # the loop thread's context switches and CPU (see below)
+        if inline:  # the loop thread's context switches (its CPU from the clock below)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
-            c0 = time.thread_time_ns()
-        elif counted:
+        if inline or counted:
             c0 = time.thread_time_ns()
         if counted:
             self._busy_since[worker] = t0

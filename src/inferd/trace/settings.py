@@ -68,8 +68,10 @@ class TraceSetting:
         self._collected = 0
         self._in_stream = 0
         self._stream: list[str] = []
-        self._started = 0  # traces sampled (the loop counts them)
-        self._ended = 0  # and written or dropped
+        #: traces sampled (the loop counts them) and written or dropped: kept by a setting that holds
+        #: traces until they are written; a direct one (below) holds none and does not count them
+        self._started = 0
+        self._ended = 0
         self._retired = False
         #: the main file takes each trace as it ends (what would only go there, at the end, anyway)
         self._direct = count < 0 and log_frequency == 0
@@ -103,9 +105,6 @@ class TraceSetting:
         """A finished trace's records: kept, or written to an indexed file when
         ``log_frequency`` traces were collected or ``count`` ran out, as the reference does."""
         if self._direct:
-            with self._lock:
-                self._collected += 1
-                self._ended += 1
             writer.append(self.file, text)
             return
         with self._lock:
@@ -134,7 +133,7 @@ class TraceSetting:
         """Replaced: what it still holds goes out once its last trace ends (now, if none is open)."""
         with self._lock:
             self._retired = True
-            now = self._started <= self._ended
+            now = self._direct or self._started <= self._ended
         if now:
             self._flush(writer)
 

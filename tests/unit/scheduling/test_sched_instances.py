@@ -495,10 +495,11 @@ def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: py
     from scheduler ticks and can jump by a whole tick (4 ms at HZ=250) across a 100 us execute: read
     as CPU, three such in a row looked like slow executes and sent the pool back to threads."""
 
-    def spin(_: object) -> None:  # longer than SMALL_NS (the wall time then is not enough)
+    def spin(_: object) -> None:  # busy longer than SMALL_NS (the wall time then is not enough)
         end = time.monotonic_ns() + 2 * inline.SMALL_NS
+        spins = 0
         while time.monotonic_ns() < end:
-            pass
+            spins += 1
 
     inst = FakeInstance(spin, inline_ok=True)
     utime = [0.0]
