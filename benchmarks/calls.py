@@ -177,7 +177,7 @@ class HttpClient:
 
 
 class SequenceClient:
-    """seq_accumulate over HTTP: sequences of 20, a new request id each (as perf_analyzer sends)."""
+    """seq_accumulate over HTTP: sequences of 20, a new request id each, perf_analyzer's header."""
 
     def __init__(self, http: int, model: str) -> None:
         self.conn = Connection("127.0.0.1", http)
@@ -188,25 +188,22 @@ class SequenceClient:
         import struct
 
         i, self.n = self.n, self.n + 1
-        seq = 1 + (i // 20) % 1000
-        params: dict[str, Any] = {"sequence_id": seq}
-        if i % 20 == 0:
-            params["sequence_start"] = True
-        if i % 20 == 19:
-            params["sequence_end"] = True
+        seq = 1 + i // 20  # each client its own ids (see _client_process)
+        # perf_analyzer's header: its parameters right after the id, both flags spelled out
+        params = {"sequence_id": seq, "sequence_start": i % 20 == 0, "sequence_end": i % 20 == 19}
         header = json.dumps(
             {
                 "id": str(i),
+                "parameters": params,
                 "inputs": [
                     {
                         "name": "IN",
-                        "shape": [1, 1],
                         "datatype": "INT32",
+                        "shape": [1, 1],
                         "parameters": {"binary_data_size": 4},
                     }
                 ],
                 "outputs": [{"name": "OUT", "parameters": {"binary_data": True}}],
-                "parameters": params,
             },
             separators=(",", ":"),
         ).encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ class _Template:
     key: bytes
     #: made from a header whose leading id was taken off (the id then comes from each request)
     stripped: bool
+    #: made from a header whose ``sequence_id`` number was taken out (it comes from each request)
+    sequenced: bool
 
 
 _ID_PREFIXES = (b'{"id":"', b'{"id": "')
@@ -60,6 +63,24 @@ def _without_id(head: bytes) -> tuple[bytes, str | None]:
                 return head, None
             return b"{" + head[end + 2 :].lstrip(b" "), rid
     return head, None
+
+
+#: ``"sequence_id":`` and a plain number: a JSON integer of 1 to 19 digits with no leading zero (so
+#: valid JSON that the decoder reads as that same uint64), followed by the end of its member
+_SEQUENCE_ID = re.compile(rb'"sequence_id": ?([1-9][0-9]{0,18})(?=[,}])')
+
+
+def _without_sequence_id(key: bytes) -> tuple[bytes, int | None]:
+    """A key holding a plain sequence id number (each sequence has its own: perf_analyzer starts a
+    new one every 20 requests or so) as (the key without the number, the number), so that
+    sequences share one template for each kind of request; else (``key``, None). Whether the number
+    is the request's sequence id is settled when the template is made (``HeaderCache.decode``): the
+    decoder read that number, and no other key of the header is ``sequence_id`` in any spelling."""
+    m = _SEQUENCE_ID.search(key)
+    if m is None:
+        return key, None
+    start, end = m.span(1)
+    return key[:start] + key[end:], int(m[1])
 
 
 class HeaderCache:
@@ -88,11 +109,18 @@ class HeaderCache:
         head = body[:header_length]
         key, rid = _without_id(head) if head.startswith(_ID_PREFIXES) else (head, None)
         tpl = self._cache.get(key)
+        cid = None
+        if tpl is None:  # the header as it is first: requests without a sequence id pay nothing here
+            skey, cid = _without_sequence_id(key)
+            if cid is not None:
+                key = skey
+                tpl = self._cache.get(key)
         if (
             tpl is not None
             and tpl.model is model
             and tpl.version == version
             and tpl.stripped == (rid is not None)
+            and tpl.sequenced == (cid is not None)
             and len(body) - header_length == tpl.tail_len
         ):
             view = memoryview(body)
@@ -108,7 +136,7 @@ class HeaderCache:
                 tpl.id if rid is None else rid,
                 dict(tpl.parameters) if tpl.parameters else {},
                 tpl.outputs,
-                tpl.correlation_id,
+                tpl.correlation_id if cid is None else cid,
                 tpl.flags,
                 tpl.priority,
                 tpl.timeout_us,
@@ -117,8 +145,22 @@ class HeaderCache:
             )
             return request, tpl.enc
         request, enc = decode_infer_request(model, version, body, header_length, self._shm)
-        tpl = self._template(model, version, request, enc, len(body) - header_length, key, rid is not None)
-        if tpl is not None and (rid is None or rid == request.id):
+        tpl = self._template(
+            model, version, request, enc, len(body) - header_length, key, rid is not None, cid is not None
+        )
+        if (
+            tpl is not None
+            and (rid is None or rid == request.id)
+            # the number taken out is the sequence id the decoder read, and no other key is
+            # sequence_id in any spelling (no escapes: "sequence\u005fid" is one): so a header
+            # differing only in that number decodes to the same request with that number
+            and (
+                cid is None
+                or (
+                    cid == request.correlation_id and key.count(b'"sequence_id"') == 1 and key.find(b"\\") < 0
+                )
+            )
+        ):
             if len(self._cache) >= self._capacity:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = tpl
@@ -134,6 +176,7 @@ class HeaderCache:
         tail_len: int,
         key: bytes,
         stripped: bool,
+        sequenced: bool,
     ) -> _Template | None:
         if enc.shm:
             return None  # windows are resolved per request
@@ -158,4 +201,5 @@ class HeaderCache:
             enc,
             key,
             stripped,
+            sequenced,
         )

@@ -5,12 +5,22 @@ from __future__ import annotations
 import ast
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pytest
+from codec_models import (
+    ADD_SUB,
+    BATCHED,
+    FIXED_2D,
+    IDENTITY_BYTES,
+    IDENTITY_FP32,
+    VAR_2D,
+    VAR_MIDDLE,
+    client_array,
+    client_body,
+    model,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -25,37 +35,11 @@ from inferd.core.validate import validate_request
 from inferd.errors import InferdError, InternalError, InvalidArgumentError
 from inferd.frontends.http.decode import RESERVED_PARAMETERS, decode_infer_request
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
-from inferd.frontends.http.header_cache import HeaderCache
 from inferd.repository import normalize_config, parse_config_text
 from repo_paths import FIXTURE_MODELS, FIXTURES, REFERENCE_MODELS
 
 WIRE_TYPES = list(BY_WIRE)
 JSON_TYPES = [w for w, dt in BY_WIRE.items() if dt.json_ok]
-
-
-def model(name: str, inputs: str, max_batch_size: int = 0) -> Model:
-    text = f"""
-    name: "{name}"
-    backend: "python"
-    max_batch_size: {max_batch_size}
-    input [ {inputs} ]
-    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-    """
-    cfg = parse_config_text(text, "config.pbtxt")
-    return Model(name, 1, cfg, Path("/nonexistent"))
-
-
-ADD_SUB = model(
-    "add_sub",
-    '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }',
-    64,
-)
-IDENTITY_FP32 = model("identity_fp32", '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }')
-IDENTITY_BYTES = model("identity_bytes", '{ name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] }')
-BATCHED = model("batched_sleep", '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }', 32)
-FIXED_2D = model("fixed", '{ name: "X" data_type: TYPE_INT16 dims: [ 2, 3 ] }')
-VAR_2D = model("var2", '{ name: "X" data_type: TYPE_INT32 dims: [ -1, -1 ] }')
-VAR_MIDDLE = model("var_mid", '{ name: "X" data_type: TYPE_UINT8 dims: [ 2, -1, 3 ] }')
 
 
 # -- strategies ----------------------------------------------------------------------------------
@@ -84,24 +68,6 @@ def tensors(draw: st.DrawFn, wire: str, json_safe: bool) -> np.ndarray[Any, Any]
         elements = st.floats(width=8 * dtype.itemsize, allow_nan=not json_safe, allow_infinity=not json_safe)
         return draw(hnp.arrays(dtype, shape, elements=elements))
     return draw(hnp.arrays(dtype, shape))
-
-
-def client_array(wire: str, arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """What tritonclient is handed: BF16 needs ml_dtypes.bfloat16."""
-    return arr.view(ml_dtypes.bfloat16) if wire == "BF16" else arr
-
-
-def client_body(
-    inputs: list[tuple[str, str, np.ndarray[Any, Any]]], binary: bool, **kwargs: Any
-) -> tuple[bytes, int | None]:
-    """The body tritonclient.http would POST for these inputs."""
-    infer_inputs = []
-    for name, wire, arr in inputs:
-        i = InferInput(name, list(arr.shape), wire)
-        i.set_data_from_numpy(client_array(wire, arr), binary_data=binary or not BY_WIRE[wire].json_ok)
-        infer_inputs.append(i)
-    body, json_size = InferenceServerClient.generate_request_body(infer_inputs, **kwargs)
-    return body, json_size
 
 
 def assert_same(wire: str, got: np.ndarray[Any, Any], expected: np.ndarray[Any, Any]) -> None:
@@ -855,112 +821,6 @@ def test_bytes_json_input_is_handed_over_flat() -> None:
     assert t.datatype is BYTES
     assert t.shape == (2, 1)
     assert t.array.reshape(-1).tolist() == [b"a", b"b"]
-
-
-# -- the header cache of binary requests -----------------------------------------------------------
-
-
-def _binary_body(values: list[float], **kwargs: Any) -> tuple[bytes, int]:
-    arr = np.array(values, dtype=np.float32)
-    body, json_size = client_body([("INPUT0", "FP32", arr)], binary=True, **kwargs)
-    assert json_size is not None
-    return body, json_size
-
-
-def test_header_cache_hit_reads_the_new_tensor_bytes() -> None:
-    cache = HeaderCache()
-    body1, hl = _binary_body([1, 2], request_id="r", parameters={"p": 1})
-    req1, enc1 = cache.decode(IDENTITY_FP32, "", body1, hl)
-    # the header fixes what validation reads (its leading id aside: see the test below)
-    assert req1.validation_key == b"{" + body1[:hl].split(b'"r",', 1)[1].lstrip()
-    body2, hl2 = _binary_body([3, 4], request_id="r", parameters={"p": 1})
-    assert hl2 == hl and body2[:hl] == body1[:hl]
-    req2, enc2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
-    assert enc2 is enc1 and enc2.default_binary  # the remembered header: no JSON parsed
-    assert req2.validation_key == req1.validation_key
-    assert req2.inputs["INPUT0"].array.tolist() == [3, 4]
-    assert req1.inputs["INPUT0"].array.tolist() == [1, 2]
-    assert np.shares_memory(req2.inputs["INPUT0"].array, np.frombuffer(body2, dtype=np.uint8))
-    assert (req2.id, req2.parameters, req2.model_name) == ("r", {"p": 1}, "identity_fp32")
-    req2.parameters["p"] = 2  # a model's request is its own
-    req3, _ = cache.decode(IDENTITY_FP32, "", body1, hl)
-    assert req3.parameters == {"p": 1}
-
-
-def test_header_cache_shares_a_template_between_request_ids() -> None:
-    """perf_analyzer sends a new id with each request of a sequence: the header less its leading id
-    is the key, and each request keeps its own id; a header without an id, or with an id the cache
-    cannot read safely (an escape), never takes another's template."""
-    cache = HeaderCache()
-    params = {"p": 7}
-    body1, hl1 = _binary_body([1, 2], request_id="1001", parameters=params)
-    req1, enc1 = cache.decode(IDENTITY_FP32, "", body1, hl1)
-    body2, hl2 = _binary_body([3, 4], request_id="1002", parameters=params)
-    req2, enc2 = cache.decode(IDENTITY_FP32, "", body2, hl2)
-    assert enc2 is enc1  # a hit: no JSON parsed
-    assert (req1.id, req2.id) == ("1001", "1002")
-    assert req2.validation_key == req1.validation_key and req2.parameters == {"p": 7}
-    assert req2.inputs["INPUT0"].array.tolist() == [3, 4]
-    body3, hl3 = _binary_body([5, 6], parameters=params)  # no id
-    req3, enc3 = cache.decode(IDENTITY_FP32, "", body3, hl3)
-    assert enc3 is not enc1 and req3.id == ""
-    body4, hl4 = _binary_body([5, 6], request_id='a"b', parameters=params)  # escaped: parsed
-    req4, enc4 = cache.decode(IDENTITY_FP32, "", body4, hl4)
-    assert enc4 is not enc1 and req4.id == 'a"b'
-    raw = b'{"id":"x1","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"parameters":{"binary_data_size":4}}]}'
-    for rid in ("x1", "x2"):
-        body = raw.replace(b"x1", rid.encode()) + np.float32(1).tobytes()
-        req, _ = cache.decode(IDENTITY_FP32, "", body, len(raw))
-        assert req.id == rid
-
-
-def test_header_cache_misses_on_another_tail_length() -> None:
-    cache = HeaderCache()
-    body, hl = _binary_body([1, 2])
-    cache.decode(IDENTITY_FP32, "", body, hl)
-    with pytest.raises(InvalidArgumentError, match="expecting 4 additional bytes"):
-        cache.decode(IDENTITY_FP32, "", body[:-4], hl)
-
-
-def test_header_cache_is_per_model_and_version() -> None:
-    cache = HeaderCache()
-    body, hl = _binary_body([1, 2])
-    _, enc = cache.decode(IDENTITY_FP32, "", body, hl)
-    other = model("identity_fp32", '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }')  # a reload
-    req, enc_other = cache.decode(other, "", body, hl)
-    assert enc_other is not enc
-    _, enc_v1 = cache.decode(other, "1", body, hl)
-    assert enc_v1 is not enc_other
-    assert req.model_version == ""
-
-
-def test_header_cache_skips_bytes_json_and_raw_requests() -> None:
-    cache = HeaderCache()
-    strings = np.array([b"a"], dtype=np.object_)
-    body, hl = client_body([("INPUT0", "BYTES", strings)], binary=True)
-    assert hl is not None
-    assert cache.decode(IDENTITY_BYTES, "", body, hl)[0].validation_key is None  # contents matter
-    json_body, _ = client_body([("INPUT0", "FP32", np.ones(1, np.float32))], binary=False)
-    assert cache.decode(IDENTITY_FP32, "", json_body, None)[0].validation_key is None
-    assert cache.decode(IDENTITY_FP32, "", bytes(8), 0)[0].validation_key is None
-    mixed = [("INPUT0", "FP32", np.ones(1, np.float32))]
-    infer_inputs = [
-        InferInput("INPUT0", [1], "FP32").set_data_from_numpy(mixed[0][2], binary_data=False),
-        InferInput("INPUT1", [1], "FP32").set_data_from_numpy(mixed[0][2]),
-    ]
-    mixed_body, mixed_hl = InferenceServerClient.generate_request_body(infer_inputs)
-    assert cache.decode(ADD_SUB, "", mixed_body, mixed_hl)[0].validation_key is None
-
-
-def test_header_cache_bounds() -> None:
-    cache = HeaderCache(capacity=2, max_header=10_000)
-    bodies = [_binary_body([1, 2], parameters={"p": i}) for i in range(3)]
-    first = [cache.decode(IDENTITY_FP32, "", b, hl)[1] for b, hl in bodies]
-    assert cache.decode(IDENTITY_FP32, "", *bodies[2])[1] is first[2]
-    assert cache.decode(IDENTITY_FP32, "", *bodies[0])[1] is not first[0]  # evicted: the oldest went
-    small = HeaderCache(max_header=8)
-    body, hl = bodies[0]
-    assert small.decode(IDENTITY_FP32, "", body, hl)[0].validation_key is None
 
 
 # -- the reference's observed answers, asked of decode + validate -----------------------------------
