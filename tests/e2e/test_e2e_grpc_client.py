@@ -194,6 +194,45 @@ def test_errors_keep_the_reference_texts(client: grpcclient.InferenceServerClien
     assert (e.value.status(), e.value.message()) == ("StatusCode.UNAVAILABLE", "unavailable: model says no")
 
 
+def test_repeated_messages_are_each_their_own_request(start_server: Any) -> None:
+    """Messages that differ only in tensor data and id (the request cache's hits) answer each with
+    its own data and id; a known message with other tensor sizes gets the reference's error each
+    time; a reloaded model's requests decode against the new model."""
+    proc = start_server("--model-control-mode", "explicit", "--load-model", "add_sub")
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}")
+    rng = np.random.default_rng(7)
+
+    def check(i: int) -> None:
+        a, b = rng.random((1, 16), dtype=np.float32), rng.random((1, 16), dtype=np.float32)
+        rid = f"r-{i}" if i % 3 else ""
+        r = c.infer("add_sub", _add_sub(a, b), request_id=rid)
+        assert r.get_response().id == rid
+        assert np.array_equal(r.as_numpy("OUTPUT0"), a + b) and np.array_equal(r.as_numpy("OUTPUT1"), a - b)
+
+    for i in range(12):
+        check(i)
+    short = _input("INPUT1", B)
+    short._raw_content = short._raw_content[:60]
+    messages = []
+    for _ in range(2):
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("add_sub", [_input("INPUT0", A), short], request_id="bad")
+        assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+        messages.append(e.value.message())
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("[request id: bad] input byte size mismatch for input 'INPUT1'"), messages[
+        0
+    ]
+    c.unload_model("add_sub")
+    with pytest.raises(InferenceServerException, match="'add_sub' has no available versions"):
+        c.infer("add_sub", _add_sub(A, B))
+    c.load_model("add_sub")
+    for i in range(3):
+        check(i)
+    c.close()
+    assert proc.stop() == 0
+
+
 def test_client_timeout_does_not_hurt_the_server(client: grpcclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as e:
         client.infer("parallel_sleep", [_input("SLEEP_MS", np.array([500], np.int32))], client_timeout=0.05)
@@ -297,6 +336,10 @@ def test_header_forwarding(start_server: Any) -> None:
     import json
 
     assert json.loads(res.as_numpy("PARAMETERS")[0]) == {"x-fwd-a": "1"}
+    # the same message again (a request-cache hit): each request forwards its own headers only
+    for headers, expected in (({"x-fwd-b": "2"}, {"x-fwd-b": "2"}), ({}, {})):
+        res = c.infer("echo_request", [_input("INPUT0", np.array([1], np.int32))], headers=headers)
+        assert json.loads(res.as_numpy("PARAMETERS")[0]) == expected
     c.close()
     assert p.stop() == 0
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from inferd.core.request import Target
     from inferd.shm.system import Window
 
+#: what the reference answers a message it cannot parse (gRPC INTERNAL)
+PARSE_ERROR = "Unable to parse request"
 #: A datatype name Triton does not know: it reaches the core as TRITONSERVER_TYPE_INVALID.
 INVALID = DataType("<invalid>", "TYPE_INVALID", 0, 0, np.dtype("V1"), 0, False)
 

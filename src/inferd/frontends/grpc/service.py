@@ -23,9 +23,8 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from inferd.core.facade import Core
-from inferd.core.model import Model
 from inferd.core.model_control import load_parameters
-from inferd.core.request import InferRequest, Target, parse_version
+from inferd.core.request import parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
@@ -35,15 +34,16 @@ from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.codec import (
     FINAL_FALSE,
     FINAL_TRUE,
+    PARSE_ERROR,
     ResponseEncoder,
-    decode_infer_request,
-    forwarded_headers,
     output_targets,
     stream_error,
     stream_response,
     well_formed,
 )
+from inferd.frontends.grpc.infer_call import InferCall, parse_infer_request
 from inferd.frontends.grpc.log_settings import log_settings
+from inferd.frontends.grpc.request_cache import RequestCache
 from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out
 from inferd.frontends.request_log import (
     logged_health_check,
@@ -55,7 +55,7 @@ from inferd.logs import REQUESTS, VERBOSE1, LogSettings
 from inferd.options import ServerOptions
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
-from inferd.trace import Trace, Tracing
+from inferd.trace import Tracing
 
 log = logging.getLogger("inferd.grpc")
 
@@ -63,7 +63,6 @@ SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 #: Triton's limit both ways
 MAX_MESSAGE_BYTES = 2**31 - 1
-PARSE_ERROR = "Unable to parse request"
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _STATUS: dict[ErrorCode, grpc.StatusCode] = {c: grpc.StatusCode[c.grpc_status_name] for c in ErrorCode}
 #: SERVING / NOT_SERVING HealthCheckResponse
@@ -179,8 +178,9 @@ class InferenceServicer:
         self.shm = shm if shm is not None else SharedMemoryManager()
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.encoder = ResponseEncoder()
+        self.requests = RequestCache()
         pattern = options.grpc_header_forward_pattern
-        self._forward = compile_forward_pattern(pattern, "--grpc-header-forward-pattern")
+        self.forward = compile_forward_pattern(pattern, "--grpc-header-forward-pattern")
         self._requests = {name: getattr(pb, f"{name}Request") for name in UNARY_RPCS}
 
     # -- the transports' entry points ------------------------------------------------------------
@@ -252,19 +252,21 @@ class InferenceServicer:
         loop; the returned stream is what to cancel when the client goes away."""
         if REQUESTS.on:  # --log-verbose 1: a line once answered (all it costs while off)
             answer, fail = logged_model_infer(payload, answer, fail)
-        call: _Call | None = None
+        call: InferCall | None = None
         try:
             self.authorize("ModelInfer", metadata)
-            try:
-                msg = pb.ModelInferRequest.FromString(payload)
-            except DecodeError:
-                raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR) from None
-            call = _Call(self, msg, metadata)
+            parts = self.requests.split(payload)
+            tpl = None if parts is None else self.requests.get(parts)
+            if tpl is not None:  # its metadata seen before: nothing to parse
+                call = InferCall(self, None, metadata, parts, tpl)
+                name, version = tpl.model_name, tpl.version
+            else:
+                msg = parse_infer_request(payload)
+                call = InferCall(self, msg, metadata, parts)
+                name, version = msg.model_name, parse_version(msg.model_version)
             if self.tracing.on:  # all that tracing costs while it is off
                 call.at = time.monotonic_ns()
-            stream = self.core.submit(
-                msg.model_name, parse_version(msg.model_version), call.decode, decoupled_error=_DECOUPLED
-            )
+            stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
         except Exception as e:
             fail(rpc_error(e))
             if call is not None and call.trace is not None:  # sampled, then refused: never written
@@ -493,7 +495,7 @@ class InferenceServicer:
         finish_if_idle: Callable[[], None],
     ) -> None:
         metadata = context.invocation_metadata()
-        call = _Call(self, msg, metadata)
+        call = InferCall(self, msg, metadata)
         if self.tracing.on:
             call.at = time.monotonic_ns()
         grpc_error = any(k == "triton_grpc_error" and v == "true" for k, v in metadata or ())
@@ -538,39 +540,6 @@ class InferenceServicer:
 
         callback = on_response if call.trace is None else _trace.traced(call.trace, on_response)
         stream.set_callback(logged_stream_request(msg, callback) if REQUESTS.on else callback)
-
-
-class _Call:
-    """One ModelInfer request on its way in: decoded once the core found its model."""
-
-    __slots__ = ("at", "decoupled", "empty_final", "metadata", "msg", "request", "servicer", "trace")
-
-    def __init__(self, servicer: InferenceServicer, msg: Any, metadata: Metadata | None) -> None:
-        self.servicer = servicer
-        self.at = 0  # when it was read, while tracing is on
-        self.trace: Trace | None = None
-        self.msg = msg
-        self.metadata = metadata
-        self.request: InferRequest | None = None
-        self.decoupled = False
-        self.empty_final = False
-
-    def decode(self, model: Model) -> InferRequest:
-        """The core's ``Decoder``."""
-        servicer = self.servicer
-        request, self.empty_final = decode_infer_request(self.msg, model, servicer.shm)
-        self.decoupled = model.decoupled
-        forward = servicer._forward
-        if forward is not None:
-            request.parameters.update(forwarded_headers(self.metadata or (), forward))
-        self.request = request
-        if self.at:
-            self.trace = _trace.start_trace(servicer.tracing, model.name, request, self.metadata, self.at)
-        return request
-
-    def targets(self) -> dict[str, Target] | None:
-        request = self.request
-        return None if request is None or request.outputs is None else output_targets(request)
 
 
 def _parameter_value(p: Any) -> Any:

@@ -1,0 +1,101 @@
+"""One ModelInfer request on its way from the wire into the core (``InferCall``).
+
+The servicer (``service.py``) makes an ``InferCall`` per ModelInfer or ModelStreamInfer request and
+hands its ``decode`` to ``Core.submit`` as the ``Decoder``: once the core found the model, the
+request is built from the ``RequestCache``'s template when one fits the message, else from the
+parsed message in full (``codec.decode_infer_request``), whose result is then remembered. Header
+forwarding and trace sampling follow, the same on both ways.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
+
+from inferd.core.model import Model
+from inferd.core.request import InferRequest, Target, parse_version
+from inferd.errors import InternalError
+from inferd.frontends.grpc import trace as _trace
+from inferd.frontends.grpc._pb import pb
+from inferd.frontends.grpc.codec import PARSE_ERROR, decode_infer_request, forwarded_headers, output_targets
+from inferd.frontends.grpc.request_cache import RequestCache, Split, Template
+from inferd.trace import Trace
+
+if TYPE_CHECKING:
+    from inferd.frontends.grpc.service import InferenceServicer, Metadata
+
+
+def parse_infer_request(payload: bytes) -> Any:
+    """A ``ModelInferRequest`` from its bytes (INTERNAL, as the reference answers, when not one)."""
+    try:
+        return pb.ModelInferRequest.FromString(payload)
+    except DecodeError:
+        raise InternalError(PARSE_ERROR) from None
+
+
+class InferCall:
+    """One ModelInfer request on its way in: decoded once the core found its model (from its
+    template in the ``RequestCache`` when it has one that fits, else in full)."""
+
+    __slots__ = (
+        "at",
+        "decoupled",
+        "empty_final",
+        "metadata",
+        "msg",
+        "parts",
+        "request",
+        "servicer",
+        "template",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        servicer: InferenceServicer,
+        msg: Any,
+        metadata: Metadata | None,
+        parts: Split | None = None,
+        template: Template | None = None,
+    ) -> None:
+        self.servicer = servicer
+        self.at = 0  # when it was read, while tracing is on
+        self.trace: Trace | None = None
+        self.msg = msg  # (None: not parsed, a template stands for it)
+        self.metadata = metadata
+        self.parts = parts
+        self.template = template
+        self.request: InferRequest | None = None
+        self.decoupled = False
+        self.empty_final = False
+
+    def decode(self, model: Model) -> InferRequest:
+        """The core's ``Decoder``."""
+        servicer = self.servicer
+        parts, tpl = self.parts, self.template
+        hit = None if tpl is None or parts is None else RequestCache.request(tpl, parts, model)
+        if hit is not None:
+            request, self.empty_final = hit
+        else:
+            msg = self.msg
+            if msg is None:  # the template did not fit (a reloaded model, other tensor sizes)
+                assert parts is not None
+                msg = self.msg = parse_infer_request(parts.payload)
+            request, self.empty_final = decode_infer_request(msg, model, servicer.shm)
+            if parts is not None:
+                servicer.requests.remember(
+                    parts, model, parse_version(msg.model_version), request, self.empty_final
+                )
+        self.decoupled = model.decoupled
+        forward = servicer.forward
+        if forward is not None:
+            request.parameters.update(forwarded_headers(self.metadata or (), forward))
+        self.request = request
+        if self.at:
+            self.trace = _trace.start_trace(servicer.tracing, model.name, request, self.metadata, self.at)
+        return request
+
+    def targets(self) -> dict[str, Target] | None:
+        request = self.request
+        return None if request is None or request.outputs is None else output_targets(request)
