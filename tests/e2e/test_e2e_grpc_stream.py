@@ -186,6 +186,35 @@ def test_malformed_message_ends_only_its_stream(server: InferdProcess) -> None:
         assert [o.infer_response.id for o in out] == ["c"]
 
 
+def test_repeated_messages_on_a_stream_are_each_their_own_request(server: InferdProcess) -> None:
+    """Messages that differ only in id and tensor data (the request cache's hits) answer each with
+    its own id and sums; one under a known key whose id is not UTF-8 is malformed like any other:
+    the stream ends after what it answered."""
+    rng = np.random.default_rng(3)
+    messages, sums = [], []
+    for i in range(8):
+        a, b = rng.random((1, 16), dtype=np.float32), rng.random((1, 16), dtype=np.float32)
+        r = pb.ModelInferRequest(model_name="add_sub", id=f"s{i}")
+        for name, arr in (("INPUT0", a), ("INPUT1", b)):
+            r.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+            r.raw_input_contents.append(arr.tobytes())
+        messages.append(r.SerializeToString())
+        sums.append(a + b)
+    bad = _add_sub_bytes("x").replace(b"\x1a\x01x", b"\x1a\x01\xff")
+    ch, fn = _raw_stream(server)
+    with ch:
+        out = [
+            pb.ModelStreamInferResponse.FromString(b)
+            for b in fn(iter([*messages, _add_sub_bytes("x"), bad, messages[0]]), timeout=30)
+        ]
+    assert [o.infer_response.id for o in out] == [f"s{i}" for i in range(8)] + ["x"]
+    for o, expected in zip(out, sums, strict=False):
+        assert o.error_message == ""
+        names = [t.name for t in o.infer_response.outputs]
+        got = o.infer_response.raw_output_contents[names.index("OUTPUT0")]
+        assert np.array_equal(np.frombuffer(got, np.float32).reshape(1, 16), expected)
+
+
 def test_a_broken_stream_never_affects_another(
     server: InferdProcess, client: grpcclient.InferenceServerClient
 ) -> None:

@@ -204,11 +204,13 @@ def logged_model_infer(
     return answered, failed
 
 
-def logged_stream_request(msg: Any, callback: Callable[[Any, bool], None]) -> Callable[[Any, bool], None]:
+def logged_stream_request(
+    model: str, version: str, request_id: str, callback: Callable[[Any, bool], None]
+) -> Callable[[Any, bool], None]:
     """A ModelStreamInfer request's response callback, writing its line after its final response."""
     line = RequestLine(grpc_log, "gRPC", "ModelStreamInfer")
-    line.model = msg.model_name + (f":{msg.model_version}" if msg.model_version else "")
-    line.request_id = msg.id
+    line.model = model + (f":{version}" if version else "")
+    line.request_id = request_id
     status = ["OK"]
 
     def on_response(r: Any, final: bool) -> None:

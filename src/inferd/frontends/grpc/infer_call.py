@@ -1,7 +1,7 @@
 """One ModelInfer request on its way from the wire into the core (``InferCall``).
 
-The servicer (``service.py``) makes an ``InferCall`` per ModelInfer or ModelStreamInfer request and
-hands its ``decode`` to ``Core.submit`` as the ``Decoder``: once the core found the model, the
+The servicer (``service.py``) reads an ``InferCall`` from each ModelInfer or ModelStreamInfer
+message and hands its ``decode`` to ``Core.submit`` as the ``Decoder``: once the core found the model, the
 request is built from the ``RequestCache``'s template when one fits the message, else from the
 parsed message in full (``codec.decode_infer_request``), whose result is then remembered. Header
 forwarding and trace sampling follow, the same on both ways.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import DecodeError
 
 from inferd.core.model import Model
-from inferd.core.request import InferRequest, Target, parse_version
+from inferd.core.request import InferRequest, Target
 from inferd.errors import InternalError
 from inferd.frontends.grpc import trace as _trace
 from inferd.frontends.grpc._pb import pb
@@ -26,26 +26,22 @@ if TYPE_CHECKING:
     from inferd.frontends.grpc.service import InferenceServicer, Metadata
 
 
-def parse_infer_request(payload: bytes) -> Any:
-    """A ``ModelInferRequest`` from its bytes (INTERNAL, as the reference answers, when not one)."""
-    try:
-        return pb.ModelInferRequest.FromString(payload)
-    except DecodeError:
-        raise InternalError(PARSE_ERROR) from None
-
-
 class InferCall:
-    """One ModelInfer request on its way in: decoded once the core found its model (from its
-    template in the ``RequestCache`` when it has one that fits, else in full)."""
+    """One ModelInfer request on its way in (``read`` from its bytes): the model name, version text
+    and id it names, decoded once the core found its model (from its template in the
+    ``RequestCache`` when it has one that fits, else in full)."""
 
     __slots__ = (
         "at",
         "decoupled",
         "empty_final",
         "metadata",
+        "model_name",
+        "model_version",
         "msg",
         "parts",
         "request",
+        "rid",
         "servicer",
         "template",
         "trace",
@@ -58,6 +54,7 @@ class InferCall:
         metadata: Metadata | None,
         parts: Split | None = None,
         template: Template | None = None,
+        rid: str = "",
     ) -> None:
         self.servicer = servicer
         self.at = 0  # when it was read, while tracing is on
@@ -66,27 +63,48 @@ class InferCall:
         self.metadata = metadata
         self.parts = parts
         self.template = template
+        if template is not None:
+            self.model_name, self.model_version, self.rid = template.model_name, template.version_text, rid
+        else:
+            self.model_name, self.model_version, self.rid = msg.model_name, msg.model_version, msg.id
         self.request: InferRequest | None = None
         self.decoupled = False
         self.empty_final = False
+
+    @classmethod
+    def read(cls, servicer: InferenceServicer, payload: bytes, metadata: Metadata | None) -> InferCall:
+        """The call of a ModelInfer message: from its template when its key is known (nothing
+        parsed), else parsed (DecodeError: not a ``ModelInferRequest``)."""
+        requests = servicer.requests
+        parts = requests.split(payload)
+        if parts is not None:
+            tpl = requests.get(parts)
+            if tpl is not None:
+                rid = parts.rid
+                try:
+                    return cls(servicer, None, metadata, parts, tpl, "" if rid is None else rid.decode())
+                except UnicodeDecodeError:  # (the parser refuses it: as below)
+                    pass
+        return cls(servicer, pb.ModelInferRequest.FromString(payload), metadata, parts)
 
     def decode(self, model: Model) -> InferRequest:
         """The core's ``Decoder``."""
         servicer = self.servicer
         parts, tpl = self.parts, self.template
-        hit = None if tpl is None or parts is None else RequestCache.request(tpl, parts, model)
+        hit = None if tpl is None or parts is None else RequestCache.request(tpl, parts, model, self.rid)
         if hit is not None:
             request, self.empty_final = hit
         else:
             msg = self.msg
             if msg is None:  # the template did not fit (a reloaded model, other tensor sizes)
                 assert parts is not None
-                msg = self.msg = parse_infer_request(parts.payload)
+                try:  # (its key parsed before, and its id is UTF-8: this parses too)
+                    msg = self.msg = pb.ModelInferRequest.FromString(parts.payload)
+                except DecodeError:
+                    raise InternalError(PARSE_ERROR) from None
             request, self.empty_final = decode_infer_request(msg, model, servicer.shm)
             if parts is not None:
-                servicer.requests.remember(
-                    parts, model, parse_version(msg.model_version), request, self.empty_final
-                )
+                servicer.requests.remember(parts, model, msg.model_version, request, self.empty_final)
         self.decoupled = model.decoupled
         forward = servicer.forward
         if forward is not None:

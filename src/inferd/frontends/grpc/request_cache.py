@@ -139,9 +139,9 @@ class Template:
     """What a message's key decodes to (the request less its id and tensor bytes)."""
 
     model: Model
-    #: the model name and the version the message asks for (``parse_version``'s), for ``Core.submit``
+    #: the model name and the version text the message names (for ``Core.submit``, the logs)
     model_name: str
-    version: str
+    version_text: str
     inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
     parameters: dict[str, Any]
     correlation_id: int | str
@@ -172,10 +172,10 @@ class RequestCache:
         return self._cache.get(s.key)
 
     @staticmethod
-    def request(tpl: Template, s: Split, model: Model) -> tuple[InferRequest, bool] | None:
-        """The request ``s`` holds, from its template, as (request, empty final response asked);
-        None where the template does not fit (another model object, other tensor sizes, an id
-        that is not UTF-8): then the message takes the full way."""
+    def request(tpl: Template, s: Split, model: Model, rid: str) -> tuple[InferRequest, bool] | None:
+        """The request ``s`` holds (``rid``: its id, decoded), from its template, as (request, empty
+        final response asked); None where the template does not fit (another model object, other
+        tensor sizes): then the message takes the full way."""
         raws = s.raws
         specs = tpl.inputs
         cid = s.cid
@@ -186,12 +186,6 @@ class RequestCache:
             if raw.nbytes != size:
                 return None
             inputs[name] = Tensor(name, dt, shape, None, raw)
-        rid = ""
-        if s.rid is not None:
-            try:
-                rid = s.rid.decode()
-            except UnicodeDecodeError:
-                return None
         request = InferRequest(
             tpl.model_name,
             inputs,
@@ -212,7 +206,7 @@ class RequestCache:
         self,
         s: Split,
         model: Model,
-        version: str,
+        version_text: str,
         request: InferRequest,
         empty_final: bool,
     ) -> None:
@@ -240,7 +234,7 @@ class RequestCache:
         self._cache[s.key] = Template(
             model,
             request.model_name,
-            version,
+            version_text,
             tuple(specs),
             # the request's own dict goes on to the model: the template keeps a copy
             dict(request.parameters),

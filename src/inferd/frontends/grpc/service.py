@@ -41,7 +41,7 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
-from inferd.frontends.grpc.infer_call import InferCall, parse_infer_request
+from inferd.frontends.grpc.infer_call import InferCall
 from inferd.frontends.grpc.log_settings import log_settings
 from inferd.frontends.grpc.request_cache import RequestCache
 from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out
@@ -255,18 +255,15 @@ class InferenceServicer:
         call: InferCall | None = None
         try:
             self.authorize("ModelInfer", metadata)
-            parts = self.requests.split(payload)
-            tpl = None if parts is None else self.requests.get(parts)
-            if tpl is not None:  # its metadata seen before: nothing to parse
-                call = InferCall(self, None, metadata, parts, tpl)
-                name, version = tpl.model_name, tpl.version
-            else:
-                msg = parse_infer_request(payload)
-                call = InferCall(self, msg, metadata, parts)
-                name, version = msg.model_name, parse_version(msg.model_version)
+            try:
+                call = InferCall.read(self, payload, metadata)
+            except DecodeError:
+                raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR) from None
             if self.tracing.on:  # all that tracing costs while it is off
                 call.at = time.monotonic_ns()
-            stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
+            stream = self.core.submit(
+                call.model_name, parse_version(call.model_version), call.decode, decoupled_error=_DECOUPLED
+            )
         except Exception as e:
             fail(rpc_error(e))
             if call is not None and call.trace is not None:  # sampled, then refused: never written
@@ -453,10 +450,10 @@ class InferenceServicer:
             try:
                 async for data in request_iterator:
                     try:
-                        msg = pb.ModelInferRequest.FromString(data)
+                        call = InferCall.read(self, data, context.invocation_metadata())
                     except DecodeError:
                         break  # as the reference: the stream ends (OK) after what it answered
-                    self._stream_one(msg, context, out, order, pending, finish_if_idle)
+                    self._stream_one(call, context, out, order, pending, finish_if_idle)
                     if in_flight() >= STREAM_IN_FLIGHT:
                         room.clear()
                         await room.wait()
@@ -487,23 +484,22 @@ class InferenceServicer:
 
     def _stream_one(
         self,
-        msg: Any,
+        call: InferCall,
         context: Context,
         out: asyncio.Queue[Out],
         order: InOrder,
         pending: set[ResponseStream],
         finish_if_idle: Callable[[], None],
     ) -> None:
-        metadata = context.invocation_metadata()
-        call = InferCall(self, msg, metadata)
+        metadata = call.metadata
         if self.tracing.on:
             call.at = time.monotonic_ns()
         grpc_error = any(k == "triton_grpc_error" and v == "true" for k, v in metadata or ())
         slot = order.take()  # its place in the answers, unless its model turns out decoupled
         try:
-            stream = self.core.submit(msg.model_name, parse_version(msg.model_version), call.decode)
+            stream = self.core.submit(call.model_name, parse_version(call.model_version), call.decode)
         except InferdError as e:
-            order.fill(slot, e if grpc_error else stream_error(e.message, msg.id))
+            order.fill(slot, e if grpc_error else stream_error(e.message, call.rid))
             if call.trace is not None:
                 call.trace.finish()
             return
@@ -539,7 +535,9 @@ class InferenceServicer:
                 finish_if_idle()
 
         callback = on_response if call.trace is None else _trace.traced(call.trace, on_response)
-        stream.set_callback(logged_stream_request(msg, callback) if REQUESTS.on else callback)
+        if REQUESTS.on:  # --log-verbose 1: a line once answered
+            callback = logged_stream_request(call.model_name, call.model_version, call.rid, callback)
+        stream.set_callback(callback)
 
 
 def _parameter_value(p: Any) -> Any:

@@ -4,6 +4,7 @@ messages it cannot take apart plainly, and requests no template can stand for, g
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from inferd.core.request import InferRequest, parse_version
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.grpc._pb import pb as inferd_pb
 from inferd.frontends.grpc.codec import decode_infer_request, varint
+from inferd.frontends.grpc.infer_call import InferCall
 from inferd.frontends.grpc.request_cache import RequestCache, split
 from inferd.repository import parse_config_text
 
@@ -117,7 +119,7 @@ def through(cache: RequestCache, payload: bytes, model: Model = MODEL) -> tuple[
     s = cache.split(payload)
     assert s is not None
     tpl = cache.get(s)
-    return None if tpl is None else cache.request(tpl, s, model)
+    return None if tpl is None else cache.request(tpl, s, model, "" if s.rid is None else s.rid.decode())
 
 
 def learn(cache: RequestCache, payload: bytes, model: Model = MODEL) -> None:
@@ -287,12 +289,25 @@ def test_a_template_that_does_not_fit_is_not_used() -> None:
     assert through(cache, perf_analyzer_message(bytes(60))) is None
     # another object for the model (reloaded)
     assert through(cache, payload, _model()) is None
-    # an id that is not UTF-8 (the parser refuses it)
-    bad_id = client_message(request_id="x").replace(b"\x1a\x01x", b"\x1a\x01\xff")
-    learn(cache, client_message(request_id="x"))
-    assert through(cache, bad_id) is None
+
+
+def test_a_call_is_read_from_its_template_or_parsed() -> None:
+    cache = RequestCache()
+    servicer: Any = SimpleNamespace(requests=cache)
+    learn(cache, client_message(request_id="x", model_version="1"))
+    call = InferCall.read(servicer, client_message(request_id="y", model_version="1"), None)
+    assert call.msg is None and call.template is not None  # nothing parsed
+    assert (call.model_name, call.model_version, call.rid) == ("add_sub", "1", "y")
+    call = InferCall.read(servicer, client_message(priority=3), None)  # an unknown key: parsed
+    assert call.msg is not None and call.template is None
+    assert (call.model_name, call.model_version, call.rid) == ("add_sub", "", "")
+    # an id that is not UTF-8 under a known key: the parser's refusal, as for any other message
+    bad_id = client_message(request_id="x", model_version="1").replace(b"\x1a\x01x", b"\x1a\x01\xff")
+    assert cache.get(split(bad_id) or pytest.fail("split")) is not None
     with pytest.raises(DecodeError):
-        inferd_pb.ModelInferRequest.FromString(bad_id)
+        InferCall.read(servicer, bad_id, None)
+    with pytest.raises(DecodeError):
+        InferCall.read(servicer, b"\xff", None)
 
 
 def test_the_validation_key_holds_the_sizes() -> None:
