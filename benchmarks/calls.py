@@ -86,7 +86,7 @@ if out.endswith("-inline"):  # --inline: executes stay on the loop however slow 
             if hasattr(module, constant):
                 setattr(module, constant, 10**12)
     # and the trace writer's flushes take as many traces as at full speed (valgrind: ~50x slower)
-    if importlib.util.find_spec("inferd.trace.sink"):
+    if importlib.util.find_spec("inferd.trace") and importlib.util.find_spec("inferd.trace.sink"):  # (older trees: none)
         sink = importlib.import_module("inferd.trace.sink")
         sink.FLUSH_S *= 50
 from inferd.cli import main
