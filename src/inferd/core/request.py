@@ -105,6 +105,57 @@ class InferRequest:
         return tuple(o.name for o in self.outputs)
 
 
+@dataclass(slots=True)
+class RequestTemplate:
+    """What a front end's decoding cache keeps of a decoded request (the HTTP header cache, the
+    gRPC request cache): everything but the tensors, the id and the sequence id, which each request
+    that matches brings; ``validation_key`` fixes what validation reads (with the tensor sizes the
+    cache checks)."""
+
+    model_name: str
+    model_version: str
+    parameters: dict[str, Any]
+    outputs: list[RequestedOutput] | None
+    correlation_id: int | str
+    flags: int
+    priority: int
+    timeout_us: int
+    output_names: frozenset[str] | None
+    validation_key: Hashable
+
+    @classmethod
+    def of(cls, request: InferRequest, validation_key: Hashable) -> RequestTemplate:
+        return cls(
+            request.model_name,
+            request.model_version,
+            dict(request.parameters),  # (the request's own dict goes on to the model)
+            request.outputs,
+            request.correlation_id,
+            request.flags,
+            request.priority,
+            request.timeout_us,
+            request.output_names,
+            validation_key,
+        )
+
+    def request(self, inputs: dict[str, Tensor], rid: str, correlation_id: int | str | None) -> InferRequest:
+        """The request with these tensors and id (``correlation_id`` None: the template's)."""
+        return InferRequest(
+            self.model_name,
+            inputs,
+            self.model_version,
+            rid,
+            dict(self.parameters) if self.parameters else {},
+            self.outputs,
+            self.correlation_id if correlation_id is None else correlation_id,
+            self.flags,
+            self.priority,
+            self.timeout_us,
+            self.output_names,
+            self.validation_key,
+        )
+
+
 _LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
 _INT64_MAX = 2**63 - 1
 

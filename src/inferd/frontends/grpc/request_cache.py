@@ -19,10 +19,9 @@ typed ``contents`` or shared-memory tensors go the full way every time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from inferd.core.model import Model
-from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
 from inferd.frontends.grpc.codec import output_targets
@@ -143,16 +142,10 @@ class Template:
     model_name: str
     version_text: str
     inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
-    parameters: dict[str, Any]
-    correlation_id: int | str
-    flags: int
-    priority: int
-    timeout_us: int
-    outputs: list[RequestedOutput] | None
-    output_names: frozenset[str] | None
+    #: the request less its tensors, id and sequence id; its validation key is the message's key
+    #: with the tensor byte sizes
+    base: RequestTemplate
     empty_final: bool
-    #: the key with the byte sizes: the request's validation key
-    vkey: bytes
     #: made from a message whose sequence id number was taken out (it comes from each message)
     sequenced: bool
 
@@ -186,21 +179,7 @@ class RequestCache:
             if raw.nbytes != size:
                 return None
             inputs[name] = Tensor(name, dt, shape, None, raw)
-        request = InferRequest(
-            tpl.model_name,
-            inputs,
-            model.version_str,
-            rid,
-            dict(tpl.parameters) if tpl.parameters else {},
-            tpl.outputs,
-            tpl.correlation_id if cid is None else cid,
-            tpl.flags,
-            tpl.priority,
-            tpl.timeout_us,
-            tpl.output_names,
-            tpl.vkey,
-        )
-        return request, tpl.empty_final
+        return tpl.base.request(inputs, rid, cid), tpl.empty_final
 
     def remember(
         self,
@@ -236,15 +215,7 @@ class RequestCache:
             request.model_name,
             version_text,
             tuple(specs),
-            # the request's own dict goes on to the model: the template keeps a copy
-            dict(request.parameters),
-            request.correlation_id,
-            request.flags,
-            request.priority,
-            request.timeout_us,
-            request.outputs,
-            request.output_names,
+            RequestTemplate.of(request, s.key + b"\x00" + b",".join(sizes)),
             empty_final,
-            s.key + b"\x00" + b",".join(sizes),
             s.cid is not None,
         )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd.core.model import Model
-from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
 from inferd.frontends.http.decode import decode_infer_request
@@ -26,17 +26,10 @@ class _Template:
     inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
     tail_len: int
     id: str
-    parameters: dict[str, Any]
-    correlation_id: int | str
-    flags: int
-    priority: int
-    timeout_us: int
-    outputs: list[RequestedOutput] | None
-    output_names: frozenset[str] | None
+    #: the request less its tensors; its validation key is the header without its leading "id"
+    #: (it fixes every property validation reads)
+    base: RequestTemplate
     enc: OutputEncoding
-    #: the header without its leading "id": the request's validation key (it fixes every property
-    #: validation reads)
-    key: bytes
     #: made from a header whose leading id was taken off (the id then comes from each request)
     stripped: bool
     #: made from a header whose ``sequence_id`` number was taken out (it comes from each request)
@@ -129,21 +122,7 @@ class HeaderCache:
             for name, dt, shape, size in tpl.inputs:
                 inputs[name] = Tensor(name, dt, shape, None, view[off : off + size])
                 off += size
-            request = InferRequest(
-                model.name,
-                inputs,
-                version,
-                tpl.id if rid is None else rid,
-                dict(tpl.parameters) if tpl.parameters else {},
-                tpl.outputs,
-                tpl.correlation_id if cid is None else cid,
-                tpl.flags,
-                tpl.priority,
-                tpl.timeout_us,
-                tpl.output_names,
-                tpl.key,
-            )
-            return request, tpl.enc
+            return tpl.base.request(inputs, tpl.id if rid is None else rid, cid), tpl.enc
         request, enc = decode_infer_request(model, version, body, header_length, self._shm)
         tpl = self._template(
             model, version, request, enc, len(body) - header_length, key, rid is not None, cid is not None
@@ -191,15 +170,8 @@ class HeaderCache:
             tuple(specs),
             tail_len,
             request.id,
-            request.parameters,
-            request.correlation_id,
-            request.flags,
-            request.priority,
-            request.timeout_us,
-            request.outputs,
-            request.output_names,
+            RequestTemplate.of(request, key),
             enc,
-            key,
             stripped,
             sequenced,
         )
