@@ -80,11 +80,9 @@ class InferCall:
         if parts is not None:
             tpl = requests.get(parts)
             if tpl is not None:
-                rid = parts.rid
-                try:
-                    return cls(servicer, None, metadata, parts, tpl, "" if rid is None else rid.decode())
-                except UnicodeDecodeError:  # (the parser refuses it: as below)
-                    pass
+                rid = _text(parts.rid)
+                if rid is not None:  # (an id that is not UTF-8: parsed below, the parser refuses it)
+                    return cls(servicer, None, metadata, parts, tpl, rid)
         return cls(servicer, pb.ModelInferRequest.FromString(payload), metadata, parts)
 
     def decode(self, model: Model) -> InferRequest:
@@ -117,3 +115,13 @@ class InferCall:
     def targets(self) -> dict[str, Target] | None:
         request = self.request
         return None if request is None or request.outputs is None else output_targets(request)
+
+
+def _text(rid: bytes | None) -> str | None:
+    """A message's id as text ("" when it has none); None when it is not UTF-8."""
+    if rid is None:
+        return ""
+    try:
+        return rid.decode()
+    except UnicodeDecodeError:
+        return None
