@@ -64,7 +64,11 @@ class InferCall:
         self.parts = parts
         self.template = template
         if template is not None:
-            self.model_name, self.model_version, self.rid = template.model_name, template.version_text, rid
+            self.model_name, self.model_version, self.rid = (
+                template.base.model_name,
+                template.version_text,
+                rid,
+            )
         else:
             self.model_name, self.model_version, self.rid = msg.model_name, msg.model_version, msg.id
         self.request: InferRequest | None = None

@@ -138,8 +138,7 @@ class Template:
     """What a message's key decodes to (the request less its id and tensor bytes)."""
 
     model: Model
-    #: the model name and the version text the message names (for ``Core.submit``, the logs)
-    model_name: str
+    #: the version text the message names (for ``Core.submit``, the logs; the name is ``base``'s)
     version_text: str
     inputs: tuple[tuple[str, DataType, tuple[int, ...], int], ...]  # name, datatype, shape, byte size
     #: the request less its tensors, id and sequence id; its validation key is the message's key
@@ -212,7 +211,6 @@ class RequestCache:
             self._cache.pop(next(iter(self._cache)))
         self._cache[s.key] = Template(
             model,
-            request.model_name,
             version_text,
             tuple(specs),
             RequestTemplate.of(request, s.key + b"\x00" + b",".join(sizes)),
