@@ -32,6 +32,7 @@ from inferd.frontends.access import (
 )
 from inferd.frontends.forward import compile_forward_pattern
 from inferd.frontends.http.protocol import HttpLimits
+from inferd.frontends.tls import check_flags as check_tls_flags
 from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
 from inferd.metrics.custom import CustomMetricRegistry
@@ -100,6 +101,8 @@ class Runtime:
         # an embedded server logs through its program's own handlers, unless the options name a file
         self.logs = logs if logs is not None else from_options(options, attach=False)
         parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
+        for warning in check_tls_flags(options):  # a TLS combination that would protect less: refused
+            log.warning("%s", warning)
         #: the trace extension (settings, sampling, trace files or OpenTelemetry spans)
         self.tracing = Tracing.from_flags(options.trace_config, "" if place is None else f".{place.index}")
         #: the custom metrics of the models (``pb_utils.MetricFamily``), rendered on /metrics

@@ -166,3 +166,26 @@ def test_unusable_certificate_files_stop_the_server_with_a_reason(
     bad.write_text("not a certificate")
     with pytest.raises(RuntimeError, match="cannot use the certificate"):
         start_server(f"--http-ssl-cert={bad}", f"--http-ssl-key={bad}")
+
+
+@pytest.mark.parametrize("grpc_server", ["lean", "aio"])
+def test_mutual_tls_without_a_root_certificate_does_not_start(
+    start_server: Callable[..., Any], certs: Path, grpc_server: str
+) -> None:
+    """Mutual TLS with no CA to check clients against would accept anyone (the lean server) or
+    fail deep inside grpcio (aio): refused before anything loads, naming the missing flag."""
+    with pytest.raises(RuntimeError, match=r"--grpc-use-ssl-mutual needs --grpc-root-cert"):
+        start_server(
+            f"--grpc-server={grpc_server}",
+            "--grpc-use-ssl-mutual=true",
+            f"--grpc-server-cert={certs / 'server.crt'}",
+            f"--grpc-server-key={certs / 'server.key'}",
+        )
+
+
+def test_an_http_client_ca_without_https_does_not_start(
+    start_server: Callable[..., Any], certs: Path
+) -> None:
+    """A client CA alone would leave HTTP in plain text while its flag names mutual TLS."""
+    with pytest.raises(RuntimeError, match=r"--http-ssl-root-cert needs --http-ssl-cert and --http-ssl-key"):
+        start_server(f"--http-ssl-root-cert={certs / 'ca.crt'}")

@@ -106,6 +106,9 @@ class LoadContext:
     backend_config: Mapping[str, str] = field(default_factory=dict)
     #: seconds an instance may take to initialize (0: no limit); a worker process past it is killed
     load_timeout_s: float = 0.0
+    #: the model's files came from a client (``file:`` overrides), not from a repository: untrusted
+    #: input that must not be read or run in the server's own process
+    uploaded: bool = False
 
 
 class BackendInstance(Protocol):

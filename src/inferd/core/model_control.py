@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -334,7 +335,8 @@ class ModelControl:
             if override is None:
                 raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
             folder = write_overrides(name, files)
-            return scan_model_dir(folder, folder.parent, name=name), override, None
+            md = dataclasses.replace(scan_model_dir(folder, folder.parent, name=name), uploaded=True)
+            return md, override, None
         entry = self._sources.find(name)
         if entry is None:
             raise _poll_failed(name, "model not found in any model repository")

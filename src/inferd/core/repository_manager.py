@@ -225,6 +225,7 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
             settings.links,
             settings.for_backend(cfg.backend),
             settings.load_timeout_s,
+            uploaded=md.uploaded,
         )
         bmodel = backend.load(ctx)
         wanted = wanted_instances(cfg)

@@ -48,6 +48,9 @@ class ModelDir:
     repository: Path
     versions: dict[int, Path]
     ignored: tuple[str, ...] = field(default=())
+    #: its files came from a client (a load's ``file:`` overrides), not from a repository: untrusted
+    #: input, which backends load and run contained (a worker process)
+    uploaded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
