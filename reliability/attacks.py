@@ -4,7 +4,8 @@ a huge URL, a huge header, too many headers, slowloris, idle connections by the 
 whose execute sleeps, a huge gRPC message, a CONTINUATION flood and too many streams; and issue 25's
 cases, from their own modules: hostile model names in repository loads, a 100,000-prompt body, the
 status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
-a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py).
+a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py);
+and issue 42's: what a repository load may ask for (attacks_upload.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
@@ -30,7 +31,7 @@ import grpc
 from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
-from reliability import attacks_flow, attacks_lifecycle, attacks_safety, fuzz_h2
+from reliability import attacks_flow, attacks_lifecycle, attacks_safety, attacks_upload, fuzz_h2
 from reliability.common import HealthWatch, MiB, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
 
 HEALTH_GOAL_MS = 50.0
@@ -466,8 +467,13 @@ ATTACKS: dict[str, tuple[str, str, str]] = {
     "continuation_flood": ("HEADERS + {flood} of CONTINUATION frames", "GOAWAY ENHANCE_YOUR_CALM", "grpc"),
     "too_many_streams": ("{streams} streams opened on one connection", "REFUSED_STREAM past the limit", "grpc"),
 }  # fmt: skip
-#: issue 25's cases: name -> (what, expected, which limit, function), each module's own
-ISSUE25_CASES = {**attacks_safety.CASES, **attacks_flow.CASES, **attacks_lifecycle.CASES}
+#: issue 25's and issue 42's cases: name -> (what, expected, which limit, function), each module's own
+ISSUE25_CASES = {
+    **attacks_safety.CASES,
+    **attacks_flow.CASES,
+    **attacks_lifecycle.CASES,
+    **attacks_upload.CASES,
+}
 ATTACKS.update({name: (what, expected, which) for name, (what, expected, which, _f) in ISSUE25_CASES.items()})
 
 

@@ -174,6 +174,17 @@ def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> s
     return "\n".join(lines)
 
 
+def print_model_table(rows: Sequence[tuple[str, ...]], as_json: bool) -> None:
+    """The model table at start: as tritonserver prints it, or with ``--log-format json`` one log
+    line a model version (``model``, ``version``, ``status`` keys), so that every line is JSON."""
+    if not as_json:
+        print(format_table(("Model", "Version", "Status"), rows), file=sys.stderr, flush=True)
+        return
+    for name, version, status in rows:
+        fields = {"model": name, "version": version, "status": status}
+        log.info("model '%s' version %s: %s", name, version, status, extra={"fields": fields})
+
+
 async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (``main`` exits with
     it at once: the loop's shutdown would wait for every thread, a model's hung one too)."""
@@ -227,7 +238,7 @@ async def _serve(
     gc.freeze()
     core = runtime.core
     if place is None or place.index == 0:  # the table once, not once per --workers process
-        print(format_table(("Model", "Version", "Status"), core.model_table()), file=sys.stderr, flush=True)
+        print_model_table(core.model_table(), runtime.logs.format == "json")
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:

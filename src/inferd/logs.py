@@ -90,7 +90,8 @@ class Iso8601Formatter(TritonFormatter):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: ``time`` (ISO 8601, microseconds), ``level``, ``logger``, ``pid``,
-    ``file``, ``line``, ``message`` and, after an exception, ``exception``."""
+    ``file``, ``line``, ``message``, after an exception ``exception``, and the record's ``fields``
+    (``extra={"fields": {...}}``: a table's row as keys of its own)."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -104,6 +105,9 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
+        fields = record.__dict__.get("fields")
+        if isinstance(fields, dict):
+            doc.update((k, v) for k, v in fields.items() if k not in doc)
         return json.dumps(doc, ensure_ascii=False)
 
 

@@ -77,6 +77,12 @@ class ServerOptions:
         "times a model version whose load failed is loaded again before it is UNAVAILABLE (all tries "
         "within --model-load-timeout-secs)",
     )
+    model_upload_max_bytes: int = option(
+        1 << 30,
+        "bytes of model files that clients may have uploaded (repository loads with file: overrides) and "
+        "the server holds at once: a load past it is refused (400) until an uploaded model is unloaded; "
+        "0: no limit",
+    )
     model_namespacing: bool = option(
         False,
         "tritonserver's model namespaces: accepted; a model name held by two repositories is then "
@@ -364,6 +370,7 @@ FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "model_load_thread_count",
             "model_load_timeout_secs",
             "model_load_retry_count",
+            "model_upload_max_bytes",
         ),
     ),
     (

@@ -185,3 +185,17 @@ def test_one_line_per_request_at_level_1(start_server: Callable[..., Any], tmp_p
     finally:
         http.close()
         g.close()
+
+
+def test_json_format_writes_every_start_line_as_json_the_model_table_included(
+    start_server: Callable[..., Any],
+) -> None:
+    """With --log-format json a log collector reads every line: the model table is one line a
+    model version with its fields as keys, not the ASCII table."""
+    server = start_server("--log-format=json")
+    server.assert_serving()
+    lines = [line for line in server.log().splitlines() if line.strip()]
+    docs = [json.loads(line) for line in lines]  # raises on any line that is not JSON
+    table = {(d["model"], d["version"]): d["status"] for d in docs if "model" in d and "status" in d}
+    assert table[("identity_fp32", "1")] == "READY"
+    assert not any(line.startswith("+--") for line in lines)

@@ -27,9 +27,7 @@ import base64
 import binascii
 import dataclasses
 import logging
-import shutil
-import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, NoReturn
 
 from google.protobuf import json_format
@@ -38,6 +36,7 @@ from inferd.core.instance_update import requires_reload, update_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.on_demand import MemoryBudget
+from inferd.core.overrides import FILE_PREFIX, Uploads, sweep_stale
 from inferd.core.repository_manager import (
     LoadedModels,
     LoadSettings,
@@ -56,7 +55,6 @@ from inferd.repository.scan import Fingerprint, scan_model_dir
 log = logging.getLogger("inferd.repository")
 
 MODES = ("none", "poll", "explicit")
-FILE_PREFIX = "file:"
 
 
 def load_parameters(params: dict[str, Any], base64_files: bool) -> tuple[str | None, dict[str, bytes]]:
@@ -111,52 +109,6 @@ def version_files(mark: Fingerprint, version: int) -> Fingerprint:
     return tuple(out)
 
 
-OVERRIDE_PREFIX = "inferd-override-"
-
-
-def write_overrides(name: str, files: dict[str, bytes]) -> Path:
-    """``file:<path>`` overrides written to a fresh private folder, which is the model's folder for
-    this load. The model's name never becomes part of a path (a client sends any string: ``..``,
-    ``a/../../b``), as in the reference, whose override folder is its temporary folder itself;
-    every file is checked against the folder's resolved path before it is written."""
-    root = Path(tempfile.mkdtemp(prefix=OVERRIDE_PREFIX)).resolve()
-    try:
-        for rel, data in files.items():
-            pure = PurePosixPath(rel)
-            target = (root / pure).resolve()
-            if (
-                not rel
-                or "\0" in rel
-                or pure.is_absolute()
-                or ".." in pure.parts
-                or target == root
-                or not target.is_relative_to(root)
-            ):
-                raise _poll_failed(
-                    name,
-                    f"Invalid file parameter '{FILE_PREFIX}{rel}': the path must stay within the model directory",
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    except BaseException:
-        remove_override_folder(root)
-        raise
-    return root
-
-
-def remove_override_folder(folder: Path) -> None:
-    """Remove ``folder``, a folder ``write_overrides`` made, and nothing else: a path that is not
-    such a folder (not named so, not directly in the temporary folder, a link) is left alone."""
-    if (
-        folder.name.startswith(OVERRIDE_PREFIX)
-        and folder.parent == Path(tempfile.gettempdir()).resolve()
-        and not folder.is_symlink()
-    ):
-        shutil.rmtree(folder, ignore_errors=True)
-    else:  # never expected: a bug, said loudly rather than a tree removed
-        log.error("not removing '%s': it is not an override folder of this server", folder)
-
-
 class ModelControl:
     """Loads and unloads the models of ``registry`` after start (see the module docstring)."""
 
@@ -167,6 +119,7 @@ class ModelControl:
         registry: LoadedModels,
         settings: LoadSettings,
         drain_timeout_s: float,
+        uploads: Uploads | None = None,
     ) -> None:
         self.mode = mode
         self._repositories = repositories
@@ -183,6 +136,8 @@ class ModelControl:
         self._stamps: dict[str, Fingerprint] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
+        #: the folders of file overrides and their bytes (``--model-upload-max-bytes``)
+        self.uploads = uploads if uploads is not None else Uploads(0)
         #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
         #: ``unload_dependents`` takes them along with the last ensemble that used them
         self._implicit: set[str] = set()
@@ -194,6 +149,7 @@ class ModelControl:
 
     # -- start ---------------------------------------------------------------------------------------
     async def start(self, startup_models: list[str]) -> None:
+        await asyncio.to_thread(sweep_stale)  # override folders of servers that crashed or were killed
         if self.budget is not None and startup_models == ["*"]:  # one at a time, each measured
             startup_models = await asyncio.to_thread(self._sources.names)
         if self.mode == "explicit" and startup_models != ["*"]:
@@ -329,12 +285,14 @@ class ModelControl:
                 override = json_format.Parse(config, ModelConfig())
             except json_format.ParseError as e:
                 raise _poll_failed(name, f"Invalid config override: {e}") from None
+            except RecursionError:  # JSON nested thousands deep: no config is
+                raise _poll_failed(name, "Invalid config override: nested too deeply") from None
             if not override.name:
                 override.name = name
         if files:
             if override is None:
                 raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
-            folder = write_overrides(name, files)
+            folder = self.uploads.write(name, files)
             md = dataclasses.replace(scan_model_dir(folder, folder.parent, name=name), uploaded=True)
             return md, override, None
         entry = self._sources.find(name)
@@ -452,7 +410,7 @@ class ModelControl:
             if updated.get(m.version) is not m:
                 await self._stop(m)
         if old_dir is not None:
-            remove_override_folder(old_dir)
+            self.uploads.remove(old_dir)
         if self.budget is not None:
             self.budget.touch(name)
             await self.budget.fit(loading, self._evict, why=name)
@@ -486,7 +444,7 @@ class ModelControl:
 
     def _drop_override(self, md: ModelDir, files: dict[str, bytes]) -> None:
         if files:
-            remove_override_folder(md.path)
+            self.uploads.remove(md.path)
 
     async def _unload(self, name: str, unload_dependents: bool) -> None:
         """Unload ``name``, as the reference's dependency graph does: the ensembles using it cannot
@@ -512,7 +470,7 @@ class ModelControl:
             await self._stop(m)
         folder = self._override_dirs.pop(name, None)
         if folder is not None:
-            remove_override_folder(folder)
+            self.uploads.remove(folder)
         self._implicit.discard(name)
         self._stamps.pop(name, None)
         if live:

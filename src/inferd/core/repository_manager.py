@@ -31,6 +31,7 @@ from inferd.repository import (
     select_versions,
     validate_config,
 )
+from inferd.repository.config.limits import check_limits
 from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
@@ -109,6 +110,7 @@ def prepare_config(
     instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
     may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``)."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
+    check_limits(cfg)  # before the backend reads a file or imports code the config names
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
@@ -239,46 +241,21 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
                 with held(gate, i):
                     instances.append((spec.name, bmodel.create_instance(spec)))
             warm_up(cfg, md.path, instances, settings.loop, gate)
+            promotion = bmodel.promotion()
+            model.members = [Member(spec, sig, i) for i, (spec, sig) in enumerate(wanted)]
+            # inside the try: a scheduler that cannot start (no thread left) releases the instances
+            model.scheduler = _scheduler(model, md, instances, settings, execute_timeout_ns, gate, promotion)
         except BaseException:
             for _, inst in instances:
                 inst.unload()
             if gate is not None:
                 gate.close()
             raise
-        promotion = bmodel.promotion()
         model.backend_model = bmodel
-        model.members = [Member(spec, sig, i) for i, (spec, sig) in enumerate(wanted)]
         check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()
         ready_fn = check() if check is not None else None
         if ready_fn is not None:
             model.ready_check = ReadinessCheck(f"model '{name}' version {version}", ready_fn)
-        if cfg.HasField("sequence_batching"):  # a stateful model: scheduling/sequence.py
-            model.scheduler = SequenceBatcher(
-                name,
-                str(version),
-                cfg,
-                instances,
-                model.stats,
-                settings.loop,
-                model_dir=md.path,
-                execute_timeout_ns=execute_timeout_ns,
-                gate=gate,
-            )
-        else:
-            model.scheduler = InstancePool(
-                name,
-                str(version),
-                instances,
-                _policy(cfg),
-                model.stats,
-                settings.loop,
-                promote=None
-                if promotion is None
-                else (lambda: {m.index: promotion(m.spec) for m in model.members}),
-                queue=queue_policy(cfg),
-                execute_timeout_ns=execute_timeout_ns,
-                gate=gate,
-            )
         model.state = ModelState.READY
         model.load_seconds = time.monotonic() - t0
         log.info("successfully loaded '%s' version %d", name, version)
@@ -296,6 +273,44 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
     except Exception as e:  # a model's own import or initialize error: keep the others serving
         model.state, model.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
     return model
+
+
+def _scheduler(
+    model: Model,
+    md: ModelDir,
+    instances: list[tuple[str, BackendInstance]],
+    settings: LoadSettings,
+    execute_timeout_ns: int,
+    gate: Any,
+    promotion: Any,
+) -> SequenceBatcher | InstancePool:
+    """The scheduler of a version whose instances are up: a SequenceBatcher for a stateful model
+    (scheduling/sequence.py), else an InstancePool."""
+    cfg, name, version = model.config, model.name, str(model.version)
+    if cfg.HasField("sequence_batching"):
+        return SequenceBatcher(
+            name,
+            version,
+            cfg,
+            instances,
+            model.stats,
+            settings.loop,
+            model_dir=md.path,
+            execute_timeout_ns=execute_timeout_ns,
+            gate=gate,
+        )
+    return InstancePool(
+        name,
+        version,
+        instances,
+        _policy(cfg),
+        model.stats,
+        settings.loop,
+        promote=None if promotion is None else (lambda: {m.index: promotion(m.spec) for m in model.members}),
+        queue=queue_policy(cfg),
+        execute_timeout_ns=execute_timeout_ns,
+        gate=gate,
+    )
 
 
 async def load_repositories(

@@ -22,6 +22,7 @@ from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
 from inferd.core.model_control import ModelControl, load_parameters
 from inferd.core.on_demand import MemoryBudget, budget_from_options
+from inferd.core.overrides import Uploads
 from inferd.core.readiness import ReadinessCheck
 from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
@@ -155,6 +156,7 @@ class ServerCore:
             self.registry,
             settings,
             drain_timeout_s=float(options.exit_timeout_secs),
+            uploads=Uploads(options.model_upload_max_bytes),
         )
         if limit is not None:
             self.budget = self.control.budget = MemoryBudget(limit, self.registry)

@@ -117,8 +117,14 @@ class InstancePool(PoolMembers):
         self._running: list[tuple[int, list[InferRequest]] | None] = []
         self._abandoned: set[int] = set()
         threads = [self._start_worker(name) for name, _inst in instances]
-        for t in threads:
-            t.start()
+        started = 0
+        try:
+            for t in threads:
+                t.start()
+                started += 1
+        except BaseException:  # no thread left to run (the system's limit): the started ones end
+            self.halt(threads[:started])
+            raise
         if execute_timeout_ns:
             WATCHDOG.watch(self)
 
@@ -176,6 +182,15 @@ class InstancePool(PoolMembers):
         for r in leftover:
             self._fail(r, UnavailableError("Server is stopping"))
         await asyncio.to_thread(self._join_and_unload)
+
+    def halt(self, threads: list[threading.Thread] | None = None) -> None:
+        """End the workers at once (a load that fails after this pool started): nothing is queued
+        yet, nothing is unloaded (the load does that)."""
+        with self._lock:
+            self._stopping = True
+            self._wake_all()
+        for t in self._threads if threads is None else threads:
+            t.join(timeout=5)
 
     def _join_and_unload(self) -> None:
         for t in self._threads:

@@ -189,7 +189,14 @@ class SequenceBatcher:
         self.tickets: dict[int, _Slot] = {}
         self._policy, self._execute_timeout_ns, self._slot_count = policy, execute_timeout_ns, slot_count
         gates = gate.split() if gate is not None else [None] * len(instances)
-        self._pools = [self._pool(name, inst, g) for (name, inst), g in zip(instances, gates, strict=True)]
+        self._pools: list[InstancePool] = []
+        try:
+            for (name, inst), g in zip(instances, gates, strict=True):
+                self._pools.append(self._pool(name, inst, g))
+        except BaseException:  # a pool that cannot start: the others' workers end too
+            for pool in self._pools:
+                pool.halt()
+            raise
         pairs = [(i, p) for i in range(slot_count) for p in range(len(instances))]
         self._slots = [_Slot(n, p, i) for n, (i, p) in enumerate(pairs)]
         #: free slots, the lowest slot index first (then the lowest instance), as the reference

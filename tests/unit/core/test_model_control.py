@@ -1,22 +1,15 @@
-"""Model control's pieces: a load request's parameters, file overrides kept in their folder, poll
-mode's fingerprint."""
+"""Model control's pieces: a load request's parameters, poll mode's fingerprint (file overrides:
+test_overrides.py)."""
 
 from __future__ import annotations
 
 import base64
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from inferd.core.model_control import (
-    OVERRIDE_PREFIX,
-    fingerprint,
-    load_parameters,
-    remove_override_folder,
-    write_overrides,
-)
+from inferd.core.model_control import fingerprint, load_parameters
 from inferd.errors import InternalError, InvalidArgumentError
 
 
@@ -50,42 +43,6 @@ def test_load_parameters_refused(params: dict[str, object], error: type[Exceptio
 def test_load_parameters_over_grpc_want_bytes() -> None:
     with pytest.raises(InvalidArgumentError, match="bytes_param"):
         load_parameters({"file:1/model.py": "text"}, base64_files=False)
-
-
-def test_file_overrides_go_to_a_private_folder_that_is_the_models_folder() -> None:
-    folder = write_overrides("m", {"1/model.py": b"x = 1", "config.pbtxt": b""})
-    try:
-        assert folder.name.startswith(OVERRIDE_PREFIX)  # the name is never part of the path
-        assert (folder / "1" / "model.py").read_bytes() == b"x = 1"
-        assert oct(folder.stat().st_mode & 0o777) == "0o700"  # mkdtemp: this user's only
-    finally:
-        remove_override_folder(folder)
-    assert not folder.exists()
-
-
-@pytest.mark.parametrize("name", ["..", "../..", "a/../../b", "/", ".", "x\\..", "m"])
-def test_a_model_name_never_places_the_files(name: str) -> None:
-    folder = write_overrides(name, {"1/model.py": b"x = 1"})
-    try:
-        assert folder.parent == Path(tempfile.gettempdir()).resolve()
-        assert [p.name for p in folder.iterdir()] == ["1"]
-    finally:
-        remove_override_folder(folder)
-
-
-def test_only_override_folders_are_removed(tmp_path: Path) -> None:
-    victim = tmp_path / f"{OVERRIDE_PREFIX}lookalike"  # named so, but not in the temporary folder
-    victim.mkdir()
-    (victim / "f").write_text("keep")
-    remove_override_folder(victim)
-    remove_override_folder(tmp_path)
-    assert (victim / "f").read_text() == "keep"
-
-
-@pytest.mark.parametrize("name", ["../x", "1/../../x", "/etc/passwd", ""])
-def test_file_overrides_never_leave_their_folder(name: str, tmp_path: Path) -> None:
-    with pytest.raises(InternalError, match="must stay within the model directory"):
-        write_overrides("m", {"1/model.py": b"ok", name: b"evil"})
 
 
 def test_fingerprint_sees_edits_additions_and_removals(tmp_path: Path) -> None:

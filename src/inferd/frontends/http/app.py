@@ -231,11 +231,22 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` (which answers its request) on the loop, held until it ends."""
+    def _spawn(self, work: Coroutine[Any, Any, None], resp: Responder) -> None:
+        """Run ``work`` (which answers its request on ``resp``) on the loop, held until it ends. A
+        failure it did not expect is logged and answered 500 (a request always gets its answer;
+        an answer already sent is kept)."""
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._spawned_done, resp))
+
+    def _spawned_done(self, resp: Responder, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        e = task.exception()
+        if e is not None:
+            log.error("answering a request failed", exc_info=e)
+            send_error(resp, InternalError(f"internal error: {type(e).__name__}"))
 
     @staticmethod
     def _json(resp: Responder, doc: Any) -> None:
@@ -268,7 +279,7 @@ class HttpApp:
                 if check is None:
                     resp.send(200, _EMPTY, _TEXT)
                 else:  # the model's own is_ready(): bounded by core/readiness.py
-                    self._spawn(self._ready_answer(resp, check))
+                    self._spawn(self._ready_answer(resp, check), resp)
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
         elif action == "stats":
@@ -284,7 +295,7 @@ class HttpApp:
         if req.method != "GET":
             resp.send(405, _NOT_ALLOWED, _JSON)
             return
-        self._spawn(self._statistics_answer(resp, name, version))
+        self._spawn(self._statistics_answer(resp, name, version), resp)
 
     async def _statistics_answer(self, resp: Responder, name: str, version: str) -> None:
         try:
@@ -344,7 +355,7 @@ class HttpApp:
         except InferdError as e:
             _error(resp, e)
             return
-        self._spawn(self._when_done(call, resp))
+        self._spawn(self._when_done(call, resp), resp)
 
     async def _when_done(self, call: Awaitable[None], resp: Responder) -> None:
         """A load, an unload or a shared-memory change: answered when it is done (it may take a while,
@@ -405,7 +416,7 @@ class HttpApp:
                 change = mgr.register_everywhere(
                     region, *(system_region if kind == "system" else cuda_region)(doc)
                 )
-            self._spawn(self._when_done(change, resp))
+            self._spawn(self._when_done(change, resp), resp)
         except InferdError as e:
             _error(resp, e)
 
@@ -413,7 +424,7 @@ class HttpApp:
     def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
         at = received(resp) if self.tracing.on else None  # all that tracing costs while it is off
         if "content-encoding" in req.headers and _encoding(req) in WBITS and len(req.body) > OFF_LOOP_MIN:
-            self._spawn(self._inflate_then_infer(req, resp, name, version, at))
+            self._spawn(self._inflate_then_infer(req, resp, name, version, at), resp)
             return
         self._infer(req, resp, name, version, None, at)
 

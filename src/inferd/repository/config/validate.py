@@ -10,6 +10,7 @@ from typing import Any
 from inferd.errors import InvalidArgumentError
 from inferd.gpu.devices import NO_GPUS, SupportedGpus
 from inferd.repository.config.instance_group import validate_instance_group
+from inferd.repository.config.limits import limit_checks
 from inferd.repository.config.schema import (
     ENSEMBLE_PLATFORM,
     KNOWN_PLATFORM_BACKENDS,
@@ -61,6 +62,7 @@ def config_checks(
         (("backend",), partial(_validate_platform, cfg)),
         (("max_batch_size",), partial(_validate_max_batch_size, cfg)),
         (("version_policy",), partial(_validate_version_policy, cfg)),
+        *limit_checks(cfg),
     ]
     if cfg.HasField("dynamic_batching"):
         checks.append((("dynamic_batching",), partial(_validate_dynamic_batching, cfg)))
@@ -73,10 +75,13 @@ def config_checks(
     if not cfg.HasField("ensemble_scheduling"):
         for index in range(len(cfg.instance_group)):
             checks.append((("instance_group", index), partial(validate_instance_group, cfg, index, gpus)))
+    first_input, first_output = _first_indices(cfg.input), _first_indices(cfg.output)
     for index in range(len(cfg.input)):
-        checks.append((("input", index), partial(_for_model, cfg, _validate_input, cfg, index)))
+        checks.append((("input", index), partial(_for_model, cfg, _validate_input, cfg, index, first_input)))
     for index in range(len(cfg.output)):
-        checks.append((("output", index), partial(_for_model, cfg, _validate_output, cfg, index)))
+        checks.append(
+            (("output", index), partial(_for_model, cfg, _validate_output, cfg, index, first_output))
+        )
     checks.append((("batch_input",), partial(_for_model, cfg, _validate_batch_io, cfg)))
     return checks
 
@@ -359,7 +364,16 @@ def _for_model(cfg: ModelConfig, check: Callable[..., None], *args: Any) -> None
         raise InvalidArgumentError(f"{e.message} for {cfg.name}") from None
 
 
-def _validate_input(cfg: ModelConfig, index: int) -> None:
+def _first_indices(tensors: Iterable[Any]) -> dict[str, int]:
+    """Each name's first index among ``tensors``: a duplicate is one whose index is not its name's
+    first (one pass, not a look back at every earlier tensor: a config may list thousands)."""
+    first: dict[str, int] = {}
+    for index, tensor in enumerate(tensors):
+        first.setdefault(tensor.name, index)
+    return first
+
+
+def _validate_input(cfg: ModelConfig, index: int, first: dict[str, int]) -> None:
     """One input of ``ValidateModelIOConfig``, then that its name is not an earlier input's."""
     model_input = cfg.input[index]
     _validate_io_shape(model_input, cfg.max_batch_size, "model input ")
@@ -368,18 +382,18 @@ def _validate_input(cfg: ModelConfig, index: int) -> None:
     if cfg.platform != TENSORRT_PLATFORM and model_input.is_shape_tensor:
         raise _invalid("shape tensors are only supported for TensorRT platform")
     _validate_non_linear(model_input, cfg.platform, True)
-    if any(earlier.name == model_input.name for earlier in cfg.input[:index]):
+    if first[model_input.name] != index:
         raise _invalid(f"model input '{model_input.name}' is specified more than once")
 
 
-def _validate_output(cfg: ModelConfig, index: int) -> None:
+def _validate_output(cfg: ModelConfig, index: int, first: dict[str, int]) -> None:
     """One output of ``ValidateModelIOConfig``, then that its name is not an earlier output's."""
     model_output = cfg.output[index]
     _validate_io_shape(model_output, cfg.max_batch_size, "model output ")
     if cfg.platform != TENSORRT_PLATFORM and model_output.is_shape_tensor:
         raise _invalid("shape tensors are only supported for TensorRT platform")
     _validate_non_linear(model_output, cfg.platform, False)
-    if any(earlier.name == model_output.name for earlier in cfg.output[:index]):
+    if first[model_output.name] != index:
         raise _invalid(f"model output '{model_output.name}' is specified more than once")
 
 
