@@ -17,7 +17,14 @@ request is routed to the old or to the new, never to neither (routing and the sw
 on the event loop). The old versions then drain (their in-flight requests finish, up to
 ``--exit-timeout-secs``) and unload. A reload that fails leaves the old versions serving.
 Unload answers once the model is gone, drained and released (the reference answers at once, while
-the model is still UNLOADING). Actions run one at a time, as the reference's.
+the model is still UNLOADING).
+
+Actions on one model run one at a time; actions on different models overlap. One lock guards the
+bookkeeping, and is let go while a model's files are read, its versions load (initialize, warmup)
+and its old versions drain, so that one slow load (a model's initialize that takes minutes) holds
+up no other model's load or unload; an action on a model whose action is under way waits for it.
+Under a memory budget (``--model-memory-budget``) every action runs alone: it measures each load's
+memory growth.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -144,6 +153,10 @@ class ModelControl:
         #: models whose load is under way (lock held): one of them may load another from its
         #: ``initialize`` (pb_utils.load_model) while the lock's holder waits for it
         self._busy: set[str] = set()
+        #: model name -> the end of the load or unload under way for it: the lock is let go while a
+        #: model's files are read, its versions load and its old versions drain (``_window``), so
+        #: a slow load holds up no other model's; an action on the same model waits for that end
+        self._inflight: dict[str, tuple[asyncio.Task[Any] | None, asyncio.Future[None]]] = {}
         #: ``--model-memory-budget`` (core/on_demand.py): loads measured, idle models unloaded to fit
         self.budget: MemoryBudget | None = None
 
@@ -199,6 +212,7 @@ class ModelControl:
     async def load_if_needed(self, name: str) -> None:
         """Load ``name`` unless it is READY (a load on demand: core/on_demand.py)."""
         async with self._lock:
+            await self._wait_free(name, True)  # a load of it under way: its outcome first
             if not self._registry.is_ready(name):
                 await self._load(name, None, {}, set())
 
@@ -217,11 +231,12 @@ class ModelControl:
         self, caller: str, name: str, config: str | None, files: dict[str, bytes]
     ) -> None:
         """A load a model asks for, as the API's. From a model that is being loaded (its
-        ``initialize``, as the reference's example does), without the lock: its holder waits
-        for that model, so nothing else holding it runs meanwhile."""
+        ``initialize``, as the reference's example does) while its load holds the lock (a memory
+        budget lets no load go of it): without the lock, its holder waits for that model, so
+        nothing else holding it runs meanwhile."""
         self._check_mode()
-        if caller in self._busy:
-            await self._load(name, config, files, set())
+        if caller in self._busy and self._lock.locked() and self.budget is not None:
+            await self._load(name, config, files, set(), locked=False)
         else:
             async with self._lock:
                 await self._load(name, config, files, set())
@@ -231,8 +246,8 @@ class ModelControl:
         self._check_mode()
         if name in self._busy:
             raise UnavailableError(f"'{name}' is being loaded: it cannot be unloaded meanwhile")
-        if caller in self._busy:
-            await self._unload(name, unload_dependents)
+        if caller in self._busy and self._lock.locked() and self.budget is not None:
+            await self._unload(name, unload_dependents, locked=False)
         else:
             async with self._lock:
                 await self._unload(name, unload_dependents)
@@ -302,15 +317,56 @@ class ModelControl:
             raise _poll_failed(name, entry.reason)
         return entry, override, fingerprint(entry)
 
-    async def _load(self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]) -> None:
-        self._busy.add(name)
+    async def _wait_free(self, name: str, locked: bool) -> None:
+        """Wait (the lock let go meanwhile) until no load or unload of ``name`` is under way."""
+        while (under_way := self._inflight.get(name)) is not None:
+            owner, pending = under_way
+            if not locked or owner is asyncio.current_task():  # waiting would wait for itself
+                raise UnavailableError(f"'{name}' is being loaded or unloaded: try again once it is done")
+            self._lock.release()
+            try:
+                await asyncio.shield(pending)
+            finally:
+                await self._lock.acquire()
+
+    @contextlib.asynccontextmanager
+    async def _claimed(self, name: str, locked: bool) -> AsyncIterator[None]:
+        """``name``'s action from here to its end: others on ``name`` wait for it."""
+        await self._wait_free(name, locked)
+        done = asyncio.get_running_loop().create_future()
+        self._inflight[name] = (asyncio.current_task(), done)
         try:
-            await self._load_busy(name, config, files, loading)
+            yield
         finally:
-            self._busy.discard(name)
+            del self._inflight[name]
+            done.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def _window(self, locked: bool) -> AsyncIterator[None]:
+        """The lock let go for a slow part (reading files, loading versions, draining old ones):
+        other models' loads and unloads run meanwhile. Not under a memory budget, which measures
+        each load alone (core/on_demand.py), nor where this chain does not hold the lock."""
+        if not locked or self.budget is not None:
+            yield
+            return
+        self._lock.release()
+        try:
+            yield
+        finally:
+            await self._lock.acquire()
+
+    async def _load(
+        self, name: str, config: str | None, files: dict[str, bytes], loading: set[str], locked: bool = True
+    ) -> None:
+        async with self._claimed(name, locked):
+            self._busy.add(name)
+            try:
+                await self._load_busy(name, config, files, loading, locked)
+            finally:
+                self._busy.discard(name)
 
     async def _load_busy(
-        self, name: str, config: str | None, files: dict[str, bytes], loading: set[str]
+        self, name: str, config: str | None, files: dict[str, bytes], loading: set[str], locked: bool
     ) -> None:
         settings, registry = self._settings, self._registry
         if loading:  # a step an ensemble's load needs, not a model asked for by name
@@ -318,7 +374,8 @@ class ModelControl:
         else:
             self._implicit.discard(name)
         loading.add(name)
-        md, override, mark = await asyncio.to_thread(self._model_dir, name, config, files)
+        async with self._window(locked):
+            md, override, mark = await asyncio.to_thread(self._model_dir, name, config, files)
         if (
             override is None
             and mark is not None
@@ -330,15 +387,16 @@ class ModelControl:
                 self.budget.touch(name)
             return
         try:
-            cfg = await asyncio.to_thread(
-                prepare_config,
-                md,
-                settings.config_name,
-                settings.strict_model_config,
-                settings.default_max_batch_size,
-                override,
-                settings.gpus,
-            )
+            async with self._window(locked):
+                cfg = await asyncio.to_thread(
+                    prepare_config,
+                    md,
+                    settings.config_name,
+                    settings.strict_model_config,
+                    settings.default_max_batch_size,
+                    override,
+                    settings.gpus,
+                )
         except InferdError as e:  # as the reference's backends find it at load: the version fails
             if not md.versions:
                 self._drop_override(md, files)
@@ -351,7 +409,7 @@ class ModelControl:
         if cfg.platform == "ensemble":
             for step in cfg.ensemble_scheduling.step:
                 if step.model_name not in loading and not registry.is_ready(step.model_name):
-                    await self._load(step.model_name, None, {}, loading)
+                    await self._load(step.model_name, None, {}, loading, locked)
             new = ensemble_versions(md, cfg, registry, settings)
         else:
             versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
@@ -366,7 +424,8 @@ class ModelControl:
             to_load = [v for v in versions if v not in updated]
             budget = self.budget if to_load else None
             baseline = 0 if budget is None else await budget.before_load(name, md.path, loading, self._evict)
-            new = [await load_bounded(name, v, md, cfg, settings) for v in to_load]
+            async with self._window(locked):
+                new = [await load_bounded(name, v, md, cfg, settings) for v in to_load]
             if budget is not None and all(m.ready for m in new):
                 try:
                     budget.loaded(name, baseline)
@@ -406,9 +465,10 @@ class ModelControl:
         if files:
             self._override_dirs[name] = md.path
         log.info("loaded '%s' (%s)", name, ", ".join(f"version {v}" for v in sorted(fresh)))
-        for m in old.values():
-            if updated.get(m.version) is not m:
-                await self._stop(m)
+        async with self._window(locked):  # the old versions drain while other models load
+            for m in old.values():
+                if updated.get(m.version) is not m:
+                    await self._stop(m)
         if old_dir is not None:
             self.uploads.remove(old_dir)
         if self.budget is not None:
@@ -446,15 +506,19 @@ class ModelControl:
         if files:
             self.uploads.remove(md.path)
 
-    async def _unload(self, name: str, unload_dependents: bool) -> None:
+    async def _unload(self, name: str, unload_dependents: bool, locked: bool = True) -> None:
         """Unload ``name``, as the reference's dependency graph does: the ensembles using it cannot
         serve without it and are unloaded too; with ``unload_dependents`` so are the models it
         uses (an ensemble's steps) that were loaded only for it and that no other ensemble uses."""
+        async with self._claimed(name, locked):
+            await self._unload_claimed(name, unload_dependents, locked)
+
+    async def _unload_claimed(self, name: str, unload_dependents: bool, locked: bool) -> None:
         registry = self._registry
         for other, versions in list(registry.models.items()):
             if other != name and any(_uses(m, name) for m in versions.values() if m.scheduler is not None):
                 log.info("unloading '%s': its step '%s' is being unloaded", other, name)
-                await self._unload(other, False)
+                await self._unload(other, False, locked)
         versions = registry.models.get(name, {})
         live = [m for m in versions.values() if m.scheduler is not None]
         steps = {
@@ -466,8 +530,9 @@ class ModelControl:
         for m in live:
             m.state = ModelState.UNLOADING  # no new requests
         registry.refresh_defaults()
-        for m in live:
-            await self._stop(m)
+        async with self._window(locked):  # they drain while other models load
+            for m in live:
+                await self._stop(m)
         folder = self._override_dirs.pop(name, None)
         if folder is not None:
             self.uploads.remove(folder)
@@ -486,7 +551,7 @@ class ModelControl:
                     if m.scheduler is not None
                 )
                 if not still_used:
-                    await self._unload(step, True)
+                    await self._unload(step, True, locked)
 
     async def _evict(self, name: str) -> None:
         """Unload ``name`` (and the ensembles using it), to fit the memory budget (lock held)."""

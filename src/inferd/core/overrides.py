@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path, PurePosixPath
 
 from inferd.errors import InvalidArgumentError
@@ -69,8 +70,9 @@ class Uploads:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        #: folder -> the bytes of its files
+        #: folder -> the bytes of its files (loads of different models write at once: ``_guard``)
         self._held: dict[Path, int] = {}
+        self._guard = threading.Lock()
 
     @property
     def held_bytes(self) -> int:
@@ -79,8 +81,10 @@ class Uploads:
     def write(self, name: str, files: dict[str, bytes]) -> Path:
         """Write ``files`` (path -> bytes) to a fresh folder, the model's folder for this load;
         InvalidArgumentError naming the file and why when one cannot be written (nothing is kept)."""
-        self._check(name, files)
-        root = Path(tempfile.mkdtemp(prefix=f"{OVERRIDE_PREFIX}{os.getpid()}-")).resolve()
+        with self._guard:  # checked and counted at once: two loads cannot both take the last room
+            self._check(name, files)
+            root = Path(tempfile.mkdtemp(prefix=f"{OVERRIDE_PREFIX}{os.getpid()}-")).resolve()
+            self._held[root] = sum(len(d) for d in files.values())
         try:
             for rel, data in files.items():
                 target = root / PurePosixPath(rel)
@@ -93,9 +97,8 @@ class Uploads:
                         name, rel, f"it cannot be written: {e.strerror or type(e).__name__}"
                     ) from None
         except BaseException:
-            _remove(root)
+            self.remove(root)
             raise
-        self._held[root] = sum(len(d) for d in files.values())
         return root
 
     def _check(self, name: str, files: dict[str, bytes]) -> None:
@@ -125,7 +128,8 @@ class Uploads:
     def remove(self, folder: Path) -> None:
         """Remove ``folder``, a folder ``write`` made, and nothing else: a path that is not such a
         folder (not named so, not directly in the temporary folder, a link) is left alone."""
-        self._held.pop(folder, None)
+        with self._guard:
+            self._held.pop(folder, None)
         _remove(folder)
 
 
