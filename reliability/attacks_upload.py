@@ -154,7 +154,7 @@ def config_file_names(server: Server, cfg: Any) -> tuple[str, bool, str]:
             code, _, _ = _grpc_load(victim, "ident", config, {})
             answers.append(f"{status}/{code}")
         ran, serving = marker.exists(), _serves(victim)
-    ok = not ran and serving and all(a == "400/INVALID_ARGUMENT" for a in answers)
+    ok = not ran and serving and all(a == "500/INTERNAL" for a in answers)
     return (
         f"answers (HTTP/gRPC) {', '.join(answers)}; the file ran: {ran}; the loaded version serves: {serving}",
         ok,
@@ -264,7 +264,8 @@ CASES: dict[str, tuple[str, str, str, Callable[[Server, Any], tuple[str, bool, s
     # name: (what, expected, which limit the RSS goal uses, function)
     "config_file_names": (
         "config-only reloads whose default_model_filename is absolute or climbs out with '..' (HTTP and gRPC)",
-        "400 / INVALID_ARGUMENT; the named file never runs; the loaded version serves on",
+        "500 / INTERNAL as the reference's answer to an invalid config; the named file never runs; the loaded "
+        "version serves on",
         "body",
         config_file_names,
     ),

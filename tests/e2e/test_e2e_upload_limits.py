@@ -99,6 +99,17 @@ def _serves(proc: InferdProcess, model: str = "other") -> None:
         client.close()
 
 
+def _ready(proc: InferdProcess) -> None:
+    """A load the server refused while reading its config leaves the server ready (as the
+    reference: a typo in one load does not take a pod out of service), over both protocols."""
+    assert proc.request("GET", "/v2/health/ready").status == 200
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}")
+    try:
+        assert client.is_server_ready()
+    finally:
+        client.close()
+
+
 def _http_load(
     proc: InferdProcess, name: str, config: dict[str, Any], files: dict[str, bytes]
 ) -> tuple[int, str]:
@@ -134,12 +145,17 @@ def test_default_model_filename_outside_the_version_folder_is_refused_on_a_confi
     filename = filename.format(evil=sandbox / "evil" / "evil.py")
     config = _config(default_model_filename=filename)
     status, error = _http_load(server, "pm", config, {})
-    assert status == 400
+    # a config the server refuses when it reads it: as the reference's answer to any invalid config
+    assert status == 500
+    assert error.startswith(
+        "failed to load 'pm', failed to poll from model repository: default_model_filename"
+    )
     assert "must name a file inside the version folder" in error
     e = _grpc_load(server, "pm", config, {})
-    assert "StatusCode.INVALID_ARGUMENT" in str(e.status()) and "must name a file inside" in str(e)
+    assert "StatusCode.INTERNAL" in str(e.status()) and "must name a file inside" in str(e)
     assert not (sandbox / "PWNED").exists()  # the file was never imported
     _serves(server, "pm")  # the loaded version serves on
+    _ready(server)
 
 
 BAD_FILES = [
@@ -180,9 +196,10 @@ def test_an_instance_count_past_the_cap_is_refused_before_any_thread_starts(serv
     status, error = _http_load(
         server, "pm", _config(instance_group=[{"count": 100000, "kind": "KIND_CPU"}]), {}
     )
-    assert status == 400 and "asks for 100000 instances; at most 1024" in error
+    assert status == 500 and "asks for 100000 instances; at most 1024" in error
     assert _threads(server) <= before
     _serves(server, "pm")
+    _ready(server)
 
 
 def test_a_load_that_fails_part_way_gives_back_its_threads(server: InferdProcess) -> None:

@@ -47,6 +47,7 @@ from inferd.core.model import Model
 from inferd.core.on_demand import MemoryBudget
 from inferd.core.overrides import FILE_PREFIX, Uploads, sweep_stale
 from inferd.core.repository_manager import (
+    FoundAtLoad,
     LoadedModels,
     LoadSettings,
     ensemble_versions,
@@ -397,13 +398,17 @@ class ModelControl:
                     override,
                     settings.gpus,
                 )
-        except InferdError as e:  # as the reference's backends find it at load: the version fails
+        except FoundAtLoad as found:  # as the reference's backends find it at load: the version fails
+            e = found.error
             if not md.versions:
                 self._drop_override(md, files)
                 raise _poll_failed(name, e.message) from None
             failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
             failed_model.state, failed_model.reason = ModelState.UNAVAILABLE, status_text(e)
             self._fail(name, [failed_model], md, files)
+        except InferdError as e:  # the reference finds it reading the repository: nothing is loaded,
+            self._drop_override(md, files)  # what serves serves on, the server stays ready
+            raise _poll_failed(name, e.message) from None
         old = registry.models.get(name, {})
         updated: dict[int, Model] = {}  # the versions updated in place
         if cfg.platform == "ensemble":

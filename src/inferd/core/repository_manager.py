@@ -98,6 +98,17 @@ class LoadedModels:
                     self.routes[name] = router
 
 
+class FoundAtLoad(Exception):
+    """A config problem the model's backend finds (its auto-complete: the model's file read, a
+    Python model's ``auto_complete_config``): the reference's backend finds it when the version
+    loads, so the version fails. Any other problem of ``prepare_config`` the reference finds when
+    it reads the repository (the load fails before a version is tried)."""
+
+    def __init__(self, error: InferdError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 def prepare_config(
     md: ModelDir,
     config_name: str | None,
@@ -108,16 +119,20 @@ def prepare_config(
 ) -> Any:
     """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
     instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
-    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``)."""
+    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``).
+    FoundAtLoad for what the backend's auto-complete refuses, InferdError for the rest."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     check_limits(cfg)  # before the backend reads a file or imports code the config names
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
         backend = get_backend(cfg.backend)
-        backend.auto_complete(
-            cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
-        )
+        try:
+            backend.auto_complete(
+                cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
+            )
+        except InferdError as e:
+            raise FoundAtLoad(e) from e
     normalize_config(
         cfg, md.name, default_max_batch_size=default_mbs, gpus=gpus, auto_gpu=auto_gpu(cfg, bool(gpus.gpus))
     )
@@ -343,6 +358,9 @@ async def load_repositories(
                     settings.gpus,
                 )
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
+            except FoundAtLoad as e:
+                registry.failed[name] = e.error.message
+                return
             except InferdError as e:
                 registry.failed[name] = e.message
                 return
