@@ -12,7 +12,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
+.PHONY: install install-run native run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -26,9 +26,17 @@ $(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --progress-bar on -e '.[dev,examples,torch,fil,openvino,tensorflow,s3,azure,gcs,otel,deploy,ray,gpu]'
 	touch $(STAMP)
 
-install-run: $(RUN_STAMP)
+# the Triton backend host (C: src/inferd/backends/tritonc/native), which C/C++ backends
+# (libtriton_<name>.so) load through; built with this machine's compiler, skipped with a note without one
+NATIVE := src/inferd/backends/tritonc/native
+native: $(RUN_STAMP)
+	@if command -v cc >/dev/null && command -v c++ >/dev/null; then \
+	  $(MAKE) -s -C $(NATIVE) install PYTHON=$(abspath $(BIN)/python); \
+	else echo "no C compiler here: C/C++ backends will not load (apt-get install build-essential python3-dev, then make native)"; fi
 
-install: $(STAMP)
+install-run: $(RUN_STAMP) native
+
+install: $(STAMP) native
 
 # incremental: a model is written again only when what it is made from (its source, the packages'
 # versions) or its files changed (examples/build_models.py); each one built is printed with its time

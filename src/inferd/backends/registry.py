@@ -1,9 +1,11 @@
-"""Backend name -> implementation, imported lazily; third-party backends come through entry points."""
+"""Backend name -> implementation, imported lazily; third-party backends come through entry points;
+any other name is a Triton C/C++ backend (``backends/tritonc``), its library found per model."""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import re
 from typing import Any
 
 from inferd.backends.base import Backend
@@ -21,6 +23,13 @@ _BUILTIN: dict[str, str] = {
 _ENTRY_POINT_GROUP = "inferd.backends"
 log = logging.getLogger("inferd.backends")
 _cache: dict[str, Backend] = {}
+#: what may name a C/C++ backend's library (libtriton_<name>.so): no path, nothing a file name cannot hold
+_C_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
+
+
+def builtin_names() -> list[str]:
+    """inferd's own backends, sorted."""
+    return sorted(_BUILTIN)
 
 
 def get_backend(name: str) -> Backend:
@@ -38,7 +47,7 @@ def get_backend(name: str) -> Backend:
             if ep.name == name:
                 target = ep.value
                 break
-    if target is None:
+    if target is None and not _C_NAME.fullmatch(name):
         names = ", ".join(sorted(_BUILTIN))
         more = f"; installed through the '{_ENTRY_POINT_GROUP}' entry point: {', '.join(sorted(installed))}"
         raise InvalidArgumentError(
@@ -46,9 +55,17 @@ def get_backend(name: str) -> Backend:
             + (more if installed else "")
             + f" (a third-party backend registers under the '{_ENTRY_POINT_GROUP}' entry point)"
         )
-    module_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    backend: Backend = factory()
+    backend: Backend
+    if target is None:
+        # any other name may be a Triton C/C++ backend (libtriton_<name>.so): each model finds its
+        # library, or says where it looked (backends/tritonc)
+        from inferd.backends.tritonc.backend import TritonCBackend
+
+        backend = TritonCBackend(name)
+    else:
+        module_name, _, attr = target.partition(":")
+        factory = getattr(importlib.import_module(module_name), attr)
+        backend = factory()
     _cache[name] = backend
     return backend
 

@@ -1,0 +1,1 @@
+"""Triton's C/C++ backends (``libtriton_<name>.so``) hosted unmodified: see ``backend.py``."""

@@ -1,0 +1,303 @@
+"""C/C++ backends: Triton's ``libtriton_<name>.so`` libraries, unmodified, as inferd backends.
+
+Any ``backend`` that is none of inferd's own resolves here (``registry.get_backend``). The library is
+found in Triton's order (``search.py``) and opened once per process (``library.py``); a model version is
+a ``TRITONBACKEND_Model`` and each instance a ``TRITONBACKEND_ModelInstance``, driven through the host's
+extension in the reference's order: ``ModelInitialize`` (with ``TRITONBACKEND_ModelSetConfig`` for
+auto-complete), ``ModelInstanceInitialize`` per instance (kind, device), ``ModelInstanceExecute`` per
+batch that inferd's scheduler forms (dynamic batcher, sequence batcher), and the finalizers in reverse.
+
+Auto-complete runs the backend's ``ModelInitialize`` when the server completes the config (before it is
+normalised and validated): what the backend sets with ``TRITONBACKEND_ModelSetConfig`` becomes the
+config. That initialized model is kept for the load that follows (the reference initializes a model
+once); a load finding none (strict config, another version) initializes its own.
+
+Responses come back through the model's completion queue (an eventfd the event loop reads: one
+wake-up per batch of responses, whichever threads sent them), never through Python code per API call.
+An execute returns None: the streams are answered as the backend sends; the batch statistics it
+reported (``TRITONBACKEND_ModelInstanceReportBatchStatistics``) are the pool's timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.tritonc import build, library, search
+from inferd.core.request import InferRequest
+from inferd.core.response import InferResponse
+from inferd.errors import InferdError, InvalidArgumentError
+
+log = logging.getLogger("inferd.tritonc")
+
+#: InstanceSpec.kind -> TRITONSERVER_InstanceGroupKind
+_KINDS = {"AUTO": 0, "CPU": 1, "GPU": 2, "MODEL": 3}
+
+
+def _io(tensors: Any) -> list[tuple[str, tuple[int, ...], tuple[int, ...] | None]]:
+    """A config's inputs or outputs as the host keeps them: (name, dims, reshape or None)."""
+    return [
+        (t.name, tuple(t.dims), tuple(t.reshape.shape) if t.HasField("reshape") else None) for t in tensors
+    ]
+
+
+def _config_json(config: Any) -> str:
+    import json
+
+    from inferd.repository.config import config_to_json
+
+    return json.dumps(config_to_json(config), separators=(",", ":"))
+
+
+def _backend_config(backend_config: dict[str, str] | None, auto_complete: bool) -> dict[str, Any]:
+    """The backend's config message: ``{"cmdline": {...}}``, the reference's global settings first."""
+    settings = {
+        "auto-complete-config": "true" if auto_complete else "false",
+        "backend-directory": search.backend_directory(),
+        "default-max-batch-size": "4",
+        "min-compute-capability": "6.000000",
+    }
+    settings.update(backend_config or {})
+    return {"cmdline": dict(sorted(settings.items()))}
+
+
+class TritonCBackend:
+    """A C/C++ backend named ``name``: each model finds its library (``search.find_library``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: models ``auto_complete`` initialized, for the load that follows: (model dir, version) -> model
+        self._completed: dict[tuple[str, int], Any] = {}
+        self._lock = threading.Lock()
+
+    # what the offline checker (inferd check) asks before auto-complete: this one runs native code
+    runs_native_code = True
+
+    def _open(
+        self, config: Any, model_dir: Path, version_dir: Path | None, settings: dict[str, str] | None
+    ) -> Any:
+        path = search.find_library(config, model_dir, version_dir)
+        if build.find() is None:
+            raise build.missing(self.name)
+        return library.open_backend(self.name, path, _backend_config(settings, True))
+
+    def auto_complete(
+        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+    ) -> None:
+        """The backend's ``ModelInitialize`` with auto-complete on: what it sets becomes ``config``."""
+        backend = self._open(config, model_dir, version_dir, None)
+        if version_dir is None or not version_dir.name.isdigit():
+            return
+        from google.protobuf import json_format
+
+        model = _new_model(backend, config, config.name, int(version_dir.name), model_dir, True)
+        try:
+            set_config = model.initialize()
+        except Exception as e:
+            model.close()
+            raise _error(e, f"TRITONBACKEND_ModelInitialize of model '{config.name}' failed: ") from None
+        if set_config is not None:
+            try:
+                completed = json_format.Parse(set_config, config.__class__(), ignore_unknown_fields=False)
+            except json_format.ParseError as e:
+                _finalize(model)
+                raise InvalidArgumentError(
+                    f"the configuration backend '{self.name}' set for model '{config.name}' is invalid: {e}"
+                ) from None
+            config.CopyFrom(completed)
+        key = (str(model_dir), int(version_dir.name))
+        with self._lock:
+            stale = self._completed.pop(key, None)
+            self._completed[key] = model
+        if stale is not None:
+            _finalize(stale)
+
+    def load(self, ctx: LoadContext) -> TritonCModel:
+        settings = dict(ctx.backend_config)
+        backend = self._open(ctx.config, ctx.model_dir, ctx.version_dir, settings)
+        library.set_model_ready(ctx.links.model_ready)
+        with self._lock:
+            model = self._completed.pop((str(ctx.model_dir), ctx.version), None)
+        if model is not None:
+            model.update_config(_config_json(ctx.config))  # the normalized config, as the reference's
+        return TritonCModel(ctx, backend, model)
+
+
+def _error(e: Exception, what: str) -> InferdError:
+    if isinstance(e, InferdError):
+        return e
+    return library.translate(e, what)
+
+
+def _new_model(
+    backend: Any, config: Any, name: str, version: int, model_dir: Path, auto_complete: bool
+) -> Any:
+    return backend.model(
+        name,
+        version,
+        str(model_dir),
+        _config_json(config),
+        auto_complete,
+        bool(config.model_transaction_policy.decoupled),
+        int(config.max_batch_size),
+        _io(config.input),
+        _io(config.output),
+    )
+
+
+def _finalize(model: Any) -> None:
+    try:
+        model.finalize()
+    except Exception as e:
+        log.error("%s", _error(e, "TRITONBACKEND_ModelFinalize failed: "))
+    model.close()
+
+
+class TritonCModel:
+    """A model version served by a C backend: its ``TRITONBACKEND_Model`` and instances."""
+
+    def __init__(self, ctx: LoadContext, backend: Any, model: Any | None) -> None:
+        self.ctx = ctx
+        self.name = ctx.model_name
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._instances = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
+        self._model = model if model is not None else self._initialize()
+
+    def _initialize(self) -> Any:
+        cfg = self.ctx.config
+        model = _new_model(self._backend, cfg, self.name, self.ctx.version, self.ctx.model_dir, False)
+        try:
+            model.initialize()
+        except Exception as e:
+            model.close()
+            raise _error(e, f"TRITONBACKEND_ModelInitialize of model '{self.name}' failed: ") from None
+        return model
+
+    def create_instance(self, spec: InstanceSpec) -> BackendInstance:
+        with self._lock:
+            if self._model is None:  # every instance went (an instance_group update): initialize again
+                self._model = self._initialize()
+            model = self._model
+            self._instances += 1
+        kind = _KINDS.get(spec.kind, 1)
+        policy = "gpu_" + str(spec.device_id) if spec.kind == "GPU" else spec.kind.lower()
+        try:
+            inst = model.instance(spec.name, kind, spec.device_id, False, f'{{"{policy}":{{}}}}')
+            inst.initialize()
+        except Exception as e:
+            self._instance_gone()
+            raise _error(
+                e, f"TRITONBACKEND_ModelInstanceInitialize of instance '{spec.name}' failed: "
+            ) from None
+        return TritonCInstance(self, inst)
+
+    def _instance_gone(self) -> None:
+        """An instance was finalized (or failed to initialize): the last one finalizes the model."""
+        with self._lock:
+            self._instances -= 1
+            model = self._model if self._instances == 0 else None
+            if model is not None:
+                self._model = None
+        if model is not None:
+            self._close(model)
+
+    def _close(self, model: Any) -> None:
+        try:
+            model.finalize()
+        except Exception as e:
+            log.error("model '%s': %s", self.name, _error(e, "TRITONBACKEND_ModelFinalize failed: "))
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            model.close()
+            return
+
+        def close() -> None:
+            loop.remove_reader(model.fd)
+            if not model.close():
+                log.warning(
+                    "model '%s': the backend still holds %d request(s) after ModelFinalize; they stay open",
+                    self.name,
+                    model.open_requests,
+                )
+
+        try:
+            loop.call_soon_threadsafe(close)
+        except RuntimeError:  # the loop closed meanwhile
+            model.close()
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` deliver this model's responses (once; from any thread)."""
+        with self._lock:
+            if self._loop is not None:
+                return
+            self._loop = loop
+            model = self._model
+        assert model is not None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.add_reader(model.fd, model.drain)
+        else:
+            loop.call_soon_threadsafe(loop.add_reader, model.fd, model.drain)
+
+    def promotion(self) -> Callable[[InstanceSpec], BackendInstance] | None:
+        return None  # a native backend runs in this process: no worker-process variant
+
+    def unload(self) -> None:
+        """Nothing of its own: the last instance's unload finalizes the model."""
+
+
+class TritonCInstance:
+    """One ``TRITONBACKEND_ModelInstance``; ``execute`` runs in the pool's worker (or inline)."""
+
+    uses_bls = False
+
+    def __init__(self, model: TritonCModel, instance: Any) -> None:
+        self._model = model
+        self._instance = instance
+        self._timings: tuple[int, int, int] | None = None
+        self._unloaded = False
+
+    @property
+    def inline_ok(self) -> bool:
+        # a decoupled backend may block its execute until it has answered: never on the loop
+        return not self._model.decoupled
+
+    @property
+    def last_timings(self) -> tuple[int, int, int] | None:
+        return self._timings
+
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        if self._model._loop is None:
+            stream = requests[0].stream
+            if stream is not None:
+                self._model.watch(stream.loop)
+        try:
+            self._timings = self._instance.execute(requests)
+        except InferdError:
+            raise
+        except Exception as e:
+            if type(e).__name__ != "Error":
+                raise
+            raise library.translate(e) from None
+        return None
+
+    def unload(self) -> None:
+        if self._unloaded:
+            return
+        self._unloaded = True
+        try:
+            self._instance.finalize()
+        except Exception as e:
+            log.error("%s", _error(e, "TRITONBACKEND_ModelInstanceFinalize failed: "))
+        self._model._instance_gone()

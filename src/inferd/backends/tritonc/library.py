@@ -1,0 +1,166 @@
+"""The host library in this process: loaded once, and the backend libraries it opened.
+
+``host()`` imports the ``_tritonc`` extension from the built host (``build.find``), which loads
+``libtritonserver.so`` (soname ``libtritonserver.so``) beside it, and hands it inferd's classes and
+callbacks: the backends' log lines go to the ``inferd.tritonc`` logger with their file and line, and
+``TRITONSERVER_ServerModelIsReady`` asks the server of the model that loaded last (one host per
+process, as one core per tritonserver process).
+
+``open_backend`` opens a backend library once per file (``TRITONBACKEND_Initialize`` then
+``GetBackendAttribute``); one that fails to open or initialize fails the load that named it, and is
+tried again by the next. Backends stay loaded for the life of the process (their
+static state and threads may outlive their models). Before ``dlopen``, every ``libtritonserver*.so``
+name the library needs (NVIDIA's wheels rename the core ``libtritonserver-<hash>.so``) is made an
+alias of the host: a symlink to it, opened once under that name, so the dynamic loader finds the
+host already loaded by that name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from inferd.backends.tritonc import build
+from inferd.backends.tritonc.search import check_elf, needed
+from inferd.core.response import InferResponse
+from inferd.core.tensor import Tensor
+from inferd.core.types import BY_TRITON_CODE
+from inferd.errors import ErrorCode, InferdError, error_for_code
+from inferd.logs import VERBOSE1
+
+log = logging.getLogger("inferd.tritonc")
+
+#: TRITONSERVER_LogLevel -> logging level
+_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, VERBOSE1)
+_CODES = tuple(ErrorCode)  # TRITONSERVER_Error_Code order: UNKNOWN, INTERNAL, NOT_FOUND, ...
+
+_lock = threading.Lock()
+_host: ModuleType | None = None
+_backends: dict[str, Any] = {}  # library path -> its _tritonc.Backend
+_aliases: dict[str, Any] = {}  # an alias name -> its ctypes handle (kept: the alias lives while it is open)
+_links: dict[str, Callable[[str, str], bool] | None] = {"model_ready": None}
+
+
+def error_of(code: int, message: str) -> InferdError:
+    """A TRITONSERVER_Error as inferd's error of the same code."""
+    return error_for_code(_CODES[code] if 0 <= code < len(_CODES) else ErrorCode.UNKNOWN, message)
+
+
+def translate(e: Exception, what: str = "") -> InferdError:
+    """A ``_tritonc.Error`` (args: code, message) as an InferdError; ``what`` prefixes the message."""
+    code, message = e.args if len(e.args) == 2 else (0, str(e))
+    return error_of(int(code), f"{what}{message}")
+
+
+def _log(level: int, file: str, line: int, message: str) -> None:
+    py_level = _LEVELS[level] if 0 <= level < len(_LEVELS) else logging.INFO
+    if log.isEnabledFor(py_level):
+        log.handle(log.makeRecord(log.name, py_level, file, line, message, (), None))
+
+
+def _model_ready(name: str, version: int) -> bool:
+    ready = _links["model_ready"]
+    return bool(ready is not None and ready(name, "" if version <= 0 else str(version)))
+
+
+def _model_txn(name: str, version: int) -> int:
+    # inferd's links do not say whether another model is decoupled: one-to-one, as most are
+    return 1
+
+
+def log_levels() -> int:
+    """The TRITONSERVER_LogLevels on now (a bit each), from the ``inferd.tritonc`` logger's level."""
+    return sum(1 << i for i, level in enumerate(_LEVELS) if log.isEnabledFor(level))
+
+
+def host() -> ModuleType:
+    """The ``_tritonc`` extension, loaded and set up once; UnavailableError when it is not built."""
+    global _host
+    with _lock:
+        if _host is not None:
+            return _host
+        folder = build.find()
+        if folder is None:
+            raise build.missing("C/C++")
+        path = folder / build.extension_name()
+        loader = importlib.machinery.ExtensionFileLoader("_tritonc", str(path))
+        spec = importlib.util.spec_from_file_location("_tritonc", path, loader=loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        datatypes = tuple(BY_TRITON_CODE.get(code) for code in range(max(BY_TRITON_CODE) + 1))
+        module.setup(
+            tensor=Tensor,
+            response=InferResponse,
+            datatypes=datatypes,
+            make_error=error_of,
+            log=_log,
+            model_ready=_model_ready,
+            model_txn=_model_txn,
+        )
+        _host = module
+        return module
+
+
+def set_model_ready(fn: Callable[[str, str], bool] | None) -> None:
+    """The readiness check ``TRITONSERVER_ServerModelIsReady`` answers with (the loading server's)."""
+    if fn is not None:
+        _links["model_ready"] = fn
+
+
+def _alias_dir() -> Path:
+    folder = _aliases.get("")
+    if folder is None:
+        folder = _aliases[""] = Path(tempfile.mkdtemp(prefix="inferd-tritonc-"))
+    return Path(folder)
+
+
+def _answer_to(library: Path, host_lib: Path) -> None:
+    """Make the host loaded under every ``libtritonserver*`` name ``library`` needs."""
+    for name in needed(library):
+        if not name.startswith("libtritonserver") or name == build.LIBRARY or name in _aliases:
+            continue
+        link = _alias_dir() / name
+        if not link.exists():
+            os.symlink(host_lib, link)
+        # the loader sees the host's file already loaded and records this name for it (no second copy)
+        _aliases[name] = ctypes.CDLL(str(link), mode=os.RTLD_NOW)
+        log.info("backend library %s needs %s: answered by inferd's host", library.name, name)
+
+
+def open_backend(name: str, library: Path, config: dict[str, Any]) -> Any:
+    """The backend in ``library`` (a ``_tritonc.Backend``), opened and initialized once per file.
+
+    A library that fails to open or initialize is tried again at the next load that names it (the
+    reference opens it again), with the same error if nothing changed."""
+    module = host()
+    key = str(library.resolve())
+    with _lock:
+        known = _backends.get(key)
+        if known is not None:
+            return known
+        check_elf(library)
+        host_lib = build.find()
+        assert host_lib is not None
+        _answer_to(library, host_lib / build.LIBRARY)
+        module.set_log_levels(log_levels())
+        try:
+            backend = module.open_backend(
+                name, str(library.parent), str(library), json.dumps(config, separators=(",", ":"))
+            )
+            backend.initialize()
+        except module.Error as e:
+            raise translate(e, f"unable to load backend '{name}' from {library}: ") from None
+        _backends[key] = backend
+        log.info("loaded backend '%s' from %s", name, library)
+        return backend

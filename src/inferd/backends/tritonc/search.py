@@ -1,0 +1,133 @@
+"""Where a C/C++ backend's library is, in Triton's order, and what it links against.
+
+``backend: "<name>"`` names ``libtriton_<name>.so`` (or the config's ``runtime``), looked for in the
+model's version folder, then the model's folder, then ``<backend directory>/<name>/``
+(``--backend-directory``, the reference's default ``/opt/tritonserver/backends``): the first found is
+used, as the reference's ``TritonModel::GetBackendLibraryProperties``.
+
+``needed`` reads a library's ``DT_NEEDED`` entries from its ELF dynamic section, so that the host can
+answer to the name a backend was linked against (the Python backend of NVIDIA's PyPI wheel needs
+``libtritonserver-<hash>.so``), and ``check_elf`` refuses a file that is no shared library for this
+machine with why, before ``dlopen`` reads it.
+"""
+
+from __future__ import annotations
+
+import platform
+import struct
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import InvalidArgumentError
+
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+_state = {"backend_directory": DEFAULT_BACKEND_DIRECTORY}
+
+# ELF: e_machine of the machines inferd runs on, and the dynamic section's tags read here
+_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i386", 40: "arm", 243: "riscv64", 21: "ppc64"}
+_HOST_MACHINE = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}.get(platform.machine().lower())
+_SHT_DYNAMIC = 6
+_DT_NEEDED = 1
+_ET_DYN = 3
+
+
+def set_backend_directory(path: str) -> None:
+    """The server's ``--backend-directory`` (one per process, as the host library)."""
+    _state["backend_directory"] = path or DEFAULT_BACKEND_DIRECTORY
+
+
+def backend_directory() -> str:
+    return _state["backend_directory"]
+
+
+def library_name(config: Any) -> str:
+    """``runtime`` when the config names one, else ``libtriton_<backend>.so``."""
+    runtime = str(getattr(config, "runtime", "") or "")
+    return runtime if runtime else f"libtriton_{config.backend}.so"
+
+
+def search_paths(backend: str, model_dir: Path, version_dir: Path | None) -> list[Path]:
+    """The reference's search order: version folder, model folder, backend directory."""
+    paths = [version_dir] if version_dir is not None else []
+    return [*paths, model_dir, Path(backend_directory()) / backend]
+
+
+def find_library(config: Any, model_dir: Path, version_dir: Path | None) -> Path:
+    """The backend library of a model, or InvalidArgumentError with the reference's text and the
+    folders looked in."""
+    name = library_name(config)
+    paths = search_paths(config.backend, model_dir, version_dir)
+    for folder in paths:
+        candidate = folder / name
+        if candidate.is_file():
+            if not candidate.resolve().is_relative_to(folder.resolve()):
+                raise InvalidArgumentError(
+                    f"backend library name '{name}' escapes backend directory '{folder}', for model "
+                    f"'{config.name}', check model config runtime field"
+                )
+            return candidate
+    if not getattr(config, "runtime", ""):
+        from inferd.backends.registry import builtin_names
+
+        raise InvalidArgumentError(
+            f"unable to find backend '{config.backend}': inferd's backends are {', '.join(builtin_names())}, "
+            f"and no Triton C/C++ backend library {name} is in "
+            + ", ".join(f"'{p}'" for p in paths)
+            + " (the version folder, the model folder, --backend-directory/<backend>)"
+        )
+    raise InvalidArgumentError(
+        f"unable to find backend library '{name}' for model '{config.name}', searched: "
+        + " ".join(f"'{p}'" for p in paths)
+    )
+
+
+def _elf_header(data: bytes) -> tuple[str, int, int, int, int, int]:
+    """(byte order, type, machine, section table offset, entry size, count) of an ELF64 file."""
+    order = "<" if data[5] == 1 else ">"
+    e_type, machine = struct.unpack_from(order + "HH", data, 16)
+    shoff = struct.unpack_from(order + "Q", data, 40)[0]
+    shentsize, shnum = struct.unpack_from(order + "HH", data, 58)
+    return order, e_type, machine, shoff, shentsize, shnum
+
+
+def check_elf(path: Path) -> None:
+    """A file dlopen could load on this machine, else InvalidArgumentError saying what it is."""
+    with path.open("rb") as f:
+        head = f.read(64)
+    if head[:4] != b"\x7fELF":
+        raise InvalidArgumentError(f"'{path}' is not a shared library (no ELF header)")
+    if head[4] != 2:
+        raise InvalidArgumentError(f"'{path}' is a 32-bit ELF file: a 64-bit shared library is needed")
+    _, e_type, machine, *_ = _elf_header(head)
+    if e_type != _ET_DYN:
+        raise InvalidArgumentError(f"'{path}' is an ELF file but not a shared library (type {e_type})")
+    if _HOST_MACHINE is not None and machine != _HOST_MACHINE:
+        built = _MACHINES.get(machine, f"machine {machine}")
+        raise InvalidArgumentError(
+            f"'{path}' is a shared library for {built}, not for this machine ({platform.machine()})"
+        )
+
+
+def needed(path: Path) -> list[str]:
+    """The ``DT_NEEDED`` names of a 64-bit ELF shared library ([] when it has none or is unreadable)."""
+    try:
+        data = path.read_bytes()
+        order, _, _, shoff, shentsize, shnum = _elf_header(data)
+        sections = [
+            struct.unpack_from(order + "IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
+        names: list[str] = []
+        for _name, sh_type, _flags, _addr, offset, size, link, *_ in sections:
+            if sh_type != _SHT_DYNAMIC:
+                continue
+            strtab = sections[link][4]
+            for at in range(offset, offset + size, 16):
+                tag, value = struct.unpack_from(order + "qQ", data, at)
+                if tag == 0:
+                    break
+                if tag == _DT_NEEDED:
+                    end = data.index(b"\0", strtab + value)
+                    names.append(data[strtab + value : end].decode("utf-8", "replace"))
+        return names
+    except (OSError, struct.error, IndexError, ValueError):
+        return []

@@ -1,0 +1,138 @@
+"""The C/C++ backends of inferd's tests (tests/fixtures/c_backends/), built with the system's compiler.
+
+``host()`` builds inferd's Triton backend host (``make install`` in the package's native folder) once
+per test session into a folder of its own (``sanitize=True``: the AddressSanitizer/UBSan build);
+``backend(name)`` builds ``libtriton_<name>.so`` from the fixture sources, linked against the host's
+``libtritonserver.so`` as real backends link against Triton's (``DT_NEEDED libtritonserver.so``).
+Builds are kept in a folder keyed by the sources' contents, so a second session builds nothing.
+The tests skip, saying why, where no compiler is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from repo_paths import FIXTURES, ROOT
+
+SOURCES = FIXTURES / "c_backends"
+NATIVE = ROOT / "src" / "inferd" / "backends" / "tritonc" / "native"
+INCLUDE = NATIVE / "include"
+
+#: test backend -> (its source, the macros that select its behaviour)
+BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "identity": ("identity.c", ()),
+    "batch_sum": ("batch_sum.cc", ()),
+    "repeat": ("repeat.c", ()),
+    "autofill": ("autofill.c", ()),
+    "fail_init": ("failing.c", ("FAIL_INITIALIZE",)),
+    "fail_model_init": ("failing.c", ("FAIL_MODEL_INITIALIZE",)),
+    "fail_no_execute": ("failing.c", ("NO_EXECUTE",)),
+    "fail_execute": ("failing.c", ("FAIL_EXECUTE",)),
+    "fail_missing_symbol": ("failing.c", ("MISSING_SYMBOL",)),
+    "fail_throw": ("throwing.cc", ()),
+    "late_send": ("failing.c", ("SEND_AFTER_FINAL",)),
+    "no_release": ("failing.c", ("NO_FINAL_RESPONSE",)),
+}
+
+
+def compilers() -> tuple[str, str] | None:
+    cc, cxx = shutil.which("gcc") or shutil.which("cc"), shutil.which("g++") or shutil.which("c++")
+    return (cc, cxx) if cc and cxx and shutil.which("make") else None
+
+
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256(sys.version.encode())
+    for base in paths:
+        for p in sorted(base.rglob("*")) if base.is_dir() else [base]:
+            if p.is_file() and "_lib" not in p.parts:
+                h.update(p.name.encode())
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"inferd-c-backends-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def require_compiler() -> tuple[str, str]:
+    found = compilers()
+    if found is None:
+        pytest.skip("no C/C++ compiler and make here: the C backend host cannot be built")
+    return found
+
+
+def host(sanitize: bool = False) -> Path:
+    """The folder of a built host (library and extension), built once per source state."""
+    require_compiler()
+    folder = _cache() / f"host-{'asan-' if sanitize else ''}{_digest(NATIVE)}"
+    if not (folder / "libtritonserver.so").is_file():
+        tmp = Path(tempfile.mkdtemp(dir=_cache()))
+        cmd = ["make", "-s", "-C", str(NATIVE), "install", f"PREFIX={tmp}", f"PYTHON={sys.executable}"]
+        if sanitize:
+            cmd.append("SANITIZE=1")
+        subprocess.run(cmd, check=True, capture_output=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another worker built it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def backend(name: str, sanitize: bool = False, link_host: bool = True) -> Path:
+    """``libtriton_<name>.so`` built from the fixtures (``link_host``: DT_NEEDED libtritonserver.so)."""
+    cc, cxx = require_compiler()
+    source, macros = BACKENDS[name]
+    lib_dir = host(sanitize)
+    key = _digest(SOURCES, INCLUDE) + ("-asan" if sanitize else "") + ("" if link_host else "-nolink")
+    out = _cache() / f"backends-{key}" / name / f"libtriton_{name}.so"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        compiler = cxx if source.endswith(".cc") else cc
+        cmd = [compiler, "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}"]
+        cmd += [f"-D{m}" for m in macros]
+        if sanitize:
+            cmd += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd += ["-o", str(tmp), str(SOURCES / source), "-pthread"]
+        if link_host:
+            cmd += [f"-L{lib_dir}", "-ltritonserver"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        tmp.rename(out)
+    return out
+
+
+def install(name: str, folder: Path, sanitize: bool = False, as_name: str | None = None) -> Path:
+    """Copy ``libtriton_<name>.so`` into ``folder`` (a model's folder, or a backend directory's
+    ``<name>/``), named for backend ``as_name`` (default: its own name)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"libtriton_{as_name or name}.so"
+    shutil.copyfile(backend(name, sanitize), target)
+    return target
+
+
+def server_env(sanitize: bool = False) -> dict[str, str]:
+    """What a server process needs to find this session's host build."""
+    env = {"INFERD_TRITONC_LIB": str(host(sanitize))}
+    if sanitize:
+        libasan = subprocess.run(
+            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        libubsan = subprocess.run(
+            ["gcc", "-print-file-name=libubsan.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        env["LD_PRELOAD"] = f"{libasan}:{libubsan}"
+        # Python's own allocations are not what is checked: leaks are reported by LeakSanitizer for
+        # the whole process, so it is off; every other error ends the process with its report
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0:halt_on_error=1"
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    return env
