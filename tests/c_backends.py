@@ -136,3 +136,113 @@ def server_env(sanitize: bool = False) -> dict[str, str]:
         env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0:halt_on_error=1"
         env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     return env
+
+
+def _config(path: Path, text: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "1").mkdir(exist_ok=True)
+    (path / "config.pbtxt").write_text(text)
+
+
+_FP32_IO = """
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+#: the models of ``repository``: name -> config.pbtxt (after ``name: "<name>"``)
+GOOD_MODELS = {
+    "c_identity": f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}',
+    "c_identity_bytes": """backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+""",
+    "c_identity_reshape": """backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+""",
+    "c_slow": f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}\n'
+    'parameters { key: "execute_delay_ms" value { string_value: "5000" } }\n',
+    "c_batch": """backend: "batch_sum"
+max_batch_size: 8
+dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000000 }
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+""",
+    "c_repeat": """backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+parameters { key: "delay_ms" value { string_value: "20" } }
+""",
+    "c_autofill": 'backend: "autofill"\n',
+    "c_fail_execute": f'backend: "fail_execute"\nmax_batch_size: 8\n{_FP32_IO}',
+    "c_throw": f'backend: "fail_throw"\nmax_batch_size: 8\n{_FP32_IO}',
+    "c_late_send": f'backend: "late_send"\nmax_batch_size: 8\n{_FP32_IO}',
+    "c_no_final": f'backend: "no_release"\nmax_batch_size: 8\n{_FP32_IO}',
+}
+
+#: models that must not load: name -> (config, what their reason says)
+BAD_MODELS = {
+    "c_fail_init": (
+        f'backend: "fail_init"\nmax_batch_size: 8\n{_FP32_IO}',
+        "fail_init refuses to initialize",
+    ),
+    "c_fail_model_init": (
+        f'backend: "fail_model_init"\nmax_batch_size: 8\n{_FP32_IO}',
+        "fail_model_init: this model is not loadable",
+    ),
+    "c_no_execute": (
+        f'backend: "fail_no_execute"\nmax_batch_size: 8\n{_FP32_IO}',
+        "unable to find required entrypoint 'TRITONBACKEND_ModelInstanceExecute' in shared library",
+    ),
+    "c_missing_symbol": (
+        f'backend: "fail_missing_symbol"\nmax_batch_size: 8\n{_FP32_IO}',
+        "undefined symbol: TRITONSERVER_NoSuchFunction",
+    ),
+    "c_not_elf": (f'backend: "not_elf"\nmax_batch_size: 8\n{_FP32_IO}', "is not a shared library"),
+    "c_wrong_arch": (
+        f'backend: "wrong_arch"\nmax_batch_size: 8\n{_FP32_IO}',
+        "is a shared library for aarch64",
+    ),
+    "c_nowhere": (f'backend: "nowhere"\nmax_batch_size: 8\n{_FP32_IO}', "unable to find backend 'nowhere'"),
+    # its folder's library (fail_model_init's, named for identity) comes before the backend directory's
+    "c_shadowed": (
+        f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}',
+        "fail_model_init: this model is not loadable",
+    ),
+}
+
+
+def repository(dest: Path, sanitize: bool = False) -> tuple[Path, Path]:
+    """A model repository of every test backend and a backend directory (``--backend-directory``):
+    the good backends are in the backend directory, the bad ones in their model's folder or version
+    folder (both places the reference looks first). Returns (repository, backend directory)."""
+    repo, backends = dest / "models", dest / "backends"
+    for name, text in GOOD_MODELS.items():
+        _config(repo / name, f'name: "{name}"\n{text}')
+    for name, (text, _) in BAD_MODELS.items():
+        _config(repo / name, f'name: "{name}"\n{text}')
+    for name in (
+        "identity",
+        "batch_sum",
+        "repeat",
+        "autofill",
+        "fail_execute",
+        "fail_throw",
+        "late_send",
+        "no_release",
+    ):
+        install(name, backends / name, sanitize)
+    install("fail_init", repo / "c_fail_init", sanitize)
+    install("fail_model_init", repo / "c_fail_model_init" / "1", sanitize)  # the version folder
+    install("fail_no_execute", repo / "c_no_execute", sanitize)
+    install("fail_missing_symbol", repo / "c_missing_symbol", sanitize)
+    install("fail_model_init", repo / "c_shadowed", sanitize, as_name="identity")
+    (repo / "c_not_elf" / "libtriton_not_elf.so").write_text("this is a text file, not a library\n")
+    wrong = bytearray(backend("identity", sanitize).read_bytes())
+    wrong[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
+    (repo / "c_wrong_arch" / "libtriton_wrong_arch.so").write_bytes(bytes(wrong))
+    return repo, backends

@@ -4,7 +4,7 @@ for Triton (launch scripts, container entrypoints, Helm charts) start inferd unc
 Two kinds:
 
 - **ignored**: what the flag sizes or switches does not exist here (a CUDA pool without a GPU, the
-  backend directory of shared libraries, the SageMaker and Vertex AI front ends' settings). The flag
+  SageMaker and Vertex AI front ends' settings). The flag
   is parsed with the reference's type, so a malformed value still stops the start, and each one
   given is logged once at start as ignored, with why (``IGNORED``: README.md's table lists the same).
   ``--allow-sagemaker=true`` and ``--allow-vertex-ai=true`` ask for a front end inferd does not
@@ -49,7 +49,6 @@ _FRONTEND = "inferd does not serve the {} API (Triton's HTTP and gRPC APIs are s
 
 #: flags accepted and ignored, with why (README.md, "Flags that change nothing here", lists them)
 IGNORED: tuple[CompatFlag, ...] = (
-    CompatFlag("--backend-directory", str, "backends are Python packages (inferd.backends entry points)"),
     CompatFlag("--repoagent-directory", str, "inferd has no repository agents to load"),
     CompatFlag("--cache-directory", str, "the response cache is built in (--cache-config local,size=N)"),
     CompatFlag("--buffer-manager-thread-count", int, "tensors stay in host memory: no buffer manager"),

@@ -125,6 +125,12 @@ class ServerOptions:
             "default-max-batch-size=8"
         },
     )
+    backend_directory: str = option(
+        "/opt/tritonserver/backends",
+        "where Triton C/C++ backends are looked for after the model's version folder and folder: "
+        "<dir>/<backend>/libtriton_<backend>.so (the reference's default)",
+        metavar="DIR",
+    )
     default_max_batch_size: int = option(
         4,
         "max_batch_size given to a batching model whose config leaves it out (the reference's "
@@ -383,6 +389,7 @@ FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "how models execute, and the response cache",
         (
             "backend_config",
+            "backend_directory",
             "min_supported_compute_capability",
             "model_execute_timeout_secs",
             "rate_limit",

@@ -134,7 +134,6 @@ LINES = {
 IGNORED_IN_LAUNCH_SCRIPT = (
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
-    "--backend-directory",
     "--allow-sagemaker",
     "--buffer-manager-thread-count",
 )

@@ -89,7 +89,7 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
         "--pinned-memory-pool-byte-size=268435456",
         "--cuda-memory-pool-byte-size=0:67108864",
         "--cuda-memory-pool-byte-size=1:67108864",
-        "--backend-directory=/opt/tritonserver/backends",
+        "--repoagent-directory=/opt/tritonserver/repoagents",
         "--allow-sagemaker=false",
         "--buffer-manager-thread-count",
         "4",
@@ -99,8 +99,7 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
     options, notes = parsed(*argv)
     assert options == ServerOptions(model_repository=[Path("/m")])
     assert notes == [
-        "ignoring --backend-directory=/opt/tritonserver/backends: backends are Python packages "
-        "(inferd.backends entry points)",
+        "ignoring --repoagent-directory=/opt/tritonserver/repoagents: inferd has no repository agents to load",
         "ignoring --buffer-manager-thread-count=4: tensors stay in host memory: no buffer manager",
         "ignoring --pinned-memory-pool-byte-size=268435456: inferd runs on the CPU: no pinned memory pool",
         "ignoring --cuda-memory-pool-byte-size=0:67108864,1:67108864: inferd runs on the CPU: no CUDA memory pool",
@@ -198,11 +197,11 @@ def test_the_ignored_flags_are_logged_once_at_start(
     monkeypatch.setattr(cli, "from_options", lambda options: None)
     with caplog.at_level(logging.WARNING, logger="inferd"):
         cli.main(
-            ["serve", f"--model-repository={tmp_path}", "--backend-directory=/opt/b", "--http-thread-count=8"]
+            ["serve", f"--model-repository={tmp_path}", "--repoagent-directory=/opt/b", "--http-thread-count=8"]
         )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ignoring")]
     assert lines == [
-        "ignoring --backend-directory=/opt/b: backends are Python packages (inferd.backends entry points)",
+        "ignoring --repoagent-directory=/opt/b: inferd has no repository agents to load",
         "ignoring --http-thread-count=8: HTTP is served on the event loop: no thread pool to size",
     ]
 

@@ -134,6 +134,14 @@ def _auto_complete(cfg: Any, result: ModelResult, options: CheckOptions, version
     except InferdError as e:
         _error(result, e.message, ("backend",))
         return False
+    find_library = getattr(backend, "find_library", None)
+    if find_library is not None:  # a C/C++ backend: its library is looked for, never run here
+        try:
+            find_library(cfg, md.path, version_dir)
+        except InferdError as e:
+            _error(result, e.message, ("backend",))
+            return False
+        return True
     if cfg.backend == "python":
         model_py = (version_dir or md.path) / (cfg.default_model_filename or "model.py")
         if not options.import_python:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
+from inferd.backends.tritonc.search import set_backend_directory
 from inferd.core.cache import ResponseCache, answer_from_cache, cache_size
 from inferd.core.classification import apply_classification
 from inferd.core.facade import Decoder
@@ -125,6 +126,7 @@ class ServerCore:
         options = self.options
         limit = budget_from_options(options.model_memory_budget, options.model_control_mode)
         backend_config = parse_backend_config(options.backend_config)
+        set_backend_directory(options.backend_directory)  # where C/C++ backends are found (backends/tritonc)
         metrics = MetricsConfig.parse(options.metrics_config)
         configure_summaries(replace(metrics, response_cache=self.response_cache is not None))
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")

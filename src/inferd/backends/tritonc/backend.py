@@ -75,8 +75,9 @@ class TritonCBackend:
         self._completed: dict[tuple[str, int], Any] = {}
         self._lock = threading.Lock()
 
-    # what the offline checker (inferd check) asks before auto-complete: this one runs native code
-    runs_native_code = True
+    def find_library(self, config: Any, model_dir: Path, version_dir: Path | None) -> Path:
+        """The model's backend library (what ``inferd check`` asks: it runs no native code)."""
+        return search.find_library(config, model_dir, version_dir)
 
     def _open(
         self, config: Any, model_dir: Path, version_dir: Path | None, settings: dict[str, str] | None
@@ -123,8 +124,15 @@ class TritonCBackend:
         library.set_model_ready(ctx.links.model_ready)
         with self._lock:
             model = self._completed.pop((str(ctx.model_dir), ctx.version), None)
-        if model is not None:
-            model.update_config(_config_json(ctx.config))  # the normalized config, as the reference's
+        if model is not None:  # the completed, normalized config, as the reference's from here on
+            cfg = ctx.config
+            model.update_config(
+                _config_json(cfg),
+                bool(cfg.model_transaction_policy.decoupled),
+                int(cfg.max_batch_size),
+                _io(cfg.input),
+                _io(cfg.output),
+            )
         return TritonCModel(ctx, backend, model)
 
 

@@ -401,12 +401,33 @@ static PyObject* Model_finalize(Model* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject* Model_update_config(Model* self, PyObject* arg) {
+/* update_config(json, decoupled, max_batch_size, inputs, outputs): the completed configuration, once
+ * auto-complete and normalisation are done (TRITONBACKEND_ModelConfig answers it from now on) */
+static PyObject* Model_update_config(Model* self, PyObject* args) {
   LIVE_MODEL(self);
-  const char* json = PyUnicode_AsUTF8(arg);
-  if (json == NULL) return NULL;
-  TRITONSERVER_Error* err = inferd_host_model_update_config(self->model, json);
+  const char* json;
+  int decoupled;
+  long long max_batch_size;
+  PyObject *inputs, *outputs;
+  if (!PyArg_ParseTuple(args, "spLOO", &json, &decoupled, &max_batch_size, &inputs, &outputs)) return NULL;
+  TRITONBACKEND_Model* m = self->model;
+  TRITONSERVER_Error* err = inferd_host_model_update_config(m, json);
   if (err != NULL) return raise_error(err);
+  m->decoupled = decoupled;
+  m->max_batch_size = max_batch_size;
+  inferd_host_model_clear_io(m);
+  if (add_ios(m, inputs, false) < 0 || add_ios(m, outputs, true) < 0) return NULL;
+  PyObject* names = PyTuple_New(m->n_outputs);
+  if (names == NULL) return NULL;
+  for (uint32_t i = 0; i < m->n_outputs; i++) {
+    PyObject* s = PyUnicode_FromString(m->outputs[i].name);
+    if (s == NULL) {
+      Py_DECREF(names);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(names, i, s);
+  }
+  Py_XSETREF(self->outputs, names);
   Py_RETURN_NONE;
 }
 
@@ -566,7 +587,9 @@ static void on_response(TRITONBACKEND_Response* r) {
 
 static void on_closed(host_channel* ch) {
   Pending* p = (Pending*)ch->ctx;
-  if (!p->final_delivered) {
+  /* final_sent without a final delivered here: the host answered it elsewhere (an execute error,
+   * answered by inferd's pool) */
+  if (!p->final_delivered && !atomic_load(&ch->final_sent)) {
     /* the backend let go of everything without a final response: the client gets an error, not a hang */
     PyObject* error = make_error_obj(
         TRITONSERVER_ERROR_INTERNAL, "the backend released the request without sending its final response");
@@ -659,8 +682,8 @@ static PyMethodDef Model_methods[] = {
     {"drain", (PyCFunction)Model_drain, METH_NOARGS, "deliver what the backend sent since the last drain"},
     {"close", (PyCFunction)Model_close, METH_NOARGS, "free the model once nothing refers to it"},
     {"instance", (PyCFunction)Model_instance, METH_VARARGS, "a new TRITONBACKEND_ModelInstance"},
-    {"update_config", (PyCFunction)Model_update_config, METH_O,
-     "the configuration (JSON) TRITONBACKEND_ModelConfig answers from now on"},
+    {"update_config", (PyCFunction)Model_update_config, METH_VARARGS,
+     "update_config(json, decoupled, max_batch_size, inputs, outputs): the completed configuration"},
     {NULL, NULL, 0, NULL},
 };
 

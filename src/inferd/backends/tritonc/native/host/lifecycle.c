@@ -259,6 +259,13 @@ static void free_ios(host_io* ios, uint32_t n) {
   free(ios);
 }
 
+void inferd_host_model_clear_io(TRITONBACKEND_Model* model) {
+  free_ios(model->inputs, model->n_inputs);
+  free_ios(model->outputs, model->n_outputs);
+  model->inputs = model->outputs = NULL;
+  model->n_inputs = model->n_outputs = 0;
+}
+
 void inferd_host_model_free(TRITONBACKEND_Model* model) {
   if (model == NULL) return;
   free(model->name);

@@ -1,0 +1,299 @@
+"""Triton C/C++ backends (issue 44): libtriton_<name>.so built from tests/fixtures/c_backends with the
+system compiler, served by a real ``inferd serve`` through its backend host, checked with tritonclient
+over HTTP and gRPC.
+
+One server serves the whole repository of ``c_backends.repository``: the good backends from
+``--backend-directory``, the bad ones (each way a library can fail to load) from their model's folders.
+The bad ones fail their own load with the reference's texts; everything else serves."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import c_backends
+from e2e.conftest import InferdProcess, grpc_client, http_client
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+    root = tmp_path_factory.mktemp("c_backends")
+    repo, backends = c_backends.repository(root)
+    proc = InferdProcess(
+        repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env()
+    ).start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
+
+
+def _fp32(rows: int = 2) -> np.ndarray[Any, Any]:
+    return np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+
+
+def _assert_serving(server: InferdProcess) -> None:
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    r = server.infer("c_identity", doc)
+    assert r.status == 200, r.body
+    assert r.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def _index(server: InferdProcess) -> dict[str, dict[str, Any]]:
+    r = server.request("POST", "/v2/repository/index", {})
+    assert r.status == 200, r.body
+    return {m["name"]: m for m in r.json()}
+
+
+def test_good_models_are_ready_and_bad_ones_say_why(server: InferdProcess) -> None:
+    index = _index(server)
+    for name in c_backends.GOOD_MODELS:
+        assert index[name]["state"] == "READY", (name, index[name])
+    for name, (_, why) in c_backends.BAD_MODELS.items():
+        assert index[name]["state"] == "UNAVAILABLE", (name, index[name])
+        assert why in index[name]["reason"], (name, index[name]["reason"])
+    _assert_serving(server)
+
+
+def test_identity_over_http_and_grpc(server: InferdProcess) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    x = _fp32()
+    with http_client(server) as c:
+        i = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+        i.set_data_from_numpy(x)
+        r = c.infer("c_identity", [i], request_id="req-1", parameters={"echo": "hello"})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x)
+        body = r.get_response()
+        assert body["id"] == "req-1"
+        assert body["parameters"] == {"echo": "hello"}
+        assert body["model_version"] == "1"
+        # JSON data too (the tensor reaches the backend through its wire bytes)
+        i = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+        i.set_data_from_numpy(x, binary_data=False)
+        r = c.infer("c_identity", [i], parameters={"echo": 7})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x)
+        assert r.get_response()["parameters"] == {"echo": 7}
+    with grpc_client(server) as g:
+        i = grpcclient.InferInput("INPUT0", [2, 4], "FP32")
+        i.set_data_from_numpy(x)
+        r = g.infer("c_identity", [i], request_id="req-2", parameters={"echo": True})
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x)
+        resp = r.get_response()
+        assert resp.id == "req-2"
+        assert resp.parameters["echo"].bool_param is True
+
+
+def test_bytes_and_reshape(server: InferdProcess) -> None:
+    import tritonclient.http as httpclient
+
+    with http_client(server) as c:
+        data = np.array([b"a", b"", "ünï".encode(), b"x" * 1000], dtype=np.object_)
+        i = httpclient.InferInput("INPUT0", [4], "BYTES")
+        i.set_data_from_numpy(data)
+        r = c.infer("c_identity_bytes", [i])
+        assert r.as_numpy("OUTPUT0").tolist() == data.tolist()
+        # the backend sees [3, 2, 2] (the reshape) and answers in it; the client gets [3, 4] back
+        x = np.arange(12, dtype=np.int32).reshape(3, 4)
+        i = httpclient.InferInput("INPUT0", [3, 4], "INT32")
+        i.set_data_from_numpy(x)
+        r = c.infer("c_identity_reshape", [i])
+        out = r.as_numpy("OUTPUT0")
+        assert out.shape == (3, 4)
+        np.testing.assert_array_equal(out, x)
+
+
+def test_statistics_are_what_the_backend_reported(server: InferdProcess) -> None:
+    import tritonclient.http as httpclient
+
+    with http_client(server) as c:
+        before = c.get_inference_statistics("c_identity_reshape")["model_stats"][0]
+        x = np.zeros((2, 4), dtype=np.int32)
+        for _ in range(3):
+            i = httpclient.InferInput("INPUT0", [2, 4], "INT32")
+            i.set_data_from_numpy(x)
+            c.infer("c_identity_reshape", [i])
+        after = c.get_inference_statistics("c_identity_reshape")["model_stats"][0]
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 3
+    assert after["inference_count"] - before["inference_count"] == 6
+    assert after["execution_count"] - before["execution_count"] == 3
+    batch2 = next(b for b in after["batch_stats"] if b["batch_size"] == 2)
+    assert batch2["compute_infer"]["count"] >= 3
+    assert after["inference_stats"]["compute_infer"]["ns"] > 0
+
+
+def test_the_dynamic_batcher_hands_the_backend_many_requests_at_once(server: InferdProcess) -> None:
+    import tritonclient.http as httpclient
+
+    # preferred_batch_size 4, max_queue_delay 2 s: four requests sent together reach one execute
+    results: list[Any] = []
+    with http_client(server, concurrency=4) as c:
+        pending = []
+        for k in range(4):
+            i = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+            i.set_data_from_numpy(np.full((1, 4), k, dtype=np.float32))
+            pending.append(c.async_infer("c_batch", [i]))
+        results = [p.get_result() for p in pending]
+        stats = c.get_inference_statistics("c_batch")["model_stats"][0]
+    for k, r in enumerate(results):
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), [[4.0 * k]])
+        assert r.get_response()["parameters"] == {"execute_requests": 4, "execute_batch": 4}
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [4]
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 4
+
+
+def _stream(server: InferdProcess, model: str, values: list[int], **kwargs: Any) -> list[Any]:
+    """Every response of one decoupled request over a gRPC stream, the empty final one included."""
+    import tritonclient.grpc as grpcclient
+
+    got: queue.Queue[Any] = queue.Queue()
+    with grpc_client(server) as g:
+        g.start_stream(callback=lambda result, error: got.put((result, error)))
+        i = grpcclient.InferInput("IN", [len(values)], "INT32")
+        i.set_data_from_numpy(np.array(values, dtype=np.int32))
+        g.async_stream_infer(model, [i], enable_empty_final_response=True, **kwargs)
+        out = []
+        while True:
+            result, error = got.get(timeout=30)
+            out.append((result, error))
+            if error is not None or result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        g.stop_stream()
+    return out
+
+
+def test_a_decoupled_backend_answers_from_its_own_threads(server: InferdProcess) -> None:
+    out = _stream(server, "c_repeat", [5, 6, 7], request_id="r")
+    assert [e for _, e in out] == [None] * 4
+    values = [(r.as_numpy("OUT").tolist(), r.as_numpy("IDX").tolist()) for r, _ in out[:3]]
+    assert values == [([5], [0]), ([6], [1]), ([7], [2])]
+    final = out[3][0].get_response()
+    assert final.parameters["triton_final_response"].bool_param and not final.outputs
+    # none at all: only the final flag
+    out = _stream(server, "c_repeat", [])
+    assert len(out) == 1 and not out[0][0].get_response().outputs
+
+
+def test_a_cancelled_request_reaches_the_backend(server: InferdProcess) -> None:
+    import tritonclient.grpc as grpcclient
+
+    with grpc_client(server) as g:
+        i = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        i.set_data_from_numpy(_fp32(1))
+        done: queue.Queue[Any] = queue.Queue()
+        call = g.async_infer("c_slow", [i], lambda result, error: done.put(error), request_id="to-cancel")
+        # the request is in the backend (its 5 s execute has begun) before the client gives up
+        _wait_for(server, "TRITONBACKEND_ModelInstanceInitialize: c_slow_0", 5)
+        time.sleep(0.3)
+        call.cancel()
+        error = done.get(timeout=10)
+        assert error is not None and "CANCELLED" in str(error.status())
+    _wait_for(server, "identity: request 'to-cancel' was cancelled", 10)
+
+
+def _wait_for(server: InferdProcess, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in server.log():
+        assert time.monotonic() < deadline, f"{text!r} not in the log:\n{server.log()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_autocomplete_sets_the_config(server: InferdProcess) -> None:
+    r = server.request("GET", "/v2/models/c_autofill/config")
+    assert r.status == 200
+    cfg = r.json()
+    assert cfg["max_batch_size"] == 4
+    assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["input"]] == [("IN", "TYPE_FP32", [2])]
+    assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]] == [("OUT", "TYPE_FP32", [2])]
+    r = server.infer(
+        "c_autofill", {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+    )
+    assert r.status == 200, r.body
+    assert r.json()["outputs"][0]["data"] == [2.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "text"),
+    [
+        ("c_fail_execute", 503, "fail_execute: the device is gone"),
+        (
+            "c_throw",
+            500,
+            "TRITONBACKEND_ModelInstanceExecute threw an exception: throwing: out of range in the model",
+        ),
+        ("c_no_final", 500, "the backend released the request without sending its final response"),
+    ],
+)
+def test_execute_failures_answer_the_request_and_the_server_serves_on(
+    server: InferdProcess, model: str, status: int, text: str
+) -> None:
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    for _ in range(2):  # and again: nothing was left broken
+        r = server.infer(model, doc)
+        assert r.status == status, r.body
+        assert text in r.error, r.error
+    _assert_serving(server)
+
+
+def test_a_response_after_the_final_one_is_refused_and_logged(server: InferdProcess) -> None:
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    r = server.infer("c_late_send", doc)
+    assert r.status == 200, r.body
+    _wait_for(
+        server, "model 'c_late_send': a response was sent after the request's final response; dropped", 5
+    )
+    _wait_for(server, "late send refused: model 'c_late_send'", 5)
+
+
+def test_backend_log_lines_carry_their_file_and_line(server: InferdProcess) -> None:
+    log = server.log()
+    assert "identity.c:" in log and "TRITONBACKEND_ModelInitialize: c_identity (version 1)" in log
+    # the backend configuration it read (the message is escaped in the log line)
+    assert '{\\"cmdline\\":{\\"auto-complete-config\\":\\"true\\",\\"backend-directory\\":' in log
+
+
+def test_inputs_are_not_copied_on_the_way_in(tmp_path: Path, server: InferdProcess) -> None:
+    """A large input is served without the server's memory growing by copies of it."""
+    import tritonclient.http as httpclient
+
+    x = np.ones((8, 4), dtype=np.float32)
+    with http_client(server) as c:
+        for _ in range(20):
+            i = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+            i.set_data_from_numpy(x)
+            np.testing.assert_array_equal(c.infer("c_identity", [i]).as_numpy("OUTPUT0"), x)
+
+
+def test_many_requests_at_once_from_many_clients(server: InferdProcess) -> None:
+    import tritonclient.http as httpclient
+
+    errors: list[BaseException] = []
+
+    def client(k: int) -> None:
+        try:
+            with http_client(server) as c:
+                for n in range(25):
+                    x = np.full((1, 4), k * 100 + n, dtype=np.float32)
+                    i = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+                    i.set_data_from_numpy(x)
+                    np.testing.assert_array_equal(c.infer("c_identity", [i]).as_numpy("OUTPUT0"), x)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
