@@ -24,18 +24,24 @@ from e2e.conftest import InferdProcess, grpc_client, http_client
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+@pytest.fixture(scope="module", params=["plain", "sanitized"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+    """The server of every test here, twice: as built, and with the host and backends built with
+    AddressSanitizer and UBSan (preloaded into the server; any report ends it and fails the tests)."""
+    sanitize = request.param == "sanitized"
     root = tmp_path_factory.mktemp("c_backends")
-    repo, backends = c_backends.repository(root)
+    repo, backends = c_backends.repository(root, sanitize)
     proc = InferdProcess(
-        repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env()
+        repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env(sanitize)
     ).start()
     try:
         yield proc
     finally:
         code = proc.stop()
-        assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
+        log = proc.log()
+        assert code == 0, f"inferd exited with {code}; log:\n{log[-4000:]}"
+        for report in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
+            assert report not in log, log[log.index(report) - 2000 :]
 
 
 def _fp32(rows: int = 2) -> np.ndarray[Any, Any]:
