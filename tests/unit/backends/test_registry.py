@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -63,3 +64,19 @@ def test_kind_auto_goes_to_the_gpus_only_where_there_are_some_and_the_backend_ru
     assert caplog.messages == [
         "model 'm': KIND_AUTO is KIND_CPU: the no_gpu backend cannot run on a GPU here"
     ]
+
+
+def test_any_other_name_may_be_a_c_backend() -> None:
+    from inferd.backends.tritonc.backend import TritonCBackend
+
+    backend = registry.get_backend("my_custom-1.2")
+    assert isinstance(backend, TritonCBackend) and backend.name == "my_custom-1.2"
+    assert registry.get_backend("my_custom-1.2") is backend
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", ""])
+def test_a_name_that_cannot_name_a_library_is_refused(name: str) -> None:
+    from inferd.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=f"unable to find backend '{re.escape(name)}'"):
+        registry.get_backend(name)
