@@ -90,7 +90,9 @@ def perf(url: str, model: str, seconds: float, out: Path) -> float | None:
     return float(rows[0]["Inferences/Second"]) if rows else None
 
 
-def measure(name: str, server: servers.BenchServer, models: list[str], args: Any, out: Path) -> list[dict[str, Any]]:
+def measure(
+    name: str, server: servers.BenchServer, models: list[str], args: Any, out: Path
+) -> list[dict[str, Any]]:
     ports = server.start()
     rows: list[dict[str, Any]] = []
     try:
@@ -130,7 +132,7 @@ def main() -> None:
     if args.reference:
         rows += measure("reference", reference_server(out), ["c_identity"], args, out)
     print("\n| server | model | infer/s (median) | server CPU us/request (median) |\n|---|---|---|---|")
-    for (server, model) in dict.fromkeys((r["server"], r["model"]) for r in rows):
+    for server, model in dict.fromkeys((r["server"], r["model"]) for r in rows):
         got = [r for r in rows if r["server"] == server and r["model"] == model]
         ips = [r["infer_per_s"] for r in got if r["infer_per_s"]]
         us = [r["cpu_us"] for r in got if r["cpu_us"]]

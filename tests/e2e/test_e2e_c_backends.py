@@ -25,7 +25,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module", params=["plain", "sanitized"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InferdProcess]:
     """The server of every test here, twice: as built, and with the host and backends built with
     AddressSanitizer and UBSan (preloaded into the server; any report ends it and fails the tests)."""
     sanitize = request.param == "sanitized"

@@ -197,7 +197,12 @@ def test_the_ignored_flags_are_logged_once_at_start(
     monkeypatch.setattr(cli, "from_options", lambda options: None)
     with caplog.at_level(logging.WARNING, logger="inferd"):
         cli.main(
-            ["serve", f"--model-repository={tmp_path}", "--repoagent-directory=/opt/b", "--http-thread-count=8"]
+            [
+                "serve",
+                f"--model-repository={tmp_path}",
+                "--repoagent-directory=/opt/b",
+                "--http-thread-count=8",
+            ]
         )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ignoring")]
     assert lines == [

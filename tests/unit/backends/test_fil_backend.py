@@ -115,7 +115,7 @@ def test_an_unknown_backend_says_which_exist(tmp_path: Path) -> None:
     # any other name may be a C/C++ backend (backends/tritonc): a model that names it says so at load
     cfg = parse_config_text('name: "m" backend: "nope"', "test")
     with pytest.raises(InvalidArgumentError) as e:
-        get_backend("nope").auto_complete(cfg, tmp_path, None)
+        get_backend("nope").find_library(cfg, tmp_path, None)  # type: ignore[attr-defined]
     assert "unable to find backend 'nope': inferd's backends are fil, onnxruntime, openvino" in str(e.value)
 
 

@@ -71,7 +71,8 @@ class TritonCBackend:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: models ``auto_complete`` initialized, for the load that follows: (model dir, version) -> model
+        #: models ``auto_complete`` initialized (or the error their ModelInitialize gave), for the load
+        #: that follows: (model dir, version) -> model
         self._completed: dict[tuple[str, int], Any] = {}
         self._lock = threading.Lock()
 
@@ -90,32 +91,43 @@ class TritonCBackend:
     def auto_complete(
         self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
     ) -> None:
-        """The backend's ``ModelInitialize`` with auto-complete on: what it sets becomes ``config``."""
-        backend = self._open(config, model_dir, version_dir, None)
+        """The backend's ``ModelInitialize`` with auto-complete on: what it sets becomes ``config``.
+
+        A library that is not found or does not load, and a ``ModelInitialize`` that fails, fail the
+        version's load instead (``load`` raises them), as the reference's do."""
         if version_dir is None or not version_dir.name.isdigit():
+            return
+        key = (str(model_dir), int(version_dir.name))
+        try:
+            backend = self._open(config, model_dir, version_dir, None)
+        except InferdError as e:
+            log.debug("model %r: not auto-completed (%s)", config.name, e)
             return
         from google.protobuf import json_format
 
         model = _new_model(backend, config, config.name, int(version_dir.name), model_dir, True)
+        completed: Any = model
         try:
             set_config = model.initialize()
         except Exception as e:
             model.close()
-            raise _error(e, f"TRITONBACKEND_ModelInitialize of model '{config.name}' failed: ") from None
+            error = _error(e, "")
+            if not config.input and not config.output:  # nothing to serve without it: say why now
+                raise error from None
+            completed, set_config = error, None
         if set_config is not None:
             try:
-                completed = json_format.Parse(set_config, config.__class__(), ignore_unknown_fields=False)
+                parsed = json_format.Parse(set_config, config.__class__(), ignore_unknown_fields=False)
             except json_format.ParseError as e:
                 _finalize(model)
                 raise InvalidArgumentError(
                     f"the configuration backend '{self.name}' set for model '{config.name}' is invalid: {e}"
                 ) from None
-            config.CopyFrom(completed)
-        key = (str(model_dir), int(version_dir.name))
+            config.CopyFrom(parsed)
         with self._lock:
             stale = self._completed.pop(key, None)
-            self._completed[key] = model
-        if stale is not None:
+            self._completed[key] = completed
+        if stale is not None and not isinstance(stale, InferdError):
             _finalize(stale)
 
     def load(self, ctx: LoadContext) -> TritonCModel:
@@ -124,6 +136,8 @@ class TritonCBackend:
         library.set_model_ready(ctx.links.model_ready)
         with self._lock:
             model = self._completed.pop((str(ctx.model_dir), ctx.version), None)
+        if isinstance(model, InferdError):  # its ModelInitialize failed at auto-complete
+            raise model
         if model is not None:  # the completed, normalized config, as the reference's from here on
             cfg = ctx.config
             model.update_config(
@@ -186,7 +200,7 @@ class TritonCModel:
             model.initialize()
         except Exception as e:
             model.close()
-            raise _error(e, f"TRITONBACKEND_ModelInitialize of model '{self.name}' failed: ") from None
+            raise _error(e, "") from None
         return model
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:

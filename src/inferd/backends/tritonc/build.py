@@ -25,8 +25,13 @@ ENV = "INFERD_TRITONC_LIB"
 LIBRARY = "libtritonserver.so"
 
 
+#: the extension's file name, read once here: sysconfig's first reading is not thread-safe (models
+#: load in parallel, and a concurrent first call read no suffix)
+_EXTENSION = "_tritonc" + str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
 def extension_name() -> str:
-    return "_tritonc" + str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    return _EXTENSION
 
 
 def cache_lib() -> Path:

@@ -160,7 +160,7 @@ def open_backend(name: str, library: Path, config: dict[str, Any]) -> Any:
             )
             backend.initialize()
         except module.Error as e:
-            raise translate(e, f"unable to load backend '{name}' from {library}: ") from None
+            raise translate(e) from None  # the reference's text: what the backend (or dlopen) said
         _backends[key] = backend
         log.info("loaded backend '%s' from %s", name, library)
         return backend

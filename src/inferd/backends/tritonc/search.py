@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InvalidArgumentError
+from inferd.errors import InvalidArgumentError, NotFoundError
 
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
 _state = {"backend_directory": DEFAULT_BACKEND_DIRECTORY}
@@ -91,21 +91,24 @@ def _elf_header(data: bytes) -> tuple[str, int, int, int, int, int]:
 
 
 def check_elf(path: Path) -> None:
-    """A file dlopen could load on this machine, else InvalidArgumentError saying what it is."""
+    """A file dlopen could load on this machine, else NotFoundError in the reference's words for a
+    library that does not load ("unable to load shared library: ..."), saying what the file is."""
+
+    def refuse(why: str) -> NotFoundError:
+        return NotFoundError(f"unable to load shared library: {path}: {why}")
+
     with path.open("rb") as f:
         head = f.read(64)
     if head[:4] != b"\x7fELF":
-        raise InvalidArgumentError(f"'{path}' is not a shared library (no ELF header)")
+        raise refuse("is not a shared library (no ELF header)")
     if head[4] != 2:
-        raise InvalidArgumentError(f"'{path}' is a 32-bit ELF file: a 64-bit shared library is needed")
+        raise refuse("is a 32-bit ELF file: a 64-bit shared library is needed")
     _, e_type, machine, *_ = _elf_header(head)
     if e_type != _ET_DYN:
-        raise InvalidArgumentError(f"'{path}' is an ELF file but not a shared library (type {e_type})")
+        raise refuse(f"is an ELF file but not a shared library (type {e_type})")
     if _HOST_MACHINE is not None and machine != _HOST_MACHINE:
         built = _MACHINES.get(machine, f"machine {machine}")
-        raise InvalidArgumentError(
-            f"'{path}' is a shared library for {built}, not for this machine ({platform.machine()})"
-        )
+        raise refuse(f"is a shared library for {built}, not for this machine ({platform.machine()})")
 
 
 def needed(path: Path) -> list[str]:
