@@ -70,6 +70,23 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+def backend_for(config: Any) -> Backend:
+    """The backend of a model's config. A ``runtime`` naming a shared library asks for that Triton
+    C/C++ library whatever ``backend`` says (``backend: "python" runtime: "libtriton_python.so"``: the
+    reference's own Python backend, not inferd's); otherwise ``get_backend(config.backend)``."""
+    runtime = str(getattr(config, "runtime", "") or "")
+    name = str(config.backend)
+    if name in _BUILTIN and runtime.endswith(".so"):
+        key = f"{name}@{runtime}"
+        cached = _cache.get(key)
+        if cached is None:
+            from inferd.backends.tritonc.backend import TritonCBackend
+
+            cached = _cache[key] = TritonCBackend(name)
+        return cached
+    return get_backend(name)
+
+
 def runs_on_gpu(name: str) -> bool:
     """Whether backend ``name`` can place an instance on a GPU in this process: its optional
     ``gpu_available()`` (which may import its framework), True without one (the reference's rule for

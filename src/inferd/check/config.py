@@ -130,7 +130,7 @@ def _auto_complete(cfg: Any, result: ModelResult, options: CheckOptions, version
     if cfg.platform == "ensemble" or options.strict_model_config:
         return True
     try:
-        backend = get_backend(cfg.backend)
+        backend = backend_for(cfg)
     except InferdError as e:
         _error(result, e.message, ("backend",))
         return False

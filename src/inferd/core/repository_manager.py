@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
-from inferd.backends.registry import auto_gpu, get_backend
+from inferd.backends.registry import auto_gpu, backend_for
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -126,7 +126,7 @@ def prepare_config(
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
-        backend = get_backend(cfg.backend)
+        backend = backend_for(cfg)
         try:
             backend.auto_complete(
                 cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
@@ -231,7 +231,7 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
     try:
         execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
         parse_weights(cfg)  # a bad version_weights fails the load, not the routing
-        backend = get_backend(cfg.backend)
+        backend = backend_for(cfg)
         ctx = LoadContext(
             name,
             version,

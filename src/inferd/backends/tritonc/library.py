@@ -11,19 +11,17 @@ process, as one core per tritonserver process).
 tried again by the next. Backends stay loaded for the life of the process (their
 static state and threads may outlive their models). Before ``dlopen``, every ``libtritonserver*.so``
 name the library needs (NVIDIA's wheels rename the core ``libtritonserver-<hash>.so``) is made an
-alias of the host: a symlink to it, opened once under that name, so the dynamic loader finds the
-host already loaded by that name.
+alias of the host: a symlink beside the extension, opened once by that bare name, so the dynamic loader
+finds the host already loaded by that name (and never loads another core).
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.machinery
 import importlib.util
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +45,7 @@ _CODES = tuple(ErrorCode)  # TRITONSERVER_Error_Code order: UNKNOWN, INTERNAL, N
 _lock = threading.Lock()
 _host: ModuleType | None = None
 _backends: dict[str, Any] = {}  # library path -> its _tritonc.Backend
-_aliases: dict[str, Any] = {}  # an alias name -> its ctypes handle (kept: the alias lives while it is open)
+_aliases: dict[str, Path] = {}  # an alias name -> its symlink
 _links: dict[str, Callable[[str, str], bool] | None] = {"model_ready": None}
 
 
@@ -118,23 +116,24 @@ def set_model_ready(fn: Callable[[str, str], bool] | None) -> None:
         _links["model_ready"] = fn
 
 
-def _alias_dir() -> Path:
-    folder = _aliases.get("")
-    if folder is None:
-        folder = _aliases[""] = Path(tempfile.mkdtemp(prefix="inferd-tritonc-"))
-    return Path(folder)
-
-
-def _answer_to(library: Path, host_lib: Path) -> None:
-    """Make the host loaded under every ``libtritonserver*`` name ``library`` needs."""
+def _answer_to(library: Path, host_dir: Path, module: ModuleType) -> None:
+    """Make the host known by every ``libtritonserver*`` name ``library`` needs: a symlink of that
+    name beside the extension (found by its RUNPATH, ``$ORIGIN``) opened by its bare name."""
     for name in needed(library):
         if not name.startswith("libtritonserver") or name == build.LIBRARY or name in _aliases:
             continue
-        link = _alias_dir() / name
-        if not link.exists():
-            os.symlink(host_lib, link)
-        # the loader sees the host's file already loaded and records this name for it (no second copy)
-        _aliases[name] = ctypes.CDLL(str(link), mode=os.RTLD_NOW)
+        link = host_dir / name
+        try:
+            if not link.is_symlink():
+                link.symlink_to(build.LIBRARY)
+            module.alias(name)
+        except OSError as e:
+            raise error_of(
+                2,
+                f"backend library {library} needs {name}, which inferd's host could not answer to: {e} "
+                f"(its folder {host_dir} must be writable once)",
+            ) from None
+        _aliases[name] = link
         log.info("backend library %s needs %s: answered by inferd's host", library.name, name)
 
 
@@ -150,9 +149,9 @@ def open_backend(name: str, library: Path, config: dict[str, Any]) -> Any:
         if known is not None:
             return known
         check_elf(library)
-        host_lib = build.find()
-        assert host_lib is not None
-        _answer_to(library, host_lib / build.LIBRARY)
+        host_dir = build.find()
+        assert host_dir is not None
+        _answer_to(library, host_dir, module)
         module.set_log_levels(log_levels())
         try:
             backend = module.open_backend(

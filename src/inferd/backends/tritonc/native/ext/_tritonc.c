@@ -11,7 +11,9 @@
  * Lifecycle calls (open, initialize, finalize) are here too; they let go of the GIL while the backend
  * runs, and the backend's log lines and readiness questions come back through callbacks that take it.
  */
+#define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
+#include <dlfcn.h>
 #include <Python.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1058,6 +1060,29 @@ static PyObject* open_backend(PyObject* module, PyObject* args) {
   return (PyObject*)b;
 }
 
+/* alias(name): have the host library known to the dynamic loader by `name` too (a backend linked against
+ * a renamed core, libtritonserver-<hash>.so). `name` must resolve, from this extension's RUNPATH ($ORIGIN),
+ * to a symlink to libtritonserver.so: the loader finds the file already loaded and records the bare
+ * name for it, which a backend's DT_NEEDED then matches (a path would be recorded as the path). */
+static PyObject* alias(PyObject* module, PyObject* arg) {
+  (void)module;
+  const char* name = PyUnicode_AsUTF8(arg);
+  if (name == NULL) return NULL;
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) {
+    const char* why = dlerror();
+    PyErr_Format(PyExc_OSError, "%s", why ? why : name);
+    return NULL;
+  }
+  void* ours = dlsym(handle, "inferd_host_queue_take");
+  if (ours != (void*)inferd_host_queue_take) {
+    dlclose(handle);
+    PyErr_Format(PyExc_OSError, "%s resolved to another library than inferd's host", name);
+    return NULL;
+  }
+  Py_RETURN_NONE; /* the handle stays open: the name lives as long as it */
+}
+
 #define SET(global, value) \
   do {                     \
     Py_XINCREF(value);     \
@@ -1097,6 +1122,7 @@ static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "hand in inferd's classes and callbacks (once)"},
     {"set_log_levels", set_log_levels, METH_O, "which TRITONSERVER_LogLevels are on (a bit each)"},
+    {"alias", alias, METH_O, "alias(name): the host library known by `name` too (see the C source)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -393,12 +393,6 @@ TRITONSERVER_Error* TRITONSERVER_LogMessage(
 }
 
 /* ---- buffer attributes: host memory only ------------------------------------------------------ */
-struct TRITONSERVER_BufferAttributes {
-  int64_t memory_type_id;
-  TRITONSERVER_MemoryType memory_type;
-  void* cuda_ipc_handle;
-  size_t byte_size;
-};
 
 TRITONSERVER_Error* TRITONSERVER_BufferAttributesNew(TRITONSERVER_BufferAttributes** buffer_attributes) {
   *buffer_attributes = calloc(1, sizeof(**buffer_attributes));

@@ -48,6 +48,13 @@ struct TRITONSERVER_Message {
   bool borrowed; /* owned by a host object: MessageDelete must not free it */
 };
 
+struct TRITONSERVER_BufferAttributes {
+  int64_t memory_type_id;
+  TRITONSERVER_MemoryType memory_type;
+  void* cuda_ipc_handle;
+  size_t byte_size;
+};
+
 /* a copy of `s` (NULL on allocation failure) */
 char* host_strdup(const char* s);
 
@@ -235,6 +242,7 @@ HOST_API TRITONSERVER_Error* inferd_host_execute(
 
 /* ---- requests ------------------------------------------------------------------------------ */
 struct TRITONBACKEND_Input {
+  TRITONSERVER_BufferAttributes attributes; /* what InputBufferAttributes answers (host memory) */
   const char* name;
   TRITONSERVER_DataType datatype;
   int64_t* shape; /* as the backend sees it: the batch dimension, then the reshaped dims */
@@ -290,6 +298,7 @@ HOST_API void inferd_host_channel_cancel(host_channel* channel);
 
 /* ---- responses ----------------------------------------------------------------------------- */
 struct TRITONBACKEND_Output {
+  TRITONSERVER_BufferAttributes attributes; /* what OutputBufferAttributes answers, once allocated */
   char* name;
   TRITONSERVER_DataType datatype;
   int64_t* shape;

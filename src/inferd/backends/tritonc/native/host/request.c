@@ -385,11 +385,17 @@ TRITONSERVER_Error* TRITONBACKEND_InputBufferForHostPolicy(
 TRITONSERVER_Error* TRITONBACKEND_InputBufferAttributes(
     TRITONBACKEND_Input* input, const uint32_t index, const void** buffer,
     TRITONSERVER_BufferAttributes** buffer_attributes) {
-  (void)input;
-  (void)index;
-  (void)buffer;
-  (void)buffer_attributes;
-  return host_unsupported("TRITONBACKEND_InputBufferAttributes");
+  if (input == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "input is null");
+  if (index != 0)
+    return host_error(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index %u: input '%s' has 1 buffer",
+                      (unsigned)index, input->name);
+  input->attributes.memory_type = TRITONSERVER_MEMORY_CPU;
+  input->attributes.memory_type_id = 0;
+  input->attributes.cuda_ipc_handle = NULL;
+  input->attributes.byte_size = input->byte_size;
+  *buffer = input->data;
+  *buffer_attributes = &input->attributes; /* owned by the input */
+  return NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------- */
@@ -540,9 +546,15 @@ TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(
 
 TRITONSERVER_Error* TRITONBACKEND_OutputBufferAttributes(
     TRITONBACKEND_Output* output, TRITONSERVER_BufferAttributes** buffer_attributes) {
-  (void)output;
-  (void)buffer_attributes;
-  return host_unsupported("TRITONBACKEND_OutputBufferAttributes");
+  if (output == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "output is null");
+  if (output->buffer == NULL)
+    return host_error(TRITONSERVER_ERROR_INVALID_ARG, "no buffer was allocated for output '%s'", output->name);
+  output->attributes.memory_type = TRITONSERVER_MEMORY_CPU;
+  output->attributes.memory_type_id = 0;
+  output->attributes.cuda_ipc_handle = NULL;
+  output->attributes.byte_size = output->byte_size;
+  *buffer_attributes = &output->attributes; /* owned by the output */
+  return NULL;
 }
 
 /* what a backend sends after a request's final response: refused, and logged (the backend may not) */
