@@ -22,7 +22,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from inferd.backends.registry import auto_gpu, get_backend
+from inferd.backends.registry import auto_gpu, backend_for
 from inferd.check.files import complete_onnx
 from inferd.check.positions import ConfigIndex, StructureError
 from inferd.check.report import ModelReport

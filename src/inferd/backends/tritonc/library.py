@@ -21,7 +21,6 @@ import importlib.machinery
 import importlib.util
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
