@@ -178,6 +178,19 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_t
 parameters { key: "delay_ms" value { string_value: "20" } }
 """,
     "c_autofill": 'backend: "autofill"\n',
+    # the sequence batcher in front: its START control reaches the backend as INPUT1 (echoed as OUTPUT1)
+    "c_sequence": """backend: "identity"
+max_batch_size: 2
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [ { name: "INPUT1" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+""",
     "c_fail_execute": f'backend: "fail_execute"\nmax_batch_size: 8\n{_FP32_IO}',
     "c_throw": f'backend: "fail_throw"\nmax_batch_size: 8\n{_FP32_IO}',
     "c_late_send": f'backend: "late_send"\nmax_batch_size: 8\n{_FP32_IO}',

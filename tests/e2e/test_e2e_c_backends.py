@@ -217,6 +217,23 @@ def _wait_for(server: InferdProcess, text: str, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def test_the_sequence_batcher_feeds_the_backend_its_controls(server: InferdProcess) -> None:
+    import tritonclient.http as httpclient
+
+    with http_client(server) as c:
+        got = []
+        for step, (start, end) in enumerate(((True, False), (False, False), (False, True))):
+            i = httpclient.InferInput("INPUT0", [1, 1], "INT32")
+            i.set_data_from_numpy(np.array([[10 + step]], dtype=np.int32))
+            r = c.infer("c_sequence", [i], sequence_id=42, sequence_start=start, sequence_end=end)
+            params = r.get_response().get("parameters", {})
+            got.append((int(r.as_numpy("OUTPUT0")[0, 0]), int(r.as_numpy("OUTPUT1")[0, 0]), params))
+    assert [(a, b) for a, b, _ in got] == [(10, 1), (11, 0), (12, 0)]
+    # the request's correlation id and flags reach the backend (identity answers them as parameters)
+    assert [p.get("correlation_id") for _, _, p in got] == [42, 42, 42]
+    assert [p.get("request_flags") for _, _, p in got] == [1, None, 2]
+
+
 def test_autocomplete_sets_the_config(server: InferdProcess) -> None:
     r = server.request("GET", "/v2/models/c_autofill/config")
     assert r.status == 200

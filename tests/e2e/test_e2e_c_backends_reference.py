@@ -146,6 +146,11 @@ def test_streams_are_the_references(server: InferdProcess) -> None:
         assert out == DOC["stream"][key]
 
 
+def test_a_sequence_is_the_references(server: InferdProcess) -> None:
+    got = [server.infer("c_sequence", body) for body in recorder.SEQUENCE]
+    assert [{"status": r.status, "body": r.json()} for r in got] == DOC["sequence"]
+
+
 def test_the_completed_config_is_the_references(server: InferdProcess) -> None:
     got = server.request("GET", "/v2/models/c_autofill/config").json()
     assert got == DOC["config"]
