@@ -8,7 +8,11 @@ add_sub-sized (two FP32 [16] inputs, batching up to 64, dynamic batching), in on
 
 Each round runs perf_analyzer on each model in turn (alternating, so that the machine's load is
 shared alike), reading the server's CPU per success around it (``cpu.CpuMeter``: the server's process
-tree, perf_analyzer's own CPU left out). Prints a Markdown table of medians over the rounds.
+tree, perf_analyzer's own CPU left out) and its successes per second (the statistics' count over the
+run: perf_analyzer's own figure is refused on a machine too loaded to stabilize it). Prints a Markdown
+table of medians over the rounds. The steady figure on a shared machine is ``calls.py --instructions``
+on the repository ``--write DIR`` writes (``--repository DIR/models --model c_identity`` and
+``py_identity``, with ``--serve-flags '--backend-directory DIR/backends'``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import servers
 from bench_paths import COMMON_SH, ROOT
-from cpu import CpuMeter
+from cpu import CpuMeter, successes
 
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
@@ -102,8 +106,17 @@ def measure(
         for r in range(args.rounds):
             for model in models if r % 2 == 0 else list(reversed(models)):
                 meter = CpuMeter(server.pid, ports.http, model)
-                ips = perf(url, model, args.seconds, out)
+                t0 = time.monotonic()
+                perf(
+                    url, model, args.seconds, out
+                )  # its own figure needs a stable machine: ours is the count
                 us = meter.us_per_success()
+                n1 = successes(ports.http, model)
+                ips = (
+                    (n1 - meter.n0) / (time.monotonic() - t0)
+                    if n1 is not None and meter.n0 is not None
+                    else None
+                )
                 rows.append({"server": name, "model": model, "round": r, "infer_per_s": ips, "cpu_us": us})
                 print(f"{name} {model} round {r}: {ips} infer/s, {us} us CPU/request", flush=True)
     finally:
@@ -111,12 +124,24 @@ def measure(
     return rows
 
 
+def write_only(dest: Path) -> None:
+    """``--write DIR``: the repository and backend directory alone (for calls.py --repository)."""
+    repo, backends = write_repository(dest)
+    print(f"repository {repo}\nbackend directory {backends}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--reference", action="store_true", help="also the reference serving the same .so")
+    p.add_argument(
+        "--write", metavar="DIR", help="only write the repository (and backend directory) into DIR"
+    )
     args = p.parse_args()
+    if args.write:
+        write_only(Path(args.write))
+        return
     from inferd.backends.tritonc import build
 
     os.environ.setdefault(build.ENV, str(build.build(Path(tempfile.mkdtemp()) / "host", quiet=True)))
@@ -141,6 +166,10 @@ def main() -> None:
             f"{statistics.median(us) if us else '-':.0f} |"
         )
     shutil.rmtree(out, ignore_errors=True)
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
 
 
 def reference_server(out: Path) -> servers.BenchServer:

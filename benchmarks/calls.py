@@ -341,7 +341,7 @@ def run_clients(
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     src = Path(args.src).resolve()
     with tempfile.TemporaryDirectory(prefix="inferd-calls-") as tmp:
-        repo = MODELS
+        repo = Path(args.repository) if args.repository else MODELS
         if args.model == "seq_accumulate":
             from sequence_bench import write_repository
 
@@ -521,6 +521,9 @@ def main() -> None:
     p.add_argument("--src", default=str(ROOT / "src"), help="the inferd source to serve (PYTHONPATH)")
     p.add_argument("--proto", choices=("http", "grpc"), default="http")
     p.add_argument("--model", default="add_sub", help="add_sub, ensemble_add_sub or seq_accumulate (HTTP)")
+    p.add_argument(
+        "--repository", help="serve this repository instead (its --model), e.g. c_backend_bench.py's"
+    )
     p.add_argument("--n", type=int, default=2000, help="profiled requests")
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--concurrency", type=int, default=1, help="client processes (above 1: batches form)")

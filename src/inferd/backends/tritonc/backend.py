@@ -300,12 +300,16 @@ class TritonCInstance:
         return self._timings
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        if self._model._loop is None:
+        loop = self._model._loop
+        if loop is None:
             stream = requests[0].stream
             if stream is not None:
                 self._model.watch(stream.loop)
+                loop = stream.loop
+        # inline (on the loop's thread): the loop delivers what the backend sent as soon as it returns
+        on_loop = loop is not None and asyncio._get_running_loop() is loop
         try:
-            self._timings = self._instance.execute(requests)
+            self._timings = self._instance.execute(requests, on_loop)
         except InferdError:
             raise
         except Exception as e:

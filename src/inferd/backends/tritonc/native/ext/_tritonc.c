@@ -625,50 +625,64 @@ static void on_closed(host_channel* ch) {
   Py_DECREF(p);
 }
 
+static void drain(Model* self, bool woken);
+
 static PyObject* Model_drain(Model* self, PyObject* unused) {
   (void)unused;
-  if (self->model == NULL) Py_RETURN_NONE;
-  /* a released request lets go of its channel, which may queue that channel's CLOSED event: taken in
-   * the same drain (one more eventfd read), so that a request ends in one wake-up */
-  for (int round = 0; round < 2; round++) {
-    host_event* ev = inferd_host_queue_take(self->model->queue);
-    int released = 0;
-    while (ev != NULL) {
-      host_event* next = ev->next;
-      switch (ev->kind) {
-        case HOST_EV_RESPONSE:
-          on_response((TRITONBACKEND_Response*)ev);
-          break;
-        case HOST_EV_FLAGS: {
-          host_flags_event* fe = (host_flags_event*)ev;
-          Pending* p = (Pending*)fe->channel->ctx;
-          if (fe->flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL) deliver(p, Py_None, 1);
-          inferd_host_flags_event_free(fe);
-          break;
-        }
-        case HOST_EV_RELEASED: {
-          TRITONBACKEND_Request* r = (TRITONBACKEND_Request*)ev;
-          inputs_release((Inputs*)r->ctx);
-          inferd_host_request_free(r);
-          released = 1;
-          break;
-        }
-        case HOST_EV_CLOSED:
-          on_closed((host_channel*)ev);
-          break;
-      }
-      ev = next;
-    }
-    if (!released) break;
-  }
+  if (self->model != NULL) drain(self, true);
   Py_RETURN_NONE;
+}
+
+/* the events of one take, in order */
+static void deliver_events(host_event* ev) {
+  while (ev != NULL) {
+    host_event* next = ev->next;
+    switch (ev->kind) {
+      case HOST_EV_RESPONSE:
+        on_response((TRITONBACKEND_Response*)ev);
+        break;
+      case HOST_EV_FLAGS: {
+        host_flags_event* fe = (host_flags_event*)ev;
+        Pending* p = (Pending*)fe->channel->ctx;
+        if (fe->flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL) deliver(p, Py_None, 1);
+        inferd_host_flags_event_free(fe);
+        break;
+      }
+      case HOST_EV_RELEASED: {
+        TRITONBACKEND_Request* r = (TRITONBACKEND_Request*)ev;
+        inputs_release((Inputs*)r->ctx);
+        inferd_host_request_free(r); /* may queue its channel's CLOSED event */
+        break;
+      }
+      case HOST_EV_CLOSED:
+        on_closed((host_channel*)ev);
+        break;
+    }
+    ev = next;
+  }
+}
+
+/* every event queued, delivered. woken: by the loop's reader (the eventfd is read); else by an execute on
+ * the loop, right after it. While it drains the queue is quiet: what is queued meanwhile (a released
+ * request's CLOSED, another thread's responses) writes no eventfd and is taken before it returns, so a
+ * request costs one wake-up at most */
+static void drain(Model* self, bool woken) {
+  host_queue* q = self->model->queue;
+  inferd_host_queue_quiet(q, true);
+  host_event* ev = inferd_host_queue_take(q, woken);
+  while (ev != NULL) {
+    deliver_events(ev);
+    ev = inferd_host_queue_take(q, false);
+  }
+  inferd_host_queue_quiet(q, false);
+  deliver_events(inferd_host_queue_take(q, false)); /* queued between the last take and now */
 }
 
 static PyObject* Model_close(Model* self, PyObject* unused) {
   /* after finalize: frees the C model once no request is open (else it stays, for late events) */
   (void)unused;
   if (self->model == NULL) Py_RETURN_TRUE;
-  Model_drain(self, NULL);
+  drain(self, true);
   if (atomic_load(&self->model->open_channels) > 0) Py_RETURN_FALSE;
   inferd_host_model_free(self->model);
   self->model = NULL;
@@ -983,8 +997,13 @@ fail:
   return NULL;
 }
 
-/* execute(batch) -> (input_ns, infer_ns, output_ns) from ReportBatchStatistics, or None */
-static PyObject* Instance_execute(Instance* self, PyObject* batch) {
+/* execute(batch, on_loop=False) -> (input_ns, infer_ns, output_ns) from ReportBatchStatistics, or None.
+ * on_loop: the caller is the event loop's thread, which drains the responses the backend sent as soon as
+ * it returns (no eventfd write and wake-up for them) */
+static PyObject* Instance_execute(Instance* self, PyObject* args) {
+  PyObject* batch;
+  int on_loop = 0;
+  if (!PyArg_ParseTuple(args, "O|p", &batch, &on_loop)) return NULL;
   PyObject* seq = PySequence_Fast(batch, "a batch must be a list of requests");
   if (seq == NULL) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -1013,9 +1032,15 @@ static PyObject* Instance_execute(Instance* self, PyObject* batch) {
   }
   TRITONSERVER_Error* err;
   TRITONBACKEND_ModelInstance* inst = self->instance;
+  host_queue* queue = self->model->model->queue;
+  if (on_loop) inferd_host_queue_quiet(queue, true);
   Py_BEGIN_ALLOW_THREADS err = inferd_host_execute(inst, reqs, (uint32_t)n);
   Py_END_ALLOW_THREADS if (reqs != local) free(reqs);
   Py_DECREF(seq);
+  if (on_loop) {  /* what was queued meanwhile wrote no eventfd: taken now, whatever execute returned */
+    inferd_host_queue_quiet(queue, false);
+    drain(self->model, false);
+  }
   if (err != NULL) return raise_error(err);
   if (!inst->batch_reported) Py_RETURN_NONE;
   uint64_t in_ns = inst->compute_start > inst->exec_start ? inst->compute_start - inst->exec_start : 0;
@@ -1028,7 +1053,8 @@ static PyObject* Instance_execute(Instance* self, PyObject* batch) {
 static PyMethodDef Instance_methods[] = {
     {"initialize", (PyCFunction)Instance_initialize, METH_NOARGS, "TRITONBACKEND_ModelInstanceInitialize"},
     {"finalize", (PyCFunction)Instance_finalize, METH_NOARGS, "TRITONBACKEND_ModelInstanceFinalize"},
-    {"execute", (PyCFunction)Instance_execute, METH_O, "TRITONBACKEND_ModelInstanceExecute on a batch"},
+    {"execute", (PyCFunction)Instance_execute, METH_VARARGS,
+     "execute(batch, on_loop=False): TRITONBACKEND_ModelInstanceExecute on a batch"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -112,12 +112,15 @@ typedef struct host_queue {
   host_event** tail;
   int efd;
   bool signalled;
+  bool quiet; /* the loop itself drains right after (an execute on the loop): no eventfd write */
 } host_queue;
 
 HOST_API host_queue* inferd_host_queue_new(void);
 HOST_API void inferd_host_queue_free(host_queue* q);
-/* every event queued so far, oldest first (the eventfd read, then the list taken under the lock) */
-HOST_API host_event* inferd_host_queue_take(host_queue* q);
+/* every event queued so far, oldest first (the eventfd read, then the list taken under the lock);
+ * read_fd false: the caller drains without having been woken (it will be woken once more at most) */
+HOST_API host_event* inferd_host_queue_take(host_queue* q, bool read_fd);
+HOST_API void inferd_host_queue_quiet(host_queue* q, bool quiet);
 void host_queue_push(host_queue* q, host_event* ev);
 
 /* ---- a request's channel: what its responses go through ------------------------------------ */

@@ -38,8 +38,8 @@ void host_queue_push(host_queue* q, host_event* ev) {
   pthread_mutex_lock(&q->mu);
   *q->tail = ev;
   q->tail = &ev->next;
-  bool wake = !q->signalled; /* one write per batch of events: the loop takes them all at once */
-  q->signalled = true;
+  bool wake = !q->signalled && !q->quiet; /* one write per batch of events: the loop takes them all */
+  if (!q->quiet) q->signalled = true;
   pthread_mutex_unlock(&q->mu);
   if (wake) {
     uint64_t one = 1;
@@ -49,13 +49,21 @@ void host_queue_push(host_queue* q, host_event* ev) {
   }
 }
 
-host_event* inferd_host_queue_take(host_queue* q) {
+void inferd_host_queue_quiet(host_queue* q, bool quiet) {
+  pthread_mutex_lock(&q->mu);
+  q->quiet = quiet;
+  pthread_mutex_unlock(&q->mu);
+}
+
+host_event* inferd_host_queue_take(host_queue* q, bool read_fd) {
   /* the counter is read before the list is taken: a push after the take writes again (signalled is
    * false then), and one between the two is taken now and only leaves a spurious wake-up */
-  uint64_t count;
-  ssize_t n;
-  do n = read(q->efd, &count, sizeof(count));
-  while (n < 0 && errno == EINTR);
+  if (read_fd) {
+    uint64_t count;
+    ssize_t n;
+    do n = read(q->efd, &count, sizeof(count));
+    while (n < 0 && errno == EINTR);
+  }
   pthread_mutex_lock(&q->mu);
   host_event* head = q->head;
   q->head = NULL;
