@@ -208,6 +208,14 @@ def test_a_cancelled_request_reaches_the_backend(server: InferdProcess) -> None:
         error = done.get(timeout=10)
         assert error is not None and "CANCELLED" in str(error.status())
     _wait_for(server, "identity: request 'to-cancel' was cancelled", 10)
+    # the backend reported it failed (ReportStatistics): a failure in the model's statistics
+    deadline = time.monotonic() + 10
+    while True:
+        stats = server.request("GET", "/v2/models/c_slow/stats").json()["model_stats"][0]["inference_stats"]
+        if stats["fail"]["count"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (stats["fail"]["count"], stats["success"]["count"]) == (1, 0)
 
 
 def _wait_for(server: InferdProcess, text: str, timeout: float) -> None:

@@ -460,12 +460,17 @@ class InstancePool(PoolMembers):
                 )
         timings = instance.last_timings
         in_ns, infer_ns, out_ns = timings if timings is not None else (0, t3 - t0, 0)
+        # requests the backend itself reported failed (a C backend's ReportStatistics) count as failures
+        failed: tuple[int, ...] = getattr(instance, "last_failed", ())
         request_ns = []
-        for r in batch:
-            request_ns.append(t3 - r.t_start_ns)
+        for i, r in enumerate(batch):
+            if failed and i in failed:
+                self._stats.record_request(False, t3 - r.t_start_ns)
+            else:
+                request_ns.append(t3 - r.t_start_ns)
             if r.trace is not None:
                 r.trace.computed(t0, t3, timings)
-        self._stats.record_execution(total, len(batch), queue_ns, in_ns, infer_ns, out_ns, request_ns)
+        self._stats.record_execution(total, len(request_ns), queue_ns, in_ns, infer_ns, out_ns, request_ns)
         if responses is None:
             return  # the backend answers through the request streams (decoupled models)
         self._hand_back(batch, responses, inline, out)

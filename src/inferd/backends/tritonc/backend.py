@@ -288,6 +288,9 @@ class TritonCInstance:
         self._model = model
         self._instance = instance
         self._timings: tuple[int, int, int] | None = None
+        #: the positions in the last batch of the requests the backend reported as failed
+        #: (TRITONBACKEND_ModelInstanceReportStatistics): the pool counts them as failures
+        self.last_failed: tuple[int, ...] = ()
         self._unloaded = False
 
     @property
@@ -309,7 +312,7 @@ class TritonCInstance:
         # inline (on the loop's thread): the loop delivers what the backend sent as soon as it returns
         on_loop = loop is not None and asyncio._get_running_loop() is loop
         try:
-            self._timings = self._instance.execute(requests, on_loop)
+            self._timings, self.last_failed = self._instance.execute(requests, on_loop)
         except InferdError:
             raise
         except Exception as e:

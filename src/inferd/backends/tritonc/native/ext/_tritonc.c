@@ -997,7 +997,8 @@ fail:
   return NULL;
 }
 
-/* execute(batch, on_loop=False) -> (input_ns, infer_ns, output_ns) from ReportBatchStatistics, or None.
+/* execute(batch, on_loop=False) -> (timings, failed): timings (input_ns, infer_ns, output_ns) from
+ * ReportBatchStatistics or None, failed the positions of the requests ReportStatistics said failed.
  * on_loop: the caller is the event loop's thread, which drains the responses the backend sent as soon as
  * it returns (no eventfd write and wake-up for them) */
 static PyObject* Instance_execute(Instance* self, PyObject* args) {
@@ -1042,12 +1043,20 @@ static PyObject* Instance_execute(Instance* self, PyObject* args) {
     drain(self->model, false);
   }
   if (err != NULL) return raise_error(err);
-  if (!inst->batch_reported) Py_RETURN_NONE;
+  uint32_t failed_local[64];
+  uint32_t* failed = n <= 64 ? failed_local : malloc(sizeof(uint32_t) * (size_t)n);
+  uint32_t n_failed = failed == NULL ? 0 : inferd_host_instance_failures(inst, failed, (uint32_t)n);
+  PyObject* failures = PyTuple_New(n_failed);
+  for (uint32_t i = 0; failures != NULL && i < n_failed; i++)
+    PyTuple_SET_ITEM(failures, i, PyLong_FromUnsignedLong(failed[i]));
+  if (failed != failed_local) free(failed);
+  if (failures == NULL) return NULL;
+  if (!inst->batch_reported) return Py_BuildValue("(ON)", Py_None, failures);
   uint64_t in_ns = inst->compute_start > inst->exec_start ? inst->compute_start - inst->exec_start : 0;
   uint64_t infer_ns = inst->compute_end > inst->compute_start ? inst->compute_end - inst->compute_start : 0;
   uint64_t out_ns = inst->exec_end > inst->compute_end ? inst->exec_end - inst->compute_end : 0;
-  return Py_BuildValue("(KKK)", (unsigned long long)in_ns, (unsigned long long)infer_ns,
-                       (unsigned long long)out_ns);
+  return Py_BuildValue("((KKK)N)", (unsigned long long)in_ns, (unsigned long long)infer_ns,
+                       (unsigned long long)out_ns, failures);
 }
 
 static PyMethodDef Instance_methods[] = {

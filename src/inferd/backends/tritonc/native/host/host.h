@@ -209,7 +209,17 @@ struct TRITONBACKEND_ModelInstance {
   /* TRITONBACKEND_ModelInstanceReportBatchStatistics of the execute under way */
   bool batch_reported;
   uint64_t batch_size, exec_start, compute_start, compute_end, exec_end;
+  /* what ReportStatistics said of each request of the last execute (-1: nothing, 0: failed, 1: success),
+   * under stats_mu: a backend may report from its own threads while the execute returns */
+  pthread_mutex_t stats_mu;
+  uint64_t epoch;
+  int8_t* outcomes;
+  uint32_t n_outcomes, cap_outcomes;
 };
+
+/* the requests of the last execute that the backend reported as failed (their positions), into out
+ * (room for n); how many */
+HOST_API uint32_t inferd_host_instance_failures(TRITONBACKEND_ModelInstance* instance, uint32_t* out, uint32_t n);
 
 /* lifecycle, driven by the extension; each returns NULL or an error the caller owns */
 HOST_API TRITONSERVER_Error* inferd_host_backend_open(
@@ -272,6 +282,8 @@ struct TRITONBACKEND_Request {
   host_param* params;
   uint32_t n_params;
   atomic_bool released;
+  uint64_t epoch; /* the execute it belongs to (its instance's epoch then) and its place in the batch */
+  uint32_t slot;
   /* TRITONBACKEND_ModelInstanceReportStatistics */
   bool stats_reported;
   bool success;

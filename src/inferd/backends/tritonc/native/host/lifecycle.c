@@ -369,6 +369,7 @@ TRITONSERVER_Error* inferd_host_instance_new(
   i->device_id = device_id;
   i->passive = passive;
   borrowed_message(&i->host_policy, host_strdup(host_policy_json));
+  pthread_mutex_init(&i->stats_mu, NULL);
   if (i->name == NULL || i->host_policy.json == NULL) {
     inferd_host_instance_free(i);
     return no_memory();
@@ -389,6 +390,8 @@ TRITONSERVER_Error* inferd_host_instance_finalize(TRITONBACKEND_ModelInstance* i
 
 void inferd_host_instance_free(TRITONBACKEND_ModelInstance* instance) {
   if (instance == NULL) return;
+  pthread_mutex_destroy(&instance->stats_mu);
+  free(instance->outcomes);
   free(instance->name);
   free(instance->host_policy.json);
   free(instance);
@@ -479,8 +482,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request* request, const bool success,
     const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns,
     const uint64_t exec_end_ns) {
-  (void)instance;
   if (request == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "request is null");
+  pthread_mutex_lock(&instance->stats_mu);
+  if (request->epoch == instance->epoch && request->slot < instance->n_outcomes)
+    instance->outcomes[request->slot] = success ? 1 : 0;
+  pthread_mutex_unlock(&instance->stats_mu);
   request->stats_reported = true;
   request->success = success;
   request->exec_start = exec_start_ns;
@@ -503,9 +509,37 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(
 }
 
 /* ---- execute ----------------------------------------------------------------------------------- */
+uint32_t inferd_host_instance_failures(TRITONBACKEND_ModelInstance* instance, uint32_t* out, uint32_t n) {
+  uint32_t found = 0;
+  pthread_mutex_lock(&instance->stats_mu);
+  for (uint32_t i = 0; i < instance->n_outcomes && found < n; i++)
+    if (instance->outcomes[i] == 0) out[found++] = i;
+  pthread_mutex_unlock(&instance->stats_mu);
+  return found;
+}
+
 TRITONSERVER_Error* inferd_host_execute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
   instance->batch_reported = false;
+  pthread_mutex_lock(&instance->stats_mu);
+  instance->epoch++;
+  instance->n_outcomes = 0;
+  if (count > instance->cap_outcomes) {
+    int8_t* grown = realloc(instance->outcomes, count);
+    if (grown != NULL) {
+      instance->outcomes = grown;
+      instance->cap_outcomes = count;
+    }
+  }
+  if (count <= instance->cap_outcomes) {
+    instance->n_outcomes = count;
+    memset(instance->outcomes, -1, count);
+  }
+  for (uint32_t i = 0; i < count; i++) {
+    requests[i]->epoch = instance->epoch;
+    requests[i]->slot = i;
+  }
+  pthread_mutex_unlock(&instance->stats_mu);
   TRITONSERVER_Error* err = host_guard_exec(instance->model->backend->exec, instance, requests, count);
   if (err == NULL) return NULL;
   /* the reference (backend_model_instance.cc): the backend kept no request; the caller answers each
