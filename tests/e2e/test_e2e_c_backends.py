@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import InferdProcess, grpc_client, http_client
 
 import c_backends
-from e2e.conftest import InferdProcess, grpc_client, http_client
 
 pytestmark = pytest.mark.timeout(300)
 

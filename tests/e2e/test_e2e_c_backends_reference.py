@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import InferdProcess
 
 import c_backends
-from e2e.conftest import InferdProcess
 from repo_paths import FIXTURES, load_script
 
 pytestmark = pytest.mark.timeout(300)

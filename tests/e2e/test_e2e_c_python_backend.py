@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import InferdProcess, grpc_client, http_client
 
 import c_backends
-from e2e.conftest import InferdProcess, grpc_client, http_client
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
 
 pytestmark = pytest.mark.timeout(300)
