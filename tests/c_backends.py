@@ -16,7 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,3 +261,15 @@ def repository(dest: Path, sanitize: bool = False) -> tuple[Path, Path]:
     wrong[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
     (repo / "c_wrong_arch" / "libtriton_wrong_arch.so").write_bytes(bytes(wrong))
     return repo, backends
+
+
+def settled_stats(server: Any, model: str, successes: int) -> dict[str, Any]:
+    """The model's statistics once ``successes`` requests are counted: an execute in a worker thread is
+    counted when it returns, which may be a moment after its responses went (as the reference counts a
+    request when its backend reports it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        stats: dict[str, Any] = server.request("GET", f"/v2/models/{model}/stats").json()["model_stats"][0]
+        if stats["inference_stats"]["success"]["count"] >= successes or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.02)

@@ -39,8 +39,11 @@ MODELS = {
 }
 
 
-def _stubs() -> list[str]:
-    out = subprocess.run(["pgrep", "-f", "triton_python_backend_stub"], capture_output=True, text=True)
+def _stubs(repo: Path) -> list[str]:
+    """The stub processes running this repository's models (others' servers may run stubs too)."""
+    out = subprocess.run(
+        ["pgrep", "-f", f"triton_python_backend_stub {repo}/"], capture_output=True, text=True
+    )
     return out.stdout.split()
 
 
@@ -58,7 +61,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
         cfg = repo / f"pyc_{name}" / "config.pbtxt"
         text = cfg.read_text().replace(f'name: "{name}"', f'name: "pyc_{name}"')
         cfg.write_text(text.replace('backend: "python"', 'backend: "python"\nruntime: "libtriton_python.so"'))
-    before = set(_stubs())
     # the stub runs the models with the reference venv's packages (numpy), as the reference's launcher
     env = {**c_backends.server_env(), "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}
     proc = InferdProcess(repo, root / "inferd.log", ("--backend-directory", str(BACKENDS)), env=env).start()
@@ -68,7 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
         code = proc.stop()
         assert code == 0, f"inferd exited with {code}; log:\n{proc.log()[-4000:]}"
         deadline = time.monotonic() + 20  # a stub ends once its instance is finalized, or sees its parent go
-        while not set(_stubs()) <= before:
+        while _stubs(repo):
             assert time.monotonic() < deadline, "the backend's stub processes outlived the server"
             time.sleep(0.1)
 
