@@ -8,6 +8,7 @@ The bad ones fail their own load with the reference's texts; everything else ser
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -332,3 +333,45 @@ def test_many_requests_at_once_from_many_clients(server: InferdProcess) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_load_unload_cycles_in_explicit_mode(tmp_path: Path) -> None:
+    """A C model loaded, served, unloaded and loaded again (ModelInitialize and the finalizers each
+    time, the backend opened once), and an instance_group update in place, while a decoupled model
+    streams; the server stops cleanly."""
+    repo, backends = c_backends.repository(tmp_path)
+    proc = InferdProcess(
+        repo,
+        tmp_path / "inferd.log",
+        ("--backend-directory", str(backends), "--model-control-mode", "explicit", "--log-verbose", "1"),
+        env=c_backends.server_env(),
+    ).start()
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    try:
+        for cycle in range(3):
+            r = proc.request("POST", "/v2/repository/models/c_identity/load", {})
+            assert r.status == 200, r.body
+            assert proc.infer("c_identity", doc).status == 200
+            assert proc.request("POST", "/v2/repository/models/c_repeat/load", {}).status == 200
+            out = _stream(proc, "c_repeat", [1, 2])
+            assert [r.as_numpy("OUT").tolist() for r, _ in out[:2]] == [[1], [2]], cycle
+            r = proc.request("POST", "/v2/repository/models/c_identity/unload", {})
+            assert r.status == 200, r.body
+            assert proc.infer("c_identity", doc).status != 200
+        assert proc.request("POST", "/v2/repository/models/c_identity/load", {}).status == 200
+        cfg = proc.request("GET", "/v2/models/c_identity/config").json()
+        cfg["instance_group"] = [{"count": 3, "kind": "KIND_CPU"}]
+        r = proc.request(
+            "POST", "/v2/repository/models/c_identity/load", {"parameters": {"config": json.dumps(cfg)}}
+        )
+        assert r.status == 200, r.body
+        for _ in range(6):
+            assert proc.infer("c_identity", doc).status == 200
+    finally:
+        code = proc.stop()
+        log = proc.log()
+    assert code == 0, log[-4000:]
+    assert log.count("TRITONBACKEND_Initialize: identity") == 1
+    # each load: auto-complete's and the load's; the instance_group update: auto-complete's alone
+    assert log.count("TRITONBACKEND_ModelInitialize: c_identity (version 1)") == 2 * 4 + 1
+    assert "instances updated in place (1 kept, 2 created, 0 removed)" in log

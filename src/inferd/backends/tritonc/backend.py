@@ -9,8 +9,9 @@ batch that inferd's scheduler forms (dynamic batcher, sequence batcher), and the
 
 Auto-complete runs the backend's ``ModelInitialize`` when the server completes the config (before it is
 normalised and validated): what the backend sets with ``TRITONBACKEND_ModelSetConfig`` becomes the
-config. That initialized model is kept for the load that follows (the reference initializes a model
-once); a load finding none (strict config, another version) initializes its own.
+config. That model is finalized at once and the load initializes its own with the completed config
+(the reference initializes once: here a completing backend's ``ModelInitialize`` runs twice, and no
+initialized model waits on a load that may never come).
 
 Responses come back through the model's completion queue (an eventfd the event loop reads: one
 wake-up per batch of responses, whichever threads sent them), never through Python code per API call.
@@ -71,10 +72,6 @@ class TritonCBackend:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: models ``auto_complete`` initialized (or the error their ModelInitialize gave), for the load
-        #: that follows: (model dir, version) -> model
-        self._completed: dict[tuple[str, int], Any] = {}
-        self._lock = threading.Lock()
 
     def find_library(self, config: Any, model_dir: Path, version_dir: Path | None) -> Path:
         """The model's backend library (what ``inferd check`` asks: it runs no native code)."""
@@ -91,13 +88,16 @@ class TritonCBackend:
     def auto_complete(
         self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
     ) -> None:
-        """The backend's ``ModelInitialize`` with auto-complete on: what it sets becomes ``config``.
+        """The backend's ``ModelInitialize`` with auto-complete on: what it sets with
+        ``TRITONBACKEND_ModelSetConfig`` becomes ``config``. That model is finalized at once: the load
+        that follows (if any: a check, an instance_group update in place, a config that fails
+        validation load none) initializes its own, with the completed config.
 
         A library that is not found or does not load, and a ``ModelInitialize`` that fails, fail the
-        version's load instead (``load`` raises them), as the reference's do."""
+        version's load instead, as the reference's do (unless the config has no tensors at all: then
+        nothing else would say why)."""
         if version_dir is None or not version_dir.name.isdigit():
             return
-        key = (str(model_dir), int(version_dir.name))
         try:
             backend = self._open(config, model_dir, version_dir, None)
         except InferdError as e:
@@ -106,48 +106,30 @@ class TritonCBackend:
         from google.protobuf import json_format
 
         model = _new_model(backend, config, config.name, int(version_dir.name), model_dir, True)
-        completed: Any = model
         try:
             set_config = model.initialize()
         except Exception as e:
             model.close()
-            error = _error(e, "")
-            if not config.input and not config.output:  # nothing to serve without it: say why now
-                raise error from None
-            completed, set_config = error, None
-        if set_config is not None:
-            try:
-                parsed = json_format.Parse(set_config, config.__class__(), ignore_unknown_fields=False)
-            except json_format.ParseError as e:
-                _finalize(model)
-                raise InvalidArgumentError(
-                    f"the configuration backend '{self.name}' set for model '{config.name}' is invalid: {e}"
-                ) from None
-            config.CopyFrom(parsed)
-        with self._lock:
-            stale = self._completed.pop(key, None)
-            self._completed[key] = completed
-        if stale is not None and not isinstance(stale, InferdError):
-            _finalize(stale)
+            if not config.input and not config.output:
+                raise _error(e, "") from None
+            log.debug("model %r: not auto-completed (%s)", config.name, e)
+            return
+        _finalize(model)
+        if set_config is None:
+            return
+        try:
+            completed = json_format.Parse(set_config, config.__class__(), ignore_unknown_fields=False)
+        except json_format.ParseError as e:
+            raise InvalidArgumentError(
+                f"the configuration backend '{self.name}' set for model '{config.name}' is invalid: {e}"
+            ) from None
+        config.CopyFrom(completed)
 
     def load(self, ctx: LoadContext) -> TritonCModel:
         settings = dict(ctx.backend_config)
         backend = self._open(ctx.config, ctx.model_dir, ctx.version_dir, settings)
         library.set_model_ready(ctx.links.model_ready)
-        with self._lock:
-            model = self._completed.pop((str(ctx.model_dir), ctx.version), None)
-        if isinstance(model, InferdError):  # its ModelInitialize failed at auto-complete
-            raise model
-        if model is not None:  # the completed, normalized config, as the reference's from here on
-            cfg = ctx.config
-            model.update_config(
-                _config_json(cfg),
-                bool(cfg.model_transaction_policy.decoupled),
-                int(cfg.max_batch_size),
-                _io(cfg.input),
-                _io(cfg.output),
-            )
-        return TritonCModel(ctx, backend, model)
+        return TritonCModel(ctx, backend)
 
 
 def _error(e: Exception, what: str) -> InferdError:
@@ -183,7 +165,7 @@ def _finalize(model: Any) -> None:
 class TritonCModel:
     """A model version served by a C backend: its ``TRITONBACKEND_Model`` and instances."""
 
-    def __init__(self, ctx: LoadContext, backend: Any, model: Any | None) -> None:
+    def __init__(self, ctx: LoadContext, backend: Any) -> None:
         self.ctx = ctx
         self.name = ctx.model_name
         self._backend = backend
@@ -191,7 +173,7 @@ class TritonCModel:
         self._instances = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
-        self._model = model if model is not None else self._initialize()
+        self._model: Any = self._initialize()
 
     def _initialize(self) -> Any:
         cfg = self.ctx.config

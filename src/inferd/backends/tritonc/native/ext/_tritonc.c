@@ -403,36 +403,6 @@ static PyObject* Model_finalize(Model* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
-/* update_config(json, decoupled, max_batch_size, inputs, outputs): the completed configuration, once
- * auto-complete and normalisation are done (TRITONBACKEND_ModelConfig answers it from now on) */
-static PyObject* Model_update_config(Model* self, PyObject* args) {
-  LIVE_MODEL(self);
-  const char* json;
-  int decoupled;
-  long long max_batch_size;
-  PyObject *inputs, *outputs;
-  if (!PyArg_ParseTuple(args, "spLOO", &json, &decoupled, &max_batch_size, &inputs, &outputs)) return NULL;
-  TRITONBACKEND_Model* m = self->model;
-  TRITONSERVER_Error* err = inferd_host_model_update_config(m, json);
-  if (err != NULL) return raise_error(err);
-  m->decoupled = decoupled;
-  m->max_batch_size = max_batch_size;
-  inferd_host_model_clear_io(m);
-  if (add_ios(m, inputs, false) < 0 || add_ios(m, outputs, true) < 0) return NULL;
-  PyObject* names = PyTuple_New(m->n_outputs);
-  if (names == NULL) return NULL;
-  for (uint32_t i = 0; i < m->n_outputs; i++) {
-    PyObject* s = PyUnicode_FromString(m->outputs[i].name);
-    if (s == NULL) {
-      Py_DECREF(names);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(names, i, s);
-  }
-  Py_XSETREF(self->outputs, names);
-  Py_RETURN_NONE;
-}
-
 static PyObject* Model_fd(Model* self, void* closure) {
   (void)closure;
   return PyLong_FromLong(self->model == NULL ? -1 : self->model->queue->efd);
@@ -698,8 +668,6 @@ static PyMethodDef Model_methods[] = {
     {"drain", (PyCFunction)Model_drain, METH_NOARGS, "deliver what the backend sent since the last drain"},
     {"close", (PyCFunction)Model_close, METH_NOARGS, "free the model once nothing refers to it"},
     {"instance", (PyCFunction)Model_instance, METH_VARARGS, "a new TRITONBACKEND_ModelInstance"},
-    {"update_config", (PyCFunction)Model_update_config, METH_VARARGS,
-     "update_config(json, decoupled, max_batch_size, inputs, outputs): the completed configuration"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -236,10 +236,6 @@ HOST_API TRITONSERVER_Error* inferd_host_model_add_io(
     TRITONBACKEND_Model* model, bool is_output, const char* name, const int64_t* dims, uint32_t n_dims,
     const int64_t* reshape, uint32_t n_reshape);
 HOST_API TRITONSERVER_Error* inferd_host_model_initialize(TRITONBACKEND_Model* model);
-/* forget the configuration's tensors (inferd_host_model_add_io adds them again) */
-HOST_API void inferd_host_model_clear_io(TRITONBACKEND_Model* model);
-/* the configuration TRITONBACKEND_ModelConfig answers from now on (the one inferd completed) */
-HOST_API TRITONSERVER_Error* inferd_host_model_update_config(TRITONBACKEND_Model* model, const char* config_json);
 HOST_API TRITONSERVER_Error* inferd_host_model_finalize(TRITONBACKEND_Model* model);
 HOST_API void inferd_host_model_free(TRITONBACKEND_Model* model);
 HOST_API TRITONSERVER_Error* inferd_host_instance_new(

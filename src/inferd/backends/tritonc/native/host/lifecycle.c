@@ -235,16 +235,6 @@ TRITONSERVER_Error* inferd_host_model_initialize(TRITONBACKEND_Model* model) {
   return host_guard(model->backend->model_init, model, "TRITONBACKEND_ModelInitialize");
 }
 
-TRITONSERVER_Error* inferd_host_model_update_config(TRITONBACKEND_Model* model, const char* config_json) {
-  char* json = host_strdup(config_json);
-  if (json == NULL) return no_memory();
-  free(model->config.json);
-  borrowed_message(&model->config, json);
-  free(model->set_config);
-  model->set_config = NULL;
-  return NULL;
-}
-
 TRITONSERVER_Error* inferd_host_model_finalize(TRITONBACKEND_Model* model) {
   if (model->backend->model_fini == NULL) return NULL;
   return host_guard(model->backend->model_fini, model, "TRITONBACKEND_ModelFinalize");
@@ -257,13 +247,6 @@ static void free_ios(host_io* ios, uint32_t n) {
     free(ios[i].reshape);
   }
   free(ios);
-}
-
-void inferd_host_model_clear_io(TRITONBACKEND_Model* model) {
-  free_ios(model->inputs, model->n_inputs);
-  free_ios(model->outputs, model->n_outputs);
-  model->inputs = model->outputs = NULL;
-  model->n_inputs = model->n_outputs = 0;
 }
 
 void inferd_host_model_free(TRITONBACKEND_Model* model) {
