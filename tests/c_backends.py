@@ -34,6 +34,7 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "batch_sum": ("batch_sum.cc", ()),
     "repeat": ("repeat.c", ()),
     "autofill": ("autofill.c", ()),
+    "bls": ("bls.c", ()),
     "fail_init": ("failing.c", ("FAIL_INITIALIZE",)),
     "fail_model_init": ("failing.c", ("FAIL_MODEL_INITIALIZE",)),
     "fail_no_execute": ("failing.c", ("NO_EXECUTE",)),
@@ -193,6 +194,11 @@ output [
   { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 1 ] }
 ]
 """,
+    # asks c_identity (BLS), waiting in its execute; and a model that does not exist
+    "c_bls": f'backend: "bls"\nmax_batch_size: 8\n{_FP32_IO}\n'
+    'parameters { key: "target" value { string_value: "c_identity" } }\n',
+    "c_bls_nowhere": f'backend: "bls"\nmax_batch_size: 8\n{_FP32_IO}\n'
+    'parameters { key: "target" value { string_value: "nowhere" } }\n',
     "c_fail_execute": f'backend: "fail_execute"\nmax_batch_size: 8\n{_FP32_IO}',
     "c_throw": f'backend: "fail_throw"\nmax_batch_size: 8\n{_FP32_IO}',
     "c_late_send": f'backend: "late_send"\nmax_batch_size: 8\n{_FP32_IO}',
@@ -245,6 +251,7 @@ def repository(dest: Path, sanitize: bool = False) -> tuple[Path, Path]:
         "batch_sum",
         "repeat",
         "autofill",
+        "bls",
         "fail_execute",
         "fail_throw",
         "late_send",

@@ -245,6 +245,19 @@ def test_the_sequence_batcher_feeds_the_backend_its_controls(server: InferdProce
     assert [p.get("request_flags") for _, _, p in got] == [1, None, 2]
 
 
+def test_bls_from_a_c_backend(server: InferdProcess) -> None:
+    """TRITONSERVER_ServerInferAsync: c_bls asks c_identity for each request (over both protocols, the
+    execute waiting on its answer); a target that does not exist answers its error."""
+    doc = {"inputs": [{"name": "INPUT0", "shape": [2, 4], "datatype": "FP32", "data": list(range(8))}]}
+    for _ in range(3):
+        r = server.infer("c_bls", doc)
+        assert r.status == 200, r.body
+        assert r.json()["outputs"][0]["data"] == [float(x) for x in range(8)]
+    r = server.infer("c_bls_nowhere", doc)
+    assert r.status == 404, r.body
+    assert r.error == "Request for unknown model: 'nowhere' is not found"
+
+
 def test_autocomplete_sets_the_config(server: InferdProcess) -> None:
     r = server.request("GET", "/v2/models/c_autofill/config")
     assert r.status == 200

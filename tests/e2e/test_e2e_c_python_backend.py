@@ -47,6 +47,56 @@ def _stubs(repo: Path) -> list[str]:
     return out.stdout.split()
 
 
+#: a model.py whose execute asks other models (BLS): pyc_add_sub (OUTPUT0 = its OUTPUT0 + OUTPUT1, that is
+#: 2 * INPUT0), pyc_decoupled's stream of INPUT0[0] responses (OUTPUT1 = their count), and a model that
+#: does not exist (its error as OUTPUT2)
+BLS_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            r = pb_utils.InferenceRequest(
+                model_name="pyc_add_sub", requested_output_names=["OUTPUT0", "OUTPUT1"], inputs=inputs
+            ).exec()
+            if r.has_error():
+                raise pb_utils.TritonModelException(r.error().message())
+            total = sum(pb_utils.get_output_tensor_by_name(r, n).as_numpy() for n in ("OUTPUT0", "OUTPUT1"))
+            count = pb_utils.Tensor("INPUT0", np.array([3], dtype=np.int32))
+            stream = pb_utils.InferenceRequest(
+                model_name="pyc_decoupled", requested_output_names=["OUTPUT0"], inputs=[count]
+            ).exec(decoupled=True)
+            n = sum(1 for s in stream if s.output_tensors())
+            missing = pb_utils.InferenceRequest(
+                model_name="nowhere", requested_output_names=["X"], inputs=[count]
+            ).exec()
+            why = missing.error().message() if missing.has_error() else ""
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", total),
+                pb_utils.Tensor("OUTPUT1", np.array([n], dtype=np.int32)),
+                pb_utils.Tensor("OUTPUT2", np.array([why.encode()], dtype=np.object_)),
+            ]))
+        return responses
+"""
+BLS_CONFIG = """name: "pyc_bls"
+backend: "python"
+runtime: "libtriton_python.so"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "OUTPUT2" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
     if BACKENDS is None or not (BACKENDS / "python" / "libtriton_python.so").is_file():
@@ -61,6 +111,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
         cfg = repo / f"pyc_{name}" / "config.pbtxt"
         text = cfg.read_text().replace(f'name: "{name}"', f'name: "pyc_{name}"')
         cfg.write_text(text.replace('backend: "python"', 'backend: "python"\nruntime: "libtriton_python.so"'))
+    (repo / "pyc_bls" / "1").mkdir(parents=True)
+    (repo / "pyc_bls" / "config.pbtxt").write_text(BLS_CONFIG)
+    (repo / "pyc_bls" / "1" / "model.py").write_text(BLS_MODEL)
     # the stub runs the models with the reference venv's packages (numpy), as the reference's launcher
     env = {**c_backends.server_env(), "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}
     proc = InferdProcess(repo, root / "inferd.log", ("--backend-directory", str(BACKENDS)), env=env).start()
@@ -80,7 +133,7 @@ def test_the_wheels_backend_loads_with_its_renamed_core(server: InferdProcess) -
     assert "needs libtritonserver-" in log and "answered by inferd's host" in log
     assert "python_be.cc" in log  # the backend's own log lines, with its file and line
     r = server.request("POST", "/v2/repository/index", {})
-    assert {m["name"]: m["state"] for m in r.json()} == {f"pyc_{n}": "READY" for n in MODELS}
+    assert {m["name"]: m["state"] for m in r.json()} == {f"pyc_{n}": "READY" for n in [*MODELS, "bls"]}
 
 
 def test_add_sub_over_http_and_grpc(server: InferdProcess) -> None:
@@ -133,3 +186,24 @@ def test_decoupled_responses_over_a_stream(server: InferdProcess) -> None:
                 break
         g.stop_stream()
     assert values == [0, 1, 2]
+
+
+def test_bls_from_the_wheels_backend(server: InferdProcess) -> None:
+    """model.py's exec(), a decoupled exec() and a request to a model that does not exist, through
+    TRITONSERVER_ServerInferAsync into inferd's core and back through the backend's allocator."""
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    doc = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": a.ravel().tolist()},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16},
+        ]
+    }
+    r = server.infer("pyc_bls", doc)
+    assert r.status == 200, r.body
+    body = r.json()
+    assert body["outputs"][0]["data"] == (2 * a).ravel().tolist()
+    assert body["outputs"][1]["data"] == [3]
+    assert body["outputs"][2]["data"] == [
+        "Model nowhere - Error when running inference: Failed for execute the inference request. Model "
+        "'nowhere' is not ready."
+    ]

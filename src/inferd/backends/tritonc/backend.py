@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
-from inferd.backends.tritonc import build, library, search
+from inferd.backends.tritonc import bls, build, library, search
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InvalidArgumentError
@@ -128,7 +128,7 @@ class TritonCBackend:
     def load(self, ctx: LoadContext) -> TritonCModel:
         settings = dict(ctx.backend_config)
         backend = self._open(ctx.config, ctx.model_dir, ctx.version_dir, settings)
-        library.set_model_ready(ctx.links.model_ready)
+        library.set_links(ctx.links)
         return TritonCModel(ctx, backend)
 
 
@@ -264,8 +264,6 @@ class TritonCModel:
 class TritonCInstance:
     """One ``TRITONBACKEND_ModelInstance``; ``execute`` runs in the pool's worker (or inline)."""
 
-    uses_bls = False
-
     def __init__(self, model: TritonCModel, instance: Any) -> None:
         self._model = model
         self._instance = instance
@@ -279,6 +277,11 @@ class TritonCInstance:
     def inline_ok(self) -> bool:
         # a decoupled backend may block its execute until it has answered: never on the loop
         return not self._model.decoupled
+
+    @property
+    def uses_bls(self) -> bool:
+        """Once a backend of this process sent a request to another model, never inline (bls.py)."""
+        return bls.used()
 
     @property
     def last_timings(self) -> tuple[int, int, int] | None:

@@ -2,9 +2,10 @@
 
 ``host()`` imports the ``_tritonc`` extension from the built host (``build.find``), which loads
 ``libtritonserver.so`` (soname ``libtritonserver.so``) beside it, and hands it inferd's classes and
-callbacks: the backends' log lines go to the ``inferd.tritonc`` logger with their file and line, and
+callbacks: the backends' log lines go to the ``inferd.tritonc`` logger with their file and line,
 ``TRITONSERVER_ServerModelIsReady`` asks the server of the model that loaded last (one host per
-process, as one core per tritonserver process).
+process, as one core per tritonserver process), and a backend's requests to other models go to that
+server too (``bls.py``).
 
 ``open_backend`` opens a backend library once per file (``TRITONBACKEND_Initialize`` then
 ``GetBackendAttribute``); one that fails to open or initialize fails the load that named it, and is
@@ -27,7 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backends.tritonc import build
+from inferd.backends.base import ServerLinks
+from inferd.backends.tritonc import bls, build
 from inferd.backends.tritonc.search import check_elf, needed
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
@@ -104,15 +106,20 @@ def host() -> ModuleType:
             log=_log,
             model_ready=_model_ready,
             model_txn=_model_txn,
+            bls_submit=bls.submit,
+            bls_cancel=bls.cancel,
         )
+        bls.attach(module.bls_respond)
         _host = module
         return module
 
 
-def set_model_ready(fn: Callable[[str, str], bool] | None) -> None:
-    """The readiness check ``TRITONSERVER_ServerModelIsReady`` answers with (the loading server's)."""
-    if fn is not None:
-        _links["model_ready"] = fn
+def set_links(links: ServerLinks) -> None:
+    """What the loading server offers its models: the readiness ``TRITONSERVER_ServerModelIsReady``
+    answers with, the submission ``TRITONSERVER_ServerInferAsync`` goes through (BLS)."""
+    if links.model_ready is not None:
+        _links["model_ready"] = links.model_ready
+    bls.set_links(links.infer_async, links.model_ready)
 
 
 def _answer_to(library: Path, host_dir: Path, module: ModuleType) -> None:

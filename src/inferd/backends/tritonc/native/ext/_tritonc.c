@@ -30,6 +30,8 @@ static PyObject* g_make_error;    /* (code, message) -> InferdError */
 static PyObject* g_log;           /* (level, file, line, message) -> None */
 static PyObject* g_model_ready;   /* (name, version) -> bool */
 static PyObject* g_model_txn;     /* (name, version) -> int flags */
+static PyObject* g_bls_submit;    /* a backend's request to another model -> None or (code, message) */
+static PyObject* g_bls_cancel;    /* (handle) -> None: the backend cancelled it */
 static PyObject* s_deliver;       /* "deliver" */
 static PyObject* s_on_cancel;     /* "on_cancel" */
 static PyObject* s_to_bytes;      /* "to_bytes" */
@@ -1044,6 +1046,199 @@ static PyTypeObject InstanceType = {
     .tp_doc = "a TRITONBACKEND_ModelInstance",
 };
 
+/* ---- requests a backend sends to other models (BLS) --------------------------------------------- */
+/* the request's description for inferd (bls.submit): its inputs' bytes are copied here */
+static PyObject* bls_args(TRITONSERVER_InferenceRequest* r) {
+  PyObject* inputs = PyList_New(0);
+  PyObject* outputs = PyTuple_New(r->n_outputs);
+  PyObject* params = PyDict_New();
+  if (inputs == NULL || outputs == NULL || params == NULL) goto fail;
+  for (uint32_t i = 0; i < r->n_inputs; i++) {
+    bls_input* in = &r->inputs[i];
+    if (in->removed) continue;
+    size_t size = 0;
+    for (uint32_t b = 0; b < in->n_buffers; b++) size += in->buffers[b].size;
+    PyObject* data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (data == NULL) goto fail;
+    char* at = PyBytes_AS_STRING(data);
+    for (uint32_t b = 0; b < in->n_buffers; b++) {
+      if (in->buffers[b].size > 0) memcpy(at, in->buffers[b].base, in->buffers[b].size);
+      at += in->buffers[b].size;
+    }
+    PyObject* shape = PyTuple_New(in->n_dims);
+    if (shape == NULL) {
+      Py_DECREF(data);
+      goto fail;
+    }
+    for (uint32_t d = 0; d < in->n_dims; d++) PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(in->shape[d]));
+    PyObject* item = Py_BuildValue("(siNN)", in->name, (int)in->datatype, shape, data);
+    if (item == NULL || PyList_Append(inputs, item) < 0) {
+      Py_XDECREF(item);
+      goto fail;
+    }
+    Py_DECREF(item);
+  }
+  for (uint32_t i = 0; i < r->n_outputs; i++) PyTuple_SET_ITEM(outputs, i, PyUnicode_FromString(r->outputs[i]));
+  for (uint32_t i = 0; i < r->n_params; i++) {
+    PyObject* v = param_value(&r->params[i]);
+    if (v == NULL || PyDict_SetItemString(params, r->params[i].key, v) < 0) {
+      Py_XDECREF(v);
+      goto fail;
+    }
+    Py_DECREF(v);
+  }
+  PyObject* correlation = r->correlation_id_str != NULL ? PyUnicode_FromString(r->correlation_id_str)
+                                                        : PyLong_FromUnsignedLongLong(r->correlation_id);
+  return Py_BuildValue("(NsLsINKKNNN)", PyLong_FromVoidPtr(r), r->model, (long long)r->version,
+                       r->id == NULL ? "" : r->id, (unsigned)r->flags, correlation,
+                       (unsigned long long)r->priority, (unsigned long long)r->timeout_us, inputs, outputs,
+                       params);
+fail:
+  Py_XDECREF(inputs);
+  Py_XDECREF(outputs);
+  Py_XDECREF(params);
+  return NULL;
+}
+
+static TRITONSERVER_Error* infer_async_cb(TRITONSERVER_InferenceRequest* r) {
+  if (g_bls_submit == NULL) return ext_error(TRITONSERVER_ERROR_UNSUPPORTED, "BLS is not served here");
+  PyGILState_STATE gil = PyGILState_Ensure();
+  TRITONSERVER_Error* err = NULL;
+  PyObject* args = bls_args(r);
+  PyObject* result = args != NULL ? PyObject_Call(g_bls_submit, args, NULL) : NULL;
+  Py_XDECREF(args);
+  if (result == NULL) {
+    err = from_python_error("TRITONSERVER_ServerInferAsync");
+  } else if (result != Py_None) {
+    int code;
+    const char* message;
+    if (PyArg_ParseTuple(result, "is", &code, &message))
+      err = TRITONSERVER_ErrorNew((TRITONSERVER_Error_Code)code, message);
+    else
+      err = from_python_error("TRITONSERVER_ServerInferAsync");
+  }
+  Py_XDECREF(result);
+  PyGILState_Release(gil);
+  return err;
+}
+
+static void bls_cancel_cb(TRITONSERVER_InferenceRequest* r) {
+  if (g_bls_cancel == NULL || !Py_IsInitialized()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* result = PyObject_CallFunction(g_bls_cancel, "N", PyLong_FromVoidPtr(r));
+  if (result == NULL)
+    PyErr_WriteUnraisable(g_bls_cancel);
+  else
+    Py_DECREF(result);
+  PyGILState_Release(gil);
+}
+
+/* bls_respond(handle, final, response): response None (the final flag alone) or (model, version, id,
+ * error (code, message) or None, outputs [(name, datatype, shape, buffer)], parameters {name: value}).
+ * On the loop; the backend's allocator and callbacks run with the GIL let go. */
+static PyObject* bls_respond(PyObject* module, PyObject* args) {
+  (void)module;
+  PyObject *handle, *response;
+  int final;
+  if (!PyArg_ParseTuple(args, "OpO", &handle, &final, &response)) return NULL;
+  TRITONSERVER_InferenceRequest* r = PyLong_AsVoidPtr(handle);
+  if (r == NULL) return NULL;
+  if (response == Py_None) {
+    Py_BEGIN_ALLOW_THREADS inferd_host_bls_respond(r, NULL, final);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  }
+  const char *model, *id;
+  long long version;
+  PyObject *error, *outputs, *params;
+  if (!PyArg_ParseTuple(response, "sLsOOO", &model, &version, &id, &error, &outputs, &params)) return NULL;
+  TRITONSERVER_InferenceResponse* resp = inferd_host_bls_response_new(r, model, version, id);
+  if (resp == NULL) return PyErr_NoMemory();
+  TRITONSERVER_Error* err = NULL;
+  if (error != Py_None) {
+    int code;
+    const char* message;
+    if (!PyArg_ParseTuple(error, "is", &code, &message)) goto fail;
+    inferd_host_bls_response_set_error(resp, TRITONSERVER_ErrorNew((TRITONSERVER_Error_Code)code, message));
+  }
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(params, &pos, &key, &value)) {
+    const char* k = PyUnicode_AsUTF8(key);
+    if (k == NULL) goto fail;
+    if (PyBool_Check(value)) {
+      bool b = value == Py_True;
+      err = inferd_host_bls_response_add_param(resp, k, TRITONSERVER_PARAMETER_BOOL, &b);
+    } else if (PyLong_Check(value)) {
+      int64_t i = PyLong_AsLongLong(value);
+      err = inferd_host_bls_response_add_param(resp, k, TRITONSERVER_PARAMETER_INT, &i);
+    } else if (PyFloat_Check(value)) {
+      double d = PyFloat_AS_DOUBLE(value);
+      err = inferd_host_bls_response_add_param(resp, k, TRITONSERVER_PARAMETER_DOUBLE, &d);
+    } else {
+      PyObject* s = PyObject_Str(value);
+      const char* v = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
+      if (v != NULL) err = inferd_host_bls_response_add_param(resp, k, TRITONSERVER_PARAMETER_STRING, v);
+      Py_XDECREF(s);
+      if (v == NULL) goto fail;
+    }
+    if (err != NULL) break;
+  }
+  Py_ssize_t n = err == NULL ? PySequence_Size(outputs) : 0;
+  if (n < 0) goto fail;
+  Py_buffer* views = calloc((size_t)n + 1, sizeof(Py_buffer));
+  const char** names = calloc((size_t)n + 1, sizeof(char*));
+  int64_t(*shapes)[64] = calloc((size_t)n + 1, sizeof(*shapes));
+  uint32_t* dims = calloc((size_t)n + 1, sizeof(uint32_t));
+  int* datatypes = calloc((size_t)n + 1, sizeof(int));
+  PyObject** items = calloc((size_t)n + 1, sizeof(PyObject*));
+  Py_ssize_t got = 0;
+  if (views == NULL || names == NULL || shapes == NULL || dims == NULL || datatypes == NULL || items == NULL) {
+    PyErr_NoMemory();
+  } else {
+    for (; got < n; got++) {
+      PyObject *shape, *buffer;
+      items[got] = PySequence_GetItem(outputs, got);
+      if (items[got] == NULL || !PyArg_ParseTuple(items[got], "siOO", &names[got], &datatypes[got], &shape, &buffer))
+        break;
+      Py_ssize_t nd = 0;
+      if (int64s(shape, shapes[got], 64, &nd) < 0) break;
+      dims[got] = (uint32_t)nd;
+      if (PyObject_GetBuffer(buffer, &views[got], PyBUF_C_CONTIGUOUS) < 0) break;
+    }
+  }
+  if (!PyErr_Occurred()) {
+    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n && err == NULL; i++) err =
+        inferd_host_bls_response_add_output(r, resp, names[i], (TRITONSERVER_DataType)datatypes[i], shapes[i], dims[i],
+                                            views[i].buf, (size_t)views[i].len);
+    if (err != NULL) inferd_host_bls_response_set_error(resp, err); /* the response says why */
+    inferd_host_bls_respond(r, resp, final);
+    resp = NULL;
+    Py_END_ALLOW_THREADS
+  }
+  for (Py_ssize_t i = 0; i < got && views != NULL; i++) PyBuffer_Release(&views[i]);
+  for (Py_ssize_t i = 0; items != NULL && i <= got && i < n; i++) Py_XDECREF(items[i]);
+  free(views);
+  free(names);
+  free(shapes);
+  free(dims);
+  free(datatypes);
+  free(items);
+  if (resp == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+  }
+fail:
+  /* a malformed description: the backend still gets its response, an error saying why */
+  if (resp != NULL) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    inferd_host_bls_response_set_error(resp, ext_error(TRITONSERVER_ERROR_INTERNAL, "inferd could not pass the response on"));
+    Py_BEGIN_ALLOW_THREADS inferd_host_bls_respond(r, resp, final);
+    Py_END_ALLOW_THREADS PyErr_Restore(type, value, tb);
+  }
+  return NULL;
+}
+
 /* ---- module functions ------------------------------------------------------------------------ */
 static PyObject* open_backend(PyObject* module, PyObject* args) {
   (void)module;
@@ -1094,10 +1289,11 @@ static PyObject* alias(PyObject* module, PyObject* arg) {
 
 static PyObject* setup(PyObject* module, PyObject* args, PyObject* kwargs) {
   (void)module;
-  static char* kw[] = {"tensor", "response", "datatypes", "make_error", "log", "model_ready", "model_txn", NULL};
-  PyObject *tensor, *response, *datatypes, *make_error, *log, *ready, *txn;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOO", kw, &tensor, &response, &PyTuple_Type, &datatypes,
-                                   &make_error, &log, &ready, &txn))
+  static char* kw[] = {"tensor",    "response",  "datatypes",  "make_error", "log",
+                       "model_ready", "model_txn", "bls_submit", "bls_cancel", NULL};
+  PyObject *tensor, *response, *datatypes, *make_error, *log, *ready, *txn, *submit, *cancel;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOOO", kw, &tensor, &response, &PyTuple_Type, &datatypes,
+                                   &make_error, &log, &ready, &txn, &submit, &cancel))
     return NULL;
   SET(g_tensor, tensor);
   SET(g_response, response);
@@ -1106,7 +1302,9 @@ static PyObject* setup(PyObject* module, PyObject* args, PyObject* kwargs) {
   SET(g_log, log);
   SET(g_model_ready, ready);
   SET(g_model_txn, txn);
-  host_services svc = {log_cb, model_ready_cb, model_txn_cb};
+  SET(g_bls_submit, submit);
+  SET(g_bls_cancel, cancel);
+  host_services svc = {log_cb, model_ready_cb, model_txn_cb, infer_async_cb, bls_cancel_cb};
   inferd_host_set_services(&svc);
   Py_RETURN_NONE;
 }
@@ -1126,6 +1324,8 @@ static PyMethodDef module_methods[] = {
      "hand in inferd's classes and callbacks (once)"},
     {"set_log_levels", set_log_levels, METH_O, "which TRITONSERVER_LogLevels are on (a bit each)"},
     {"alias", alias, METH_O, "alias(name): the host library known by `name` too (see the C source)"},
+    {"bls_respond", bls_respond, METH_VARARGS,
+     "bls_respond(handle, final, response): a response to a backend's request to another model"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -343,15 +343,107 @@ typedef struct host_flags_event {
 HOST_API void inferd_host_flags_event_free(host_flags_event* ev);
 HOST_API void inferd_host_channel_free(host_channel* ch);
 
+/* ---- requests to other models (BLS) ---------------------------------------------------------- */
+struct TRITONSERVER_ResponseAllocator {
+  TRITONSERVER_ResponseAllocatorAllocFn_t alloc;
+  TRITONSERVER_ResponseAllocatorReleaseFn_t release;
+  TRITONSERVER_ResponseAllocatorStartFn_t start;
+  TRITONSERVER_ResponseAllocatorQueryFn_t query;
+  TRITONSERVER_ResponseAllocatorBufferAttributesFn_t attributes;
+};
+
+typedef struct bls_buffer {
+  const void* base; /* the backend's, until the request is released */
+  size_t size;
+} bls_buffer;
+
+typedef struct bls_input {
+  char* name;
+  TRITONSERVER_DataType datatype;
+  int64_t* shape;
+  uint32_t n_dims;
+  bls_buffer* buffers;
+  uint32_t n_buffers;
+  bool removed;
+} bls_input;
+
+struct TRITONSERVER_InferenceRequest {
+  char* model;
+  int64_t version;
+  char* id;
+  uint32_t flags;
+  uint64_t correlation_id;
+  char* correlation_id_str;
+  uint64_t priority;
+  uint64_t timeout_us;
+  bls_input* inputs;
+  uint32_t n_inputs;
+  char** outputs;
+  uint32_t n_outputs;
+  host_param* params;
+  uint32_t n_params;
+  TRITONSERVER_InferenceRequestReleaseFn_t release_fn;
+  void* release_userp;
+  TRITONSERVER_ResponseAllocator* allocator;
+  void* alloc_userp;
+  TRITONSERVER_InferenceResponseCompleteFn_t response_fn;
+  void* response_userp;
+  atomic_bool cancelled;
+  bool submitted;
+};
+
+typedef struct bls_output {
+  char* name;
+  TRITONSERVER_DataType datatype;
+  int64_t* shape;
+  uint32_t n_dims;
+  void* buffer;
+  void* buffer_userp;
+  size_t byte_size;
+  TRITONSERVER_MemoryType memory_type;
+  int64_t memory_type_id;
+} bls_output;
+
+struct TRITONSERVER_InferenceResponse {
+  char* model;
+  int64_t version;
+  char* id;
+  TRITONSERVER_Error* error;
+  bls_output* outputs;
+  uint32_t n_outputs;
+  host_param* params;
+  uint32_t n_params;
+  TRITONSERVER_ResponseAllocator* allocator; /* gives the outputs' buffers back on delete */
+  bool started;
+};
+
+/* what the extension calls to answer a request (on the loop, the GIL let go around the backend's
+ * callbacks): a response, its outputs (allocated by the request's allocator, the bytes copied in), its
+ * parameters or error (the response takes it), then respond (final: the request is released after) */
+HOST_API TRITONSERVER_InferenceResponse* inferd_host_bls_response_new(
+    TRITONSERVER_InferenceRequest* request, const char* model, int64_t version, const char* id);
+HOST_API TRITONSERVER_Error* inferd_host_bls_response_add_output(
+    TRITONSERVER_InferenceRequest* request, TRITONSERVER_InferenceResponse* response, const char* name,
+    TRITONSERVER_DataType datatype, const int64_t* shape, uint32_t n_dims, const void* data, size_t byte_size);
+HOST_API TRITONSERVER_Error* inferd_host_bls_response_add_param(
+    TRITONSERVER_InferenceResponse* response, const char* key, TRITONSERVER_ParameterType type, const void* value);
+HOST_API void inferd_host_bls_response_set_error(TRITONSERVER_InferenceResponse* response, TRITONSERVER_Error* error);
+HOST_API void inferd_host_bls_respond(
+    TRITONSERVER_InferenceRequest* request, TRITONSERVER_InferenceResponse* response, bool final);
+
 /* ---- logging and the server's services, answered by the extension ------------------------- */
 typedef void (*host_log_fn)(TRITONSERVER_LogLevel level, const char* file, int line, const char* msg);
 typedef TRITONSERVER_Error* (*host_model_ready_fn)(const char* name, int64_t version, bool* ready);
 typedef TRITONSERVER_Error* (*host_model_txn_fn)(const char* name, int64_t version, uint32_t* flags);
+typedef TRITONSERVER_Error* (*host_infer_async_fn)(TRITONSERVER_InferenceRequest* request);
+typedef void (*host_bls_cancel_fn)(TRITONSERVER_InferenceRequest* request);
 
 typedef struct host_services {
   host_log_fn log;
   host_model_ready_fn model_ready;
   host_model_txn_fn model_txn;
+  host_infer_async_fn infer_async;
+  host_bls_cancel_fn bls_cancel;
 } host_services;
 
 HOST_API void inferd_host_set_services(const host_services* services);

@@ -1,19 +1,11 @@
 /*
- * Objects a backend may make and that inferd accepts without using: response allocators (a backend makes
- * one for the requests it would send to other models) and per-response statistics.
+ * Response allocators (what a backend's requests to other models get their outputs' buffers from) and
+ * per-response statistics (accepted, not used).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 
 #include "host.h"
-
-struct TRITONSERVER_ResponseAllocator {
-  TRITONSERVER_ResponseAllocatorAllocFn_t alloc;
-  TRITONSERVER_ResponseAllocatorReleaseFn_t release;
-  TRITONSERVER_ResponseAllocatorStartFn_t start;
-  TRITONSERVER_ResponseAllocatorQueryFn_t query;
-  TRITONSERVER_ResponseAllocatorBufferAttributesFn_t attributes;
-};
 
 TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorNew(
     TRITONSERVER_ResponseAllocator** allocator, TRITONSERVER_ResponseAllocatorAllocFn_t alloc_fn,

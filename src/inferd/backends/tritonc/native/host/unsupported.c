@@ -1,7 +1,7 @@
 /*
  * Every function of the API that inferd's host does not serve: defined, so that a backend naming it
  * loads, and answering a TRITONSERVER_ERROR_UNSUPPORTED error that names it (never an abort). A backend
- * calls these to create or drive a server of its own, to trace, or to run a request on another model (BLS).
+ * calls these to create or drive a server of its own, to trace, or to read the server's metadata.
  *
  * Each STUB is checked against its declaration in the headers: a wrong parameter list does not compile.
  */
@@ -32,86 +32,8 @@ STUB(TRITONSERVER_InferenceTraceSpawnChildTrace,
      (TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTrace** child_trace))
 STUB(TRITONSERVER_InferenceTraceSetContext, (TRITONSERVER_InferenceTrace* trace, const char* trace_context))
 STUB(TRITONSERVER_InferenceTraceContext, (TRITONSERVER_InferenceTrace* trace, const char** trace_context))
-STUB(TRITONSERVER_InferenceRequestNew,
-     (TRITONSERVER_InferenceRequest** inference_request, TRITONSERVER_Server* server, const char* model_name, const int64_t model_version))
-STUB(TRITONSERVER_InferenceRequestDelete, (TRITONSERVER_InferenceRequest* inference_request))
-STUB(TRITONSERVER_InferenceRequestId, (TRITONSERVER_InferenceRequest* inference_request, const char** id))
-STUB(TRITONSERVER_InferenceRequestSetId, (TRITONSERVER_InferenceRequest* inference_request, const char* id))
-STUB(TRITONSERVER_InferenceRequestFlags, (TRITONSERVER_InferenceRequest* inference_request, uint32_t* flags))
-STUB(TRITONSERVER_InferenceRequestSetFlags,
-     (TRITONSERVER_InferenceRequest* inference_request, uint32_t flags))
-STUB(TRITONSERVER_InferenceRequestCorrelationId,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t* correlation_id))
-STUB(TRITONSERVER_InferenceRequestCorrelationIdString,
-     (TRITONSERVER_InferenceRequest* inference_request, const char** correlation_id))
-STUB(TRITONSERVER_InferenceRequestSetCorrelationId,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t correlation_id))
-STUB(TRITONSERVER_InferenceRequestSetCorrelationIdString,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* correlation_id))
-STUB(TRITONSERVER_InferenceRequestCancel, (TRITONSERVER_InferenceRequest* inference_request))
-STUB(TRITONSERVER_InferenceRequestIsCancelled,
-     (TRITONSERVER_InferenceRequest* inference_request, bool* is_cancelled))
-STUB(TRITONSERVER_InferenceRequestPriority,
-     (TRITONSERVER_InferenceRequest* inference_request, uint32_t* priority))
-STUB(TRITONSERVER_InferenceRequestPriorityUInt64,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t* priority))
-STUB(TRITONSERVER_InferenceRequestSetPriority,
-     (TRITONSERVER_InferenceRequest* inference_request, uint32_t priority))
-STUB(TRITONSERVER_InferenceRequestSetPriorityUInt64,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t priority))
-STUB(TRITONSERVER_InferenceRequestTimeoutMicroseconds,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t* timeout_us))
-STUB(TRITONSERVER_InferenceRequestSetTimeoutMicroseconds,
-     (TRITONSERVER_InferenceRequest* inference_request, uint64_t timeout_us))
-STUB(TRITONSERVER_InferenceRequestAddInput,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name, const TRITONSERVER_DataType datatype, const int64_t* shape, uint64_t dim_count))
 STUB(TRITONSERVER_InferenceRequestAddRawInput,
      (TRITONSERVER_InferenceRequest* inference_request, const char* name))
-STUB(TRITONSERVER_InferenceRequestRemoveInput,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name))
-STUB(TRITONSERVER_InferenceRequestRemoveAllInputs, (TRITONSERVER_InferenceRequest* inference_request))
-STUB(TRITONSERVER_InferenceRequestAppendInputData,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base, size_t byte_size, TRITONSERVER_MemoryType memory_type, int64_t memory_type_id))
-STUB(TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base, size_t byte_size, TRITONSERVER_MemoryType memory_type, int64_t memory_type_id, const char* host_policy_name))
-STUB(TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base, TRITONSERVER_BufferAttributes* buffer_attributes))
-STUB(TRITONSERVER_InferenceRequestRemoveAllInputData,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name))
-STUB(TRITONSERVER_InferenceRequestAddRequestedOutput,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name))
-STUB(TRITONSERVER_InferenceRequestRemoveRequestedOutput,
-     (TRITONSERVER_InferenceRequest* inference_request, const char* name))
-STUB(TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs,
-     (TRITONSERVER_InferenceRequest* inference_request))
-STUB(TRITONSERVER_InferenceRequestSetReleaseCallback,
-     (TRITONSERVER_InferenceRequest* inference_request, TRITONSERVER_InferenceRequestReleaseFn_t request_release_fn, void* request_release_userp))
-STUB(TRITONSERVER_InferenceRequestSetResponseCallback,
-     (TRITONSERVER_InferenceRequest* inference_request, TRITONSERVER_ResponseAllocator* response_allocator, void* response_allocator_userp, TRITONSERVER_InferenceResponseCompleteFn_t response_fn, void* response_userp))
-STUB(TRITONSERVER_InferenceRequestSetStringParameter,
-     (TRITONSERVER_InferenceRequest* request, const char* key, const char* value))
-STUB(TRITONSERVER_InferenceRequestSetIntParameter,
-     (TRITONSERVER_InferenceRequest* request, const char* key, const int64_t value))
-STUB(TRITONSERVER_InferenceRequestSetBoolParameter,
-     (TRITONSERVER_InferenceRequest* request, const char* key, const bool value))
-STUB(TRITONSERVER_InferenceRequestSetDoubleParameter,
-     (TRITONSERVER_InferenceRequest* request, const char* key, const double value))
-STUB(TRITONSERVER_InferenceResponseDelete, (TRITONSERVER_InferenceResponse* inference_response))
-STUB(TRITONSERVER_InferenceResponseError, (TRITONSERVER_InferenceResponse* inference_response))
-STUB(TRITONSERVER_InferenceResponseModel,
-     (TRITONSERVER_InferenceResponse* inference_response, const char** model_name, int64_t* model_version))
-STUB(TRITONSERVER_InferenceResponseId,
-     (TRITONSERVER_InferenceResponse* inference_response, const char** request_id))
-STUB(TRITONSERVER_InferenceResponseParameterCount,
-     (TRITONSERVER_InferenceResponse* inference_response, uint32_t* count))
-STUB(TRITONSERVER_InferenceResponseParameter,
-     (TRITONSERVER_InferenceResponse* inference_response, const uint32_t index, const char** name, TRITONSERVER_ParameterType* type, const void** vvalue))
-STUB(TRITONSERVER_InferenceResponseOutputCount,
-     (TRITONSERVER_InferenceResponse* inference_response, uint32_t* count))
-STUB(TRITONSERVER_InferenceResponseOutput,
-     (TRITONSERVER_InferenceResponse* inference_response, const uint32_t index, const char** name, TRITONSERVER_DataType* datatype, const int64_t** shape, uint64_t* dim_count, const void** base, size_t* byte_size, TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id, void** userp))
-STUB(TRITONSERVER_InferenceResponseOutputClassificationLabel,
-     (TRITONSERVER_InferenceResponse* inference_response, const uint32_t index, const size_t class_index, const char** label))
 STUB(TRITONSERVER_ServerOptionsNew, (TRITONSERVER_ServerOptions** options))
 STUB(TRITONSERVER_ServerOptionsDelete, (TRITONSERVER_ServerOptions* options))
 STUB(TRITONSERVER_ServerOptionsSetServerId, (TRITONSERVER_ServerOptions* options, const char* server_id))
@@ -200,5 +122,3 @@ STUB(TRITONSERVER_ServerLoadModelWithParameters,
 STUB(TRITONSERVER_ServerUnloadModel, (TRITONSERVER_Server* server, const char* model_name))
 STUB(TRITONSERVER_ServerUnloadModelAndDependents, (TRITONSERVER_Server* server, const char* model_name))
 STUB(TRITONSERVER_ServerMetrics, (TRITONSERVER_Server* server, TRITONSERVER_Metrics** metrics))
-STUB(TRITONSERVER_ServerInferAsync,
-     (TRITONSERVER_Server* server, TRITONSERVER_InferenceRequest* inference_request, TRITONSERVER_InferenceTrace* trace))
