@@ -35,6 +35,7 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "repeat": ("repeat.c", ()),
     "autofill": ("autofill.c", ()),
     "bls": ("bls.c", ()),
+    "accumulate": ("accumulate.c", ()),
     "fail_init": ("failing.c", ("FAIL_INITIALIZE",)),
     "fail_model_init": ("failing.c", ("FAIL_MODEL_INITIALIZE",)),
     "fail_no_execute": ("failing.c", ("NO_EXECUTE",)),
@@ -194,6 +195,17 @@ output [
   { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 1 ] }
 ]
 """,
+    # implicit state: the running sum of a sequence, kept by the sequence batcher
+    "c_accumulate": """backend: "accumulate"
+max_batch_size: 2
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  state [ { input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+            initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+}
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""",
     # asks c_identity (BLS), waiting in its execute; and a model that does not exist
     "c_bls": f'backend: "bls"\nmax_batch_size: 8\n{_FP32_IO}\n'
     'parameters { key: "target" value { string_value: "c_identity" } }\n',
@@ -252,6 +264,7 @@ def repository(dest: Path, sanitize: bool = False) -> tuple[Path, Path]:
         "repeat",
         "autofill",
         "bls",
+        "accumulate",
         "fail_execute",
         "fail_throw",
         "late_send",

@@ -258,6 +258,29 @@ def test_bls_from_a_c_backend(server: InferdProcess) -> None:
     assert r.error == "Request for unknown model: 'nowhere' is not found"
 
 
+def test_implicit_state_is_kept_between_a_sequences_requests(server: InferdProcess) -> None:
+    """TRITONBACKEND_StateNew/StateBuffer/StateUpdate: c_accumulate's running sum, two sequences
+    interleaved, each from the initial (zero) state; the state never reaches the client."""
+    import tritonclient.grpc as grpcclient
+
+    with grpc_client(server) as g:
+        got: dict[int, list[int]] = {7: [], 8: []}
+        steps = [
+            (7, 1, True, False),
+            (8, 10, True, False),
+            (7, 2, False, False),
+            (8, 20, False, True),
+            (7, 3, False, True),
+        ]
+        for seq, value, start, end in steps:
+            i = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+            i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            r = g.infer("c_accumulate", [i], sequence_id=seq, sequence_start=start, sequence_end=end)
+            assert [o.name for o in r.get_response().outputs] == ["OUTPUT0"]
+            got[seq].append(int(r.as_numpy("OUTPUT0")[0, 0]))
+    assert got == {7: [1, 3, 6], 8: [10, 30]}
+
+
 def test_autocomplete_sets_the_config(server: InferdProcess) -> None:
     r = server.request("GET", "/v2/models/c_autofill/config")
     assert r.status == 200

@@ -153,6 +153,11 @@ def test_a_sequence_is_the_references(server: InferdProcess) -> None:
     assert [{"status": r.status, "body": r.json()} for r in got] == DOC["sequence"]
 
 
+def test_implicit_state_is_the_references(server: InferdProcess) -> None:
+    got = [server.infer("c_accumulate", body) for body in recorder.STATE]
+    assert [{"status": r.status, "body": r.json()} for r in got] == DOC["state"]
+
+
 def test_the_completed_config_is_the_references(server: InferdProcess) -> None:
     got = server.request("GET", "/v2/models/c_autofill/config").json()
     assert got == DOC["config"]

@@ -151,6 +151,7 @@ def _new_model(
         int(config.max_batch_size),
         _io(config.input),
         _io(config.output),
+        [(s.output_name, tuple(s.dims), None) for s in config.sequence_batching.state],
     )
 
 

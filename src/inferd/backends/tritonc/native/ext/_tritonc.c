@@ -302,7 +302,7 @@ static void Model_dealloc(Model* self) {
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
-static int add_ios(TRITONBACKEND_Model* m, PyObject* ios, bool is_output) {
+static int add_ios(TRITONBACKEND_Model* m, PyObject* ios, int kind) {
   /* ios: sequence of (name, dims tuple, reshape tuple or None) */
   PyObject* seq = PySequence_Fast(ios, "inputs and outputs must be sequences");
   if (seq == NULL) return -1;
@@ -319,7 +319,7 @@ static int add_ios(TRITONBACKEND_Model* m, PyObject* ios, bool is_output) {
     for (Py_ssize_t j = 0; j < nd; j++) d[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, j));
     for (Py_ssize_t j = 0; j < nr; j++) r[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(reshape, j));
     if (PyErr_Occurred()) goto fail;
-    TRITONSERVER_Error* err = inferd_host_model_add_io(m, is_output, name, d, (uint32_t)nd,
+    TRITONSERVER_Error* err = inferd_host_model_add_io(m, kind, name, d, (uint32_t)nd,
                                                        reshape == Py_None ? NULL : r, (uint32_t)nr);
     if (err != NULL) {
       raise_error(err);
@@ -340,9 +340,9 @@ static PyObject* Backend_model(Backend* self, PyObject* args) {
   unsigned long long version;
   int auto_complete, decoupled;
   long long max_batch_size;
-  PyObject *inputs, *outputs;
-  if (!PyArg_ParseTuple(args, "sKssppLOO", &name, &version, &repository, &config, &auto_complete, &decoupled,
-                        &max_batch_size, &inputs, &outputs))
+  PyObject *inputs, *outputs, *states;
+  if (!PyArg_ParseTuple(args, "sKssppLOOO", &name, &version, &repository, &config, &auto_complete, &decoupled,
+                        &max_batch_size, &inputs, &outputs, &states))
     return NULL;
   Model* m = PyObject_New(Model, &ModelType);
   if (m == NULL) return NULL;
@@ -360,7 +360,8 @@ static PyObject* Backend_model(Backend* self, PyObject* args) {
     raise_error(err);
     goto fail;
   }
-  if (add_ios(m->model, inputs, false) < 0 || add_ios(m->model, outputs, true) < 0) goto fail;
+  if (add_ios(m->model, inputs, 0) < 0 || add_ios(m->model, outputs, 1) < 0 || add_ios(m->model, states, 2) < 0)
+    goto fail;
   m->outputs = PyTuple_New(m->model->n_outputs);
   if (m->outputs == NULL) goto fail;
   for (uint32_t i = 0; i < m->model->n_outputs; i++) {

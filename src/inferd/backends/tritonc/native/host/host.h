@@ -129,6 +129,7 @@ typedef struct host_channel {
   atomic_int refs; /* the request, each response factory, each response not yet sent or deleted */
   atomic_bool cancelled;
   atomic_bool final_sent;
+  struct TRITONBACKEND_State* states; /* TRITONBACKEND_StateNew's, under the queue's mutex */
   host_queue* queue;
   struct TRITONBACKEND_Model* model;
   void* ctx; /* the extension's: where responses go */
@@ -194,6 +195,8 @@ struct TRITONBACKEND_Model {
   uint32_t n_inputs;
   host_io* outputs;
   uint32_t n_outputs;
+  host_io* states; /* sequence_batching's implicit states, by output_name */
+  uint32_t n_states;
   host_queue* queue;
   atomic_long open_channels;
 };
@@ -231,9 +234,10 @@ HOST_API TRITONSERVER_Error* inferd_host_model_new(
     TRITONBACKEND_Backend* backend, const char* name, uint64_t version, const char* repository,
     const char* config_json, bool auto_complete, bool decoupled, int64_t max_batch_size,
     TRITONBACKEND_Model** model);
-/* a tensor of the configuration (is_output: an output); reshape NULL: none */
+/* a tensor of the configuration (kind 0: an input, 1: an output, 2: an implicit state's output_name);
+ * reshape NULL: none */
 HOST_API TRITONSERVER_Error* inferd_host_model_add_io(
-    TRITONBACKEND_Model* model, bool is_output, const char* name, const int64_t* dims, uint32_t n_dims,
+    TRITONBACKEND_Model* model, int kind, const char* name, const int64_t* dims, uint32_t n_dims,
     const int64_t* reshape, uint32_t n_reshape);
 HOST_API TRITONSERVER_Error* inferd_host_model_initialize(TRITONBACKEND_Model* model);
 HOST_API TRITONSERVER_Error* inferd_host_model_finalize(TRITONBACKEND_Model* model);
@@ -332,6 +336,14 @@ struct TRITONBACKEND_Response {
 
 /* what the extension's drain calls once it took a response's outputs */
 HOST_API void inferd_host_response_free(TRITONBACKEND_Response* response);
+
+/* an implicit state's next value: an output (first member: freed as one) the next response carries
+ * once TRITONBACKEND_StateUpdate was called */
+struct TRITONBACKEND_State {
+  struct TRITONBACKEND_Output output;
+  struct TRITONBACKEND_State* next;
+  bool updated;
+};
 
 typedef struct host_flags_event {
   host_event ev; /* HOST_EV_FLAGS */

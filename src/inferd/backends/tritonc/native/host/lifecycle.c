@@ -207,10 +207,10 @@ TRITONSERVER_Error* inferd_host_model_new(
 }
 
 TRITONSERVER_Error* inferd_host_model_add_io(
-    TRITONBACKEND_Model* model, bool is_output, const char* name, const int64_t* dims, uint32_t n_dims,
+    TRITONBACKEND_Model* model, int kind, const char* name, const int64_t* dims, uint32_t n_dims,
     const int64_t* reshape, uint32_t n_reshape) {
-  host_io** list = is_output ? &model->outputs : &model->inputs;
-  uint32_t* n = is_output ? &model->n_outputs : &model->n_inputs;
+  host_io** list = kind == 2 ? &model->states : kind == 1 ? &model->outputs : &model->inputs;
+  uint32_t* n = kind == 2 ? &model->n_states : kind == 1 ? &model->n_outputs : &model->n_inputs;
   host_io* grown = realloc(*list, sizeof(host_io) * (*n + 1));
   if (grown == NULL) return no_memory();
   *list = grown;
@@ -257,6 +257,7 @@ void inferd_host_model_free(TRITONBACKEND_Model* model) {
   free(model->set_config);
   free_ios(model->inputs, model->n_inputs);
   free_ios(model->outputs, model->n_outputs);
+  free_ios(model->states, model->n_states);
   if (model->queue != NULL) inferd_host_queue_free(model->queue);
   free(model);
 }

@@ -83,7 +83,14 @@ void host_channel_unref(host_channel* ch) {
   }
 }
 
+static void output_free(TRITONBACKEND_Output* o);
+
 void inferd_host_channel_free(host_channel* ch) {
+  while (ch->states != NULL) { /* states no response carried (never updated, or no response after) */
+    struct TRITONBACKEND_State* s = ch->states;
+    ch->states = s->next;
+    output_free(&s->output);
+  }
   atomic_fetch_sub(&ch->model->open_channels, 1);
   free(ch);
 }
@@ -565,6 +572,33 @@ TRITONSERVER_Error* TRITONBACKEND_OutputBufferAttributes(
   return NULL;
 }
 
+/* the updated implicit states of the response's request become outputs of the response (the sequence
+ * batcher takes them out before the client sees it); NULL, or an error if there was no room */
+static TRITONSERVER_Error* carry_states(TRITONBACKEND_Response* response) {
+  host_channel* ch = response->channel;
+  if (ch->states == NULL) return NULL; /* (read unlocked: only the request's own threads add them) */
+  pthread_mutex_lock(&ch->queue->mu);
+  struct TRITONBACKEND_State** at = &ch->states;
+  TRITONSERVER_Error* err = NULL;
+  while (*at != NULL) {
+    struct TRITONBACKEND_State* s = *at;
+    if (!s->updated) {
+      at = &s->next;
+      continue;
+    }
+    TRITONBACKEND_Output** grown = realloc(response->outputs, sizeof(*grown) * (response->n_outputs + 1));
+    if (grown == NULL) {
+      err = host_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+      break;
+    }
+    response->outputs = grown;
+    grown[response->n_outputs++] = &s->output;
+    *at = s->next;
+  }
+  pthread_mutex_unlock(&ch->queue->mu);
+  return err;
+}
+
 /* what a backend sends after a request's final response: refused, and logged (the backend may not) */
 static TRITONSERVER_Error* late_send(host_channel* ch, const char* what) {
   TRITONSERVER_Error* err = host_error(
@@ -586,6 +620,8 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseSend(
   }
   if (error != NULL) {
     response->error = host_copy_error(error); /* the backend still owns (and deletes) its error */
+  } else if (carry_states(response) != NULL) {
+    response->error = host_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
   }
   response->flags = final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0;
   response->ev.kind = HOST_EV_RESPONSE;
@@ -673,38 +709,63 @@ TRITONSERVER_Error* TRITONBACKEND_InferenceResponseOutput(
   return NULL;
 }
 
-/* ---- implicit state -------------------------------------------------------------------------- */
+/* ---- implicit state ----------------------------------------------------------------------------- */
 TRITONSERVER_Error* TRITONBACKEND_StateNew(
     TRITONBACKEND_State** state, TRITONBACKEND_Request* request, const char* name,
     const TRITONSERVER_DataType datatype, const int64_t* shape, const uint32_t dims_count) {
   CHECK_REQUEST(request);
-  (void)state;
-  (void)name;
-  (void)datatype;
-  (void)shape;
-  (void)dims_count;
-  return host_unsupported("TRITONBACKEND_StateNew");
+  if (state == NULL || name == NULL || (shape == NULL && dims_count > 0))
+    return host_error(TRITONSERVER_ERROR_INVALID_ARG, "state, name or shape is null");
+  TRITONBACKEND_Model* m = request->model;
+  if (m->n_states == 0)
+    return host_error(TRITONSERVER_ERROR_INVALID_ARG,
+                      "unable to add state '%s'. State configuration is missing for model '%s'.", name, m->name);
+  if (host_find_io(m->states, m->n_states, name) == NULL)
+    return host_error(TRITONSERVER_ERROR_INVALID_ARG, "state '%s' is not a valid state name.", name);
+  struct TRITONBACKEND_State* s = calloc(1, sizeof(*s));
+  if (s == NULL) return no_memory();
+  s->output.name = host_strdup(name);
+  s->output.shape = malloc(sizeof(int64_t) * (dims_count + 1));
+  if (s->output.name == NULL || s->output.shape == NULL) {
+    output_free(&s->output);
+    return no_memory();
+  }
+  if (dims_count > 0) memcpy(s->output.shape, shape, sizeof(int64_t) * dims_count);
+  s->output.n_dims = dims_count;
+  s->output.datatype = datatype;
+  s->output.is_state = true;
+  host_channel* ch = request->channel;
+  pthread_mutex_lock(&ch->queue->mu);
+  s->next = ch->states;
+  ch->states = s;
+  pthread_mutex_unlock(&ch->queue->mu);
+  *state = s;
+  return NULL;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_StateUpdate(TRITONBACKEND_State* state) {
-  (void)state;
-  return host_unsupported("TRITONBACKEND_StateUpdate");
+  if (state == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "state is null");
+  state->updated = true; /* the request's next response carries it */
+  return NULL;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_StateBuffer(
     TRITONBACKEND_State* state, void** buffer, const uint64_t buffer_byte_size,
     TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id) {
-  (void)state;
-  (void)buffer;
-  (void)buffer_byte_size;
-  (void)memory_type;
-  (void)memory_type_id;
-  return host_unsupported("TRITONBACKEND_StateBuffer");
+  if (state == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "state is null");
+  if (state->output.buffer != NULL && state->output.byte_size == buffer_byte_size) {
+    *buffer = state->output.buffer; /* asked again: the same buffer, as the reference's */
+    *memory_type = TRITONSERVER_MEMORY_CPU;
+    *memory_type_id = 0;
+    return NULL;
+  }
+  free(state->output.buffer);
+  state->output.buffer = NULL;
+  return allocate(&state->output, buffer, buffer_byte_size, memory_type, memory_type_id);
 }
 
 TRITONSERVER_Error* TRITONBACKEND_StateBufferAttributes(
     TRITONBACKEND_State* state, TRITONSERVER_BufferAttributes** buffer_attributes) {
-  (void)state;
-  (void)buffer_attributes;
-  return host_unsupported("TRITONBACKEND_StateBufferAttributes");
+  if (state == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "state is null");
+  return TRITONBACKEND_OutputBufferAttributes(&state->output, buffer_attributes);
 }
