@@ -281,6 +281,27 @@ def test_implicit_state_is_kept_between_a_sequences_requests(server: InferdProce
     assert got == {7: [1, 3, 6], 8: [10, 30]}
 
 
+def _input_bytes_metric(server: InferdProcess, model: str) -> float:
+    import urllib.request
+
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    )
+    for line in text.splitlines():
+        if line.startswith("identity_input_bytes{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no identity_input_bytes series for {model} in /metrics:\n{text[-2000:]}")
+
+
+def test_a_backends_custom_metrics_are_on_metrics(server: InferdProcess) -> None:
+    """TRITONSERVER_MetricFamilyNew / MetricNew / MetricIncrement into the server's /metrics."""
+    before = _input_bytes_metric(server, "c_identity_bytes")
+    doc = {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "BYTES", "data": ["ab", "cde"]}]}
+    assert server.infer("c_identity_bytes", doc).status == 200
+    # two elements: a 4-byte length and the bytes each
+    assert _input_bytes_metric(server, "c_identity_bytes") - before == 4 + 2 + 4 + 3
+
+
 def test_autocomplete_sets_the_config(server: InferdProcess) -> None:
     r = server.request("GET", "/v2/models/c_autofill/config")
     assert r.status == 200

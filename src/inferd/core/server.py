@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
-from inferd.backends.tritonc.search import set_backend_directory
+from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.cache import ResponseCache, answer_from_cache, cache_size
 from inferd.core.classification import apply_classification
 from inferd.core.facade import Decoder
@@ -126,7 +126,6 @@ class ServerCore:
         options = self.options
         limit = budget_from_options(options.model_memory_budget, options.model_control_mode)
         backend_config = parse_backend_config(options.backend_config)
-        set_backend_directory(options.backend_directory)  # where C/C++ backends are found (backends/tritonc)
         metrics = MetricsConfig.parse(options.metrics_config)
         configure_summaries(replace(metrics, response_cache=self.response_cache is not None))
         default_mbs = backend_config.get("", {}).get("default-max-batch-size")
@@ -152,6 +151,9 @@ class ServerCore:
             model_namespacing=options.model_namespacing,
             gpus=gpus_for_models(options.min_supported_compute_capability),
         )
+        # C/C++ backends (backends/tritonc): where their libraries are, and what they call back into (their
+        # Initialize may create custom metrics before any model loads)
+        configure_c_backends(options.backend_directory, settings.links)
         self.control = ModelControl(
             options.model_control_mode,
             list(options.model_repository),

@@ -28,8 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backends.base import ServerLinks
-from inferd.backends.tritonc import bls, build
+from inferd.backends.base import MetricRegistry, ServerLinks
+from inferd.backends.tritonc import bls, build, search
 from inferd.backends.tritonc.search import check_elf, needed
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
@@ -48,6 +48,10 @@ _host: ModuleType | None = None
 _backends: dict[str, Any] = {}  # library path -> its _tritonc.Backend
 _aliases: dict[str, Path] = {}  # an alias name -> its symlink
 _links: dict[str, Callable[[str, str], bool] | None] = {"model_ready": None}
+#: the loading server's custom metric registry (its /metrics renders what backends put there)
+_metrics: list[MetricRegistry | None] = [None]
+#: who holds the backends' metric references in the registry (backends are not models: they stay)
+METRICS_OWNER = "triton C/C++ backends"
 
 
 def error_of(code: int, message: str) -> InferdError:
@@ -75,6 +79,28 @@ def _model_ready(name: str, version: int) -> bool:
 def _model_txn(name: str, version: int) -> int:
     # inferd's links do not say whether another model is decoupled: one-to-one, as most are
     return 1
+
+
+def metrics_call(op: str, *args: Any) -> Any:
+    """A backend's custom metric call (``TRITONSERVER_Metric*``) on the server's registry. ``family_new``
+    answers whether the server keeps the family (False: no registry, the host keeps it itself)."""
+    registry = _metrics[0]
+    if op == "family_new":
+        if registry is None:
+            return False
+        name, description, kind = args
+        registry.family_new(METRICS_OWNER, name, description, kind)
+        return True
+    assert registry is not None  # the host calls the rest only for families the server keeps
+    if op == "family_delete":
+        return registry.family_delete(METRICS_OWNER, args[0])
+    if op == "metric_new":
+        family, labels, buckets = args
+        return registry.metric_new(METRICS_OWNER, family, tuple(labels), buckets)
+    if op == "metric_delete":
+        return registry.metric_delete(METRICS_OWNER, args[0])
+    metric, what, value = args
+    return registry.metric_op(metric, what, value)
 
 
 def log_levels() -> int:
@@ -108,10 +134,18 @@ def host() -> ModuleType:
             model_txn=_model_txn,
             bls_submit=bls.submit,
             bls_cancel=bls.cancel,
+            metrics=metrics_call,
         )
         bls.attach(module.bls_respond)
         _host = module
         return module
+
+
+def configure(backend_directory: str, links: ServerLinks) -> None:
+    """A server starts: where it looks for backend libraries (``--backend-directory``) and what its
+    backends call back into (readiness, BLS, custom metrics), before any library opens."""
+    search.set_backend_directory(backend_directory)
+    set_links(links)
 
 
 def set_links(links: ServerLinks) -> None:
@@ -119,6 +153,8 @@ def set_links(links: ServerLinks) -> None:
     answers with, the submission ``TRITONSERVER_ServerInferAsync`` goes through (BLS)."""
     if links.model_ready is not None:
         _links["model_ready"] = links.model_ready
+    if links.metrics is not None:
+        _metrics[0] = links.metrics
     bls.set_links(links.infer_async, links.model_ready)
 
 

@@ -32,6 +32,7 @@ static PyObject* g_model_ready;   /* (name, version) -> bool */
 static PyObject* g_model_txn;     /* (name, version) -> int flags */
 static PyObject* g_bls_submit;    /* a backend's request to another model -> None or (code, message) */
 static PyObject* g_bls_cancel;    /* (handle) -> None: the backend cancelled it */
+static PyObject* g_metrics;       /* (operation, *arguments) -> result, or raises (custom metrics) */
 static PyObject* s_deliver;       /* "deliver" */
 static PyObject* s_on_cancel;     /* "on_cancel" */
 static PyObject* s_to_bytes;      /* "to_bytes" */
@@ -1240,6 +1241,87 @@ fail:
   return NULL;
 }
 
+/* ---- custom metrics: calls into the server's registry (library.metrics_call) ----------------------- */
+static TRITONSERVER_Error* metrics_error(void) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject* text = value != NULL ? PyObject_Str(value) : NULL;
+  const char* s = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+  TRITONSERVER_Error* err = ext_error(TRITONSERVER_ERROR_INVALID_ARG, "%s", s != NULL ? s : "metric error");
+  PyErr_Clear();
+  Py_XDECREF(text);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return err;
+}
+
+static TRITONSERVER_Error* metric_family_cb(bool create, const char* name, const char* description, int kind,
+                                            bool* kept) {
+  *kept = false;
+  if (g_metrics == NULL) return NULL;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  TRITONSERVER_Error* err = NULL;
+  PyObject* r = create ? PyObject_CallFunction(g_metrics, "sssi", "family_new", name, description, kind)
+                       : PyObject_CallFunction(g_metrics, "ss", "family_delete", name);
+  if (r == NULL)
+    err = metrics_error();
+  else
+    *kept = PyObject_IsTrue(r) == 1;
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+  return err;
+}
+
+static TRITONSERVER_Error* metric_new_cb(const char* family, const TRITONSERVER_Parameter** labels, uint64_t n_labels,
+                                         const double* buckets, uint64_t n_buckets, bool histogram, int64_t* id) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  TRITONSERVER_Error* err = NULL;
+  PyObject* pairs = PyTuple_New((Py_ssize_t)n_labels);
+  PyObject* bounds = histogram ? PyTuple_New((Py_ssize_t)n_buckets) : (Py_INCREF(Py_None), Py_None);
+  for (uint64_t i = 0; pairs != NULL && i < n_labels; i++) {
+    const TRITONSERVER_Parameter* p = labels[i];
+    const char* v = p != NULL && p->type == TRITONSERVER_PARAMETER_STRING ? p->v.s : "";
+    PyTuple_SET_ITEM(pairs, (Py_ssize_t)i, Py_BuildValue("(ss)", p != NULL ? p->name : "", v));
+  }
+  for (uint64_t i = 0; histogram && bounds != NULL && i < n_buckets; i++)
+    PyTuple_SET_ITEM(bounds, (Py_ssize_t)i, PyFloat_FromDouble(buckets[i]));
+  PyObject* r = pairs != NULL && bounds != NULL
+                    ? PyObject_CallFunction(g_metrics, "ssOO", "metric_new", family, pairs, bounds)
+                    : NULL;
+  if (r == NULL)
+    err = metrics_error();
+  else
+    *id = PyLong_AsLongLong(r);
+  Py_XDECREF(r);
+  Py_XDECREF(pairs);
+  Py_XDECREF(bounds);
+  PyGILState_Release(gil);
+  return err;
+}
+
+static void metric_delete_cb(int64_t id) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* r = PyObject_CallFunction(g_metrics, "sL", "metric_delete", (long long)id);
+  if (r == NULL) PyErr_Clear();
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+}
+
+static TRITONSERVER_Error* metric_op_cb(int64_t id, int op, double value, double* result) {
+  static const char* ops[] = {"value", "increment", "set", "observe"};
+  PyGILState_STATE gil = PyGILState_Ensure();
+  TRITONSERVER_Error* err = NULL;
+  PyObject* r = PyObject_CallFunction(g_metrics, "sLsd", "metric_op", (long long)id, ops[op & 3], value);
+  if (r == NULL)
+    err = metrics_error();
+  else
+    *result = PyFloat_AsDouble(r);
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+  return err;
+}
+
 /* ---- module functions ------------------------------------------------------------------------ */
 static PyObject* open_backend(PyObject* module, PyObject* args) {
   (void)module;
@@ -1290,11 +1372,11 @@ static PyObject* alias(PyObject* module, PyObject* arg) {
 
 static PyObject* setup(PyObject* module, PyObject* args, PyObject* kwargs) {
   (void)module;
-  static char* kw[] = {"tensor",    "response",  "datatypes",  "make_error", "log",
-                       "model_ready", "model_txn", "bls_submit", "bls_cancel", NULL};
-  PyObject *tensor, *response, *datatypes, *make_error, *log, *ready, *txn, *submit, *cancel;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOOO", kw, &tensor, &response, &PyTuple_Type, &datatypes,
-                                   &make_error, &log, &ready, &txn, &submit, &cancel))
+  static char* kw[] = {"tensor",    "response",  "datatypes",  "make_error", "log",     "model_ready",
+                       "model_txn", "bls_submit", "bls_cancel", "metrics",    NULL};
+  PyObject *tensor, *response, *datatypes, *make_error, *log, *ready, *txn, *submit, *cancel, *metrics;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOOOO", kw, &tensor, &response, &PyTuple_Type,
+                                   &datatypes, &make_error, &log, &ready, &txn, &submit, &cancel, &metrics))
     return NULL;
   SET(g_tensor, tensor);
   SET(g_response, response);
@@ -1305,7 +1387,9 @@ static PyObject* setup(PyObject* module, PyObject* args, PyObject* kwargs) {
   SET(g_model_txn, txn);
   SET(g_bls_submit, submit);
   SET(g_bls_cancel, cancel);
-  host_services svc = {log_cb, model_ready_cb, model_txn_cb, infer_async_cb, bls_cancel_cb};
+  SET(g_metrics, metrics);
+  host_services svc = {log_cb,        model_ready_cb,   model_txn_cb,     infer_async_cb, bls_cancel_cb,
+                       metric_family_cb, metric_new_cb, metric_delete_cb, metric_op_cb};
   inferd_host_set_services(&svc);
   Py_RETURN_NONE;
 }

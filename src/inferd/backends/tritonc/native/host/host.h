@@ -449,6 +449,15 @@ typedef TRITONSERVER_Error* (*host_model_ready_fn)(const char* name, int64_t ver
 typedef TRITONSERVER_Error* (*host_model_txn_fn)(const char* name, int64_t version, uint32_t* flags);
 typedef TRITONSERVER_Error* (*host_infer_async_fn)(TRITONSERVER_InferenceRequest* request);
 typedef void (*host_bls_cancel_fn)(TRITONSERVER_InferenceRequest* request);
+/* custom metrics on the server's /metrics (metrics.c): family_new answers whether the server keeps them
+ * (*kept false: the host keeps them itself); metric ops: 0 value, 1 increment, 2 set, 3 observe */
+typedef TRITONSERVER_Error* (*host_metric_family_fn)(bool create, const char* name, const char* description,
+                                                     int kind, bool* kept);
+typedef TRITONSERVER_Error* (*host_metric_new_fn)(const char* family, const TRITONSERVER_Parameter** labels,
+                                                  uint64_t n_labels, const double* buckets, uint64_t n_buckets,
+                                                  bool histogram, int64_t* id);
+typedef void (*host_metric_delete_fn)(int64_t id);
+typedef TRITONSERVER_Error* (*host_metric_op_fn)(int64_t id, int op, double value, double* result);
 
 typedef struct host_services {
   host_log_fn log;
@@ -456,6 +465,10 @@ typedef struct host_services {
   host_model_txn_fn model_txn;
   host_infer_async_fn infer_async;
   host_bls_cancel_fn bls_cancel;
+  host_metric_family_fn metric_family;
+  host_metric_new_fn metric_new;
+  host_metric_delete_fn metric_delete;
+  host_metric_op_fn metric_op;
 } host_services;
 
 HOST_API void inferd_host_set_services(const host_services* services);

@@ -1,6 +1,7 @@
 /*
- * Custom metrics a backend creates (TRITONSERVER_MetricFamily*, TRITONSERVER_Metric*): kept here, their
- * values readable by the backend (TRITONSERVER_MetricValue). They are not on inferd's /metrics yet.
+ * Custom metrics a backend creates (TRITONSERVER_MetricFamily*, TRITONSERVER_Metric*). Where the server
+ * keeps them (host_svc.metric_*: inferd's custom metric registry, rendered on /metrics with the Python
+ * models' families) every call goes there; otherwise (no server: the host's tests) they are kept here.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 struct TRITONSERVER_MetricFamily {
   TRITONSERVER_MetricKind kind;
   char* name;
+  bool kept_by_server;
   atomic_int metrics; /* alive: a family deleted before them would leave them dangling */
 };
 
@@ -21,6 +23,7 @@ struct TRITONSERVER_MetricArgs {
 
 struct TRITONSERVER_Metric {
   TRITONSERVER_MetricFamily* family;
+  int64_t server_id; /* the server's id of it (family kept by the server) */
   pthread_mutex_t mu;
   double value; /* counter, gauge; a histogram's sum */
   uint64_t count;
@@ -44,6 +47,15 @@ TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
   }
   f->kind = kind;
   atomic_init(&f->metrics, 0);
+  if (host_svc.metric_family != NULL) {
+    TRITONSERVER_Error* err = host_svc.metric_family(true, name, description ? description : "", (int)kind,
+                                                     &f->kept_by_server);
+    if (err != NULL) {
+      free(f->name);
+      free(f);
+      return err;
+    }
+  }
   *family = f;
   return NULL;
 }
@@ -53,6 +65,10 @@ TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* f
   if (atomic_load(&family->metrics) > 0)
     return host_error(TRITONSERVER_ERROR_INTERNAL,
                       "Must call MetricDelete on all dependent metrics before calling MetricFamilyDelete.");
+  if (family->kept_by_server) {
+    bool kept;
+    TRITONSERVER_ErrorDelete(host_svc.metric_family(false, family->name, "", (int)family->kind, &kept));
+  }
   free(family->name);
   free(family);
   return NULL;
@@ -99,7 +115,15 @@ TRITONSERVER_Error* TRITONSERVER_MetricNewWithArgs(
     return host_error(TRITONSERVER_ERROR_INVALID_ARG, "Missing required args for histogram metric");
   TRITONSERVER_Metric* m = calloc(1, sizeof(*m));
   if (m == NULL) return host_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
-  if (histogram) {
+  if (family->kept_by_server) {
+    TRITONSERVER_Error* err =
+        host_svc.metric_new(family->name, labels, label_count, histogram ? args->buckets : NULL,
+                            histogram ? args->n_buckets : 0, histogram, &m->server_id);
+    if (err != NULL) {
+      free(m);
+      return err;
+    }
+  } else if (histogram) {
     m->n_buckets = args->n_buckets;
     m->buckets = malloc(sizeof(double) * (m->n_buckets + 1));
     m->bucket_counts = calloc(m->n_buckets + 1, sizeof(uint64_t));
@@ -129,6 +153,7 @@ TRITONSERVER_Error* TRITONSERVER_MetricNew(
 
 TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric) {
   if (metric == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "metric is null");
+  if (metric->family->kept_by_server) host_svc.metric_delete(metric->server_id);
   atomic_fetch_sub(&metric->family->metrics, 1);
   pthread_mutex_destroy(&metric->mu);
   free(metric->buckets);
@@ -141,8 +166,15 @@ static TRITONSERVER_Error* wrong_kind(const char* op) {
   return host_error(TRITONSERVER_ERROR_UNSUPPORTED, "%s is not supported for this metric kind", op);
 }
 
+/* an operation on a metric the server keeps: 0 value, 1 increment, 2 set, 3 observe */
+static TRITONSERVER_Error* server_op(TRITONSERVER_Metric* metric, int op, double value, double* result) {
+  double ignored;
+  return host_svc.metric_op(metric->server_id, op, value, result != NULL ? result : &ignored);
+}
+
 TRITONSERVER_Error* TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double* value) {
   if (metric == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "metric is null");
+  if (metric->family->kept_by_server) return server_op(metric, 0, 0, value);
   if (metric->family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) return wrong_kind("Value");
   pthread_mutex_lock(&metric->mu);
   *value = metric->value;
@@ -152,6 +184,7 @@ TRITONSERVER_Error* TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double
 
 TRITONSERVER_Error* TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, double value) {
   if (metric == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "metric is null");
+  if (metric->family->kept_by_server) return server_op(metric, 1, value, NULL);
   TRITONSERVER_MetricKind kind = metric->family->kind;
   if (kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) return wrong_kind("Increment");
   if (kind == TRITONSERVER_METRIC_KIND_COUNTER && value < 0)
@@ -164,6 +197,7 @@ TRITONSERVER_Error* TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, do
 
 TRITONSERVER_Error* TRITONSERVER_MetricSet(TRITONSERVER_Metric* metric, double value) {
   if (metric == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "metric is null");
+  if (metric->family->kept_by_server) return server_op(metric, 2, value, NULL);
   if (metric->family->kind != TRITONSERVER_METRIC_KIND_GAUGE) return wrong_kind("Set");
   pthread_mutex_lock(&metric->mu);
   metric->value = value;
@@ -173,6 +207,7 @@ TRITONSERVER_Error* TRITONSERVER_MetricSet(TRITONSERVER_Metric* metric, double v
 
 TRITONSERVER_Error* TRITONSERVER_MetricObserve(TRITONSERVER_Metric* metric, double value) {
   if (metric == NULL) return host_error(TRITONSERVER_ERROR_INVALID_ARG, "metric is null");
+  if (metric->family->kept_by_server) return server_op(metric, 3, value, NULL);
   if (metric->family->kind != TRITONSERVER_METRIC_KIND_HISTOGRAM) return wrong_kind("Observe");
   pthread_mutex_lock(&metric->mu);
   metric->value += value;
