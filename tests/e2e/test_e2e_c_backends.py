@@ -196,6 +196,46 @@ def test_a_decoupled_backend_answers_from_its_own_threads(server: InferdProcess)
     assert len(out) == 1 and not out[0][0].get_response().outputs
 
 
+def test_a_decoupled_backend_waits_for_a_slow_client(tmp_path: Path) -> None:
+    """Flow control: with a window of 8 KiB of unread responses, 300 responses (about 1 KiB each) to a
+    client that reads one every few milliseconds all arrive, in order: the backend's thread waited in
+    its TRITONBACKEND_ResponseSend rather than the server holding them all."""
+    import tritonclient.grpc as grpcclient
+
+    repo, backends = c_backends.repository(tmp_path)
+    cfg = repo / "c_repeat" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('string_value: "20"', 'string_value: "0"'))
+    proc = InferdProcess(
+        repo,
+        tmp_path / "inferd.log",
+        ("--backend-directory", str(backends), "--stream-max-unread-bytes", "8192"),
+        env=c_backends.server_env(),
+    ).start()
+    try:
+        got: queue.Queue[Any] = queue.Queue()
+
+        def slow(result: Any, error: Any) -> None:
+            time.sleep(0.002)
+            got.put((result, error))
+
+        with grpc_client(proc) as g:
+            g.start_stream(callback=slow)
+            i = grpcclient.InferInput("IN", [300], "INT32")
+            i.set_data_from_numpy(np.arange(300, dtype=np.int32))
+            g.async_stream_infer("c_repeat", [i], enable_empty_final_response=True)
+            values = []
+            while True:
+                result, error = got.get(timeout=60)
+                assert error is None, error
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    break
+                values.append(int(result.as_numpy("OUT")[0]))
+            g.stop_stream()
+        assert values == list(range(300))
+    finally:
+        assert proc.stop() == 0, proc.log()[-3000:]
+
+
 def test_a_cancelled_request_reaches_the_backend(server: InferdProcess) -> None:
     import tritonclient.grpc as grpcclient
 

@@ -34,6 +34,7 @@ static PyObject* g_bls_submit;    /* a backend's request to another model -> Non
 static PyObject* g_bls_cancel;    /* (handle) -> None: the backend cancelled it */
 static PyObject* g_metrics;       /* (operation, *arguments) -> result, or raises (custom metrics) */
 static PyObject* s_deliver;       /* "deliver" */
+static PyObject* s_send;          /* "send" */
 static PyObject* s_on_cancel;     /* "on_cancel" */
 static PyObject* s_to_bytes;      /* "to_bytes" */
 
@@ -559,6 +560,30 @@ static void on_response(TRITONBACKEND_Response* r) {
     }
   }
   inferd_host_response_free(r);
+}
+
+/* a decoupled model's response, from the backend's thread: through ResponseStream.send, whose window
+ * makes this thread wait (the GIL let go) while the client is behind */
+static void decoupled_send_cb(host_channel* ch, TRITONBACKEND_Response* r, bool final) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Pending* p = (Pending*)ch->ctx;
+  if (!p->final_delivered) {
+    PyObject* response = r == NULL ? (Py_INCREF(Py_None), Py_None) : make_response(p, r);
+    if (response != NULL) {
+      if (final) p->final_delivered = 1;
+      PyObject* args[3] = {p->stream, response, final ? Py_True : Py_False};
+      PyObject* res = PyObject_VectorcallMethod(s_send, args, 3, NULL);
+      if (res == NULL)
+        PyErr_WriteUnraisable(p->stream);
+      else
+        Py_DECREF(res);
+      Py_DECREF(response);
+    } else {
+      PyErr_WriteUnraisable(p->stream);
+    }
+  }
+  if (r != NULL) inferd_host_response_free(r);
+  PyGILState_Release(gil);
 }
 
 static void on_closed(host_channel* ch) {
@@ -1389,7 +1414,7 @@ static PyObject* setup(PyObject* module, PyObject* args, PyObject* kwargs) {
   SET(g_bls_cancel, cancel);
   SET(g_metrics, metrics);
   host_services svc = {log_cb,        model_ready_cb,   model_txn_cb,     infer_async_cb, bls_cancel_cb,
-                       metric_family_cb, metric_new_cb, metric_delete_cb, metric_op_cb};
+                       metric_family_cb, metric_new_cb, metric_delete_cb, metric_op_cb, decoupled_send_cb};
   inferd_host_set_services(&svc);
   Py_RETURN_NONE;
 }
@@ -1428,9 +1453,10 @@ PyMODINIT_FUNC PyInit__tritonc(void) {
   g_error = PyErr_NewExceptionWithDoc("_tritonc.Error", "a TRITONSERVER_Error: args are (code, message)", NULL,
                                       NULL);
   s_deliver = PyUnicode_InternFromString("deliver");
+  s_send = PyUnicode_InternFromString("send");
   s_on_cancel = PyUnicode_InternFromString("on_cancel");
   s_to_bytes = PyUnicode_InternFromString("to_bytes");
-  if (g_error == NULL || s_deliver == NULL || s_on_cancel == NULL || s_to_bytes == NULL ||
+  if (g_error == NULL || s_deliver == NULL || s_send == NULL || s_on_cancel == NULL || s_to_bytes == NULL ||
       PyModule_AddObjectRef(m, "Error", g_error) < 0) {
     Py_DECREF(m);
     return NULL;

@@ -457,6 +457,9 @@ typedef TRITONSERVER_Error* (*host_metric_new_fn)(const char* family, const TRIT
                                                   uint64_t n_labels, const double* buckets, uint64_t n_buckets,
                                                   bool histogram, int64_t* id);
 typedef void (*host_metric_delete_fn)(int64_t id);
+/* a decoupled model's response (NULL: the final flag alone), sent from the backend's thread straight
+ * to its stream, which may make the thread wait while the client reads slowly; takes the response */
+typedef void (*host_decoupled_send_fn)(host_channel* channel, TRITONBACKEND_Response* response, bool final);
 typedef TRITONSERVER_Error* (*host_metric_op_fn)(int64_t id, int op, double value, double* result);
 
 typedef struct host_services {
@@ -469,6 +472,7 @@ typedef struct host_services {
   host_metric_new_fn metric_new;
   host_metric_delete_fn metric_delete;
   host_metric_op_fn metric_op;
+  host_decoupled_send_fn decoupled_send;
 } host_services;
 
 HOST_API void inferd_host_set_services(const host_services* services);

@@ -624,6 +624,11 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseSend(
     response->error = host_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
   }
   response->flags = final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0;
+  if (ch->model->decoupled && host_svc.decoupled_send != NULL) {
+    /* flow control: the stream's window may hold this thread while the client reads slowly */
+    host_svc.decoupled_send(ch, response, final);
+    return NULL;
+  }
   response->ev.kind = HOST_EV_RESPONSE;
   host_queue_push(ch->queue, &response->ev);
   return NULL;
@@ -662,6 +667,10 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseFactorySendFlags(
   bool final = (send_flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL) != 0;
   if (!final) return NULL; /* no other flag exists */
   if (atomic_exchange(&ch->final_sent, true)) return late_send(ch, "the final flag");
+  if (ch->model->decoupled && host_svc.decoupled_send != NULL) {
+    host_svc.decoupled_send(ch, NULL, true);
+    return NULL;
+  }
   host_flags_event* ev = malloc(sizeof(*ev));
   if (ev == NULL) return no_memory();
   host_channel_ref(ch);
