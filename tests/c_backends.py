@@ -166,6 +166,9 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
 """,
+    # two instances of kind MODEL, and one of kind CPU (the backend logs each one's kind and device)
+    "c_kinds": f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}\n'
+    "instance_group [ { count: 2 kind: KIND_MODEL }, { count: 1 kind: KIND_CPU } ]\n",
     "c_slow": f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}\n'
     'parameters { key: "execute_delay_ms" value { string_value: "5000" } }\n',
     "c_batch": """backend: "batch_sum"

@@ -389,6 +389,12 @@ def test_a_response_after_the_final_one_is_refused_and_logged(server: InferdProc
     _wait_for(server, "late send refused: model 'c_late_send'", 5)
 
 
+def test_instance_kinds_and_counts(server: InferdProcess) -> None:
+    log = server.log()
+    for name, kind in (("c_kinds_0_0", "MODEL"), ("c_kinds_0_1", "MODEL"), ("c_kinds_1_0", "CPU")):
+        assert f"TRITONBACKEND_ModelInstanceInitialize: {name} ({kind} device 0)" in log, name
+
+
 def test_backend_log_lines_carry_their_file_and_line(server: InferdProcess) -> None:
     log = server.log()
     assert "identity.c:" in log and "TRITONBACKEND_ModelInitialize: c_identity (version 1)" in log
