@@ -101,6 +101,8 @@ class TritonCBackend:
         try:
             backend = self._open(config, model_dir, version_dir, None)
         except InferdError as e:
+            if not config.input and not config.output:  # nothing else would say why
+                raise
             log.debug("model %r: not auto-completed (%s)", config.name, e)
             return
         from google.protobuf import json_format

@@ -18,10 +18,12 @@ finds the host already loaded by that name (and never loads another core).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.machinery
 import importlib.util
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,7 @@ _lock = threading.Lock()
 _host: ModuleType | None = None
 _backends: dict[str, Any] = {}  # library path -> its _tritonc.Backend
 _aliases: dict[str, Path] = {}  # an alias name -> its symlink
+_global: list[ctypes.CDLL] = []  # the host library, opened in the global scope
 _links: dict[str, Callable[[str, str], bool] | None] = {"model_ready": None}
 #: the loading server's custom metric registry (its /metrics renders what backends put there)
 _metrics: list[MetricRegistry | None] = [None]
@@ -117,6 +120,9 @@ def host() -> ModuleType:
         folder = build.find()
         if folder is None:
             raise build.missing("C/C++")
+        # the host first, into the global scope: a backend linked against libtritonserver.so finds it by
+        # its soname, and one linked against nothing (its symbols left to the process) finds it there
+        _global.append(ctypes.CDLL(str(folder / build.LIBRARY), mode=os.RTLD_NOW | os.RTLD_GLOBAL))
         path = folder / build.extension_name()
         loader = importlib.machinery.ExtensionFileLoader("_tritonc", str(path))
         spec = importlib.util.spec_from_file_location("_tritonc", path, loader=loader)
