@@ -22,7 +22,8 @@ def test_without_a_built_host_the_load_says_what_to_install(
     model = tmp_path / "m"
     (model / "1").mkdir(parents=True)
     (model / "libtriton_custom.so").write_bytes(b"")
-    cfg = parse_config_text('name: "m" backend: "custom"', "test")
+    io = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]'
+    cfg = parse_config_text(f'name: "m" backend: "custom" {io}', "test")
     backend = tritonc.TritonCBackend("custom")
     backend.auto_complete(cfg, model, model / "1")  # nothing to complete with: the load says why
     with pytest.raises(UnavailableError) as e:
@@ -30,6 +31,10 @@ def test_without_a_built_host_the_load_says_what_to_install(
     assert e.value.message.startswith("backend 'custom' is a C/C++ backend (libtriton_custom.so)")
     assert "apt-get install build-essential python3-dev" in e.value.message
     assert "python -m inferd.backends.tritonc.build" in e.value.message
+    # a config with no tensors says it at once (its auto-complete could not run)
+    bare = parse_config_text('name: "m" backend: "custom"', "test")
+    with pytest.raises(UnavailableError, match="is a C/C.. backend"):
+        backend.auto_complete(bare, model, model / "1")
 
 
 def test_the_backend_configuration_is_the_references(monkeypatch: pytest.MonkeyPatch) -> None:
