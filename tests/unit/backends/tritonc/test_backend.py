@@ -33,7 +33,7 @@ def test_without_a_built_host_the_load_says_what_to_install(
     assert "python -m inferd.backends.tritonc.build" in e.value.message
     # a config with no tensors says it at once (its auto-complete could not run)
     bare = parse_config_text('name: "m" backend: "custom"', "test")
-    with pytest.raises(UnavailableError, match="is a C/C.. backend"):
+    with pytest.raises(UnavailableError, match=r"is a C/C\+\+ backend"):
         backend.auto_complete(bare, model, model / "1")
 
 

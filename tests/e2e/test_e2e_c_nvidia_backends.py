@@ -1,9 +1,14 @@
-"""NVIDIA's own identity backend (github triton-inference-server/identity_backend, r24.10), compiled
-unmodified from its sources against NVIDIA's headers (core, common and backend repositories: 72 API
-functions through the backend utilities), served by inferd: once linked against inferd's
-``libtritonserver.so`` (``DT_NEEDED``, as Triton's builds link their stub), once linked against nothing
-(its symbols found in the process's global scope). FP32 and BYTES through the utilities' input collector
-and output responder, dynamic batching, statistics, and its custom metric on /metrics.
+"""NVIDIA's own backends compiled unmodified from their r24.10 sources against NVIDIA's headers (core,
+common and backend repositories), served by inferd:
+
+- the identity backend (identity_backend: 72 API functions through the backend utilities), once linked
+  against inferd's ``libtritonserver.so`` (``DT_NEEDED``, as Triton's builds link their stub), once
+  linked against nothing (its symbols found in the process's global scope): FP32 and BYTES through the
+  utilities' input collector and output responder, dynamic batching, statistics, its custom metric on
+  /metrics;
+- the backend repository's examples with their own model repositories: ``minimal``, ``recommended``
+  and ``bls`` (a C++ backend asking addsub_python, a Python model, and addsub_tf, a TensorFlow
+  SavedModel served by inferd's tensorflow backend, through ``TRITONSERVER_ServerInferAsync``).
 
 Needs the four repositories checked out at r24.10 under ``INFERD_TRITON_SOURCES`` (folders ``core``,
 ``common``, ``backend``, ``identity_backend``) and rapidjson's headers; skipped otherwise (the build
@@ -30,15 +35,33 @@ SOURCES = Path(os.environ.get("INFERD_TRITON_SOURCES", "/nonexistent"))
 UTILITIES = ["backend_common", "backend_input_collector", "backend_memory", "backend_model_instance", "backend_model", "backend_output_responder"]  # fmt: skip
 
 
-def _build(out: Path, link_host: bool) -> Path:
+EXAMPLES = SOURCES / "backend" / "examples"
+#: backend -> (its sources, its linker script)
+BACKENDS = {
+    "identity": (
+        [SOURCES / "identity_backend" / "src" / "identity.cc"],
+        SOURCES / "identity_backend" / "src" / "libtriton_identity.ldscript",
+    ),
+    "minimal": ([EXAMPLES / "backends" / "minimal" / "src" / "minimal.cc"], None),
+    "recommended": ([EXAMPLES / "backends" / "recommended" / "src" / "recommended.cc"], None),
+    "bls": (
+        [EXAMPLES / "backends" / "bls" / "src" / f for f in ("backend.cc", "bls.cc", "bls_utils.cc")],
+        None,
+    ),
+}
+
+
+def _build(out: Path, link_host: bool, backend: str = "identity") -> Path:
     if out.is_file():
         return out
+    sources, script = BACKENDS[backend]
     cmd = ["g++", "-std=c++17", "-shared", "-fPIC", "-O1", "-DTRITON_ENABLE_METRICS", "-pthread"]
     cmd += [f"-I{SOURCES / r / 'include'}" for r in ("backend", "common", "core")]
-    cmd += [str(SOURCES / "identity_backend" / "src" / "identity.cc")]
+    cmd += [str(s) for s in sources]
     cmd += [str(SOURCES / "backend" / "src" / f"{u}.cc") for u in UTILITIES]
     cmd += [str(SOURCES / "common" / "src" / f"{u}.cc") for u in ("async_work_queue", "thread_pool", "error")]
-    cmd += [f"-Wl,--version-script={SOURCES / 'identity_backend' / 'src' / 'libtriton_identity.ldscript'}"]
+    if script is not None:
+        cmd += [f"-Wl,--version-script={script}"]
     if link_host:
         cmd += [f"-L{c_backends.host()}", "-ltritonserver"]
     tmp = out.with_suffix(f".{os.getpid()}")
@@ -70,6 +93,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
             'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },'
             ' { name: "OUTPUT1" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
         )
+    examples = EXAMPLES / "model_repos"
+    for backend in ("minimal", "recommended", "bls"):
+        (backends / backend).mkdir(parents=True)
+        built = _build(cache / f"libtriton_{backend}.so", True, backend)
+        shutil.copyfile(built, backends / backend / f"libtriton_{backend}.so")
+    for source, name in (
+        (examples / "minimal_models" / "batching", "minimal_batching"),
+        (examples / "minimal_models" / "nonbatching", "minimal_nonbatching"),
+        (examples / "recommended_models" / "batching", "recommended_batching"),
+        (examples / "bls_models" / "bls_fp32", "bls_fp32"),
+        (examples / "bls_models" / "addsub_python", "addsub_python"),
+        (examples / "bls_models" / "addsub_tf", "addsub_tf"),
+    ):
+        shutil.copytree(source, repo / name)
+        if not (repo / name / "1").exists():
+            (repo / name / "1").mkdir()
     proc = InferdProcess(
         repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env()
     ).start()
@@ -101,3 +140,30 @@ def test_nvidias_identity_backend_serves(server: InferdProcess, model: str) -> N
         urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
     )
     assert f'input_byte_size_counter{{model="{model}",version="1"}} 46' in metrics
+
+
+def test_nvidias_example_backends_serve(server: InferdProcess) -> None:
+    """The backend repository's minimal, recommended and bls examples, with their clients' checks."""
+    import tritonclient.http as httpclient
+
+    with http_client(server) as c:
+        for model, shape in (("minimal_nonbatching", [4]), ("minimal_batching", [1, 4])):
+            x = np.array([1, 2, 3, 4], dtype=np.int32).reshape(shape)
+            i = httpclient.InferInput("IN0", shape, "INT32")
+            i.set_data_from_numpy(x)
+            np.testing.assert_array_equal(c.infer(model, [i]).as_numpy("OUT0"), x)
+        x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+        i = httpclient.InferInput("INPUT", [1, 4, 4], "FP32")
+        i.set_data_from_numpy(x)
+        np.testing.assert_array_equal(c.infer("recommended_batching", [i]).as_numpy("OUTPUT"), x)
+        a = np.random.default_rng(0).random(16, dtype=np.float32)
+        b = np.random.default_rng(1).random(16, dtype=np.float32)
+        inputs = [
+            httpclient.InferInput("INPUT0", [16], "FP32"),
+            httpclient.InferInput("INPUT1", [16], "FP32"),
+        ]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        r = c.infer("bls_fp32", inputs)
+        np.testing.assert_allclose(r.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+        np.testing.assert_allclose(r.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
