@@ -245,8 +245,7 @@ def test_a_cancelled_request_reaches_the_backend(server: InferdProcess) -> None:
         done: queue.Queue[Any] = queue.Queue()
         call = g.async_infer("c_slow", [i], lambda result, error: done.put(error), request_id="to-cancel")
         # the request is in the backend (its 5 s execute has begun) before the client gives up
-        _wait_for(server, "TRITONBACKEND_ModelInstanceInitialize: c_slow_0", 5)
-        time.sleep(0.3)
+        _wait_for(server, "identity: executing request 'to-cancel' slowly", 10)
         call.cancel()
         error = done.get(timeout=10)
         assert error is not None and "CANCELLED" in str(error.status())
