@@ -74,6 +74,12 @@ def test_good_models_are_ready_and_bad_ones_say_why(server: InferdProcess) -> No
     _assert_serving(server)
 
 
+def test_a_backend_that_does_not_load_is_named_in_the_log(server: InferdProcess) -> None:
+    log = server.log()
+    assert "backend 'fail_init' (" in log and "libtriton_fail_init.so) did not load: fail_init refuses" in log
+    assert "backend 'fail_missing_symbol' (" in log and "undefined symbol: TRITONSERVER_NoSuchFunction" in log
+
+
 def test_identity_over_http_and_grpc(server: InferdProcess) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient

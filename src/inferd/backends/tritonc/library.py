@@ -185,6 +185,22 @@ def _answer_to(library: Path, host_dir: Path, module: ModuleType) -> None:
         log.info("backend library %s needs %s: answered by inferd's host", library.name, name)
 
 
+def _open(module: ModuleType, name: str, library: Path, config: dict[str, Any]) -> Any:
+    check_elf(library)
+    host_dir = build.find()
+    assert host_dir is not None
+    _answer_to(library, host_dir, module)
+    module.set_log_levels(log_levels())
+    try:
+        backend = module.open_backend(
+            name, str(library.parent), str(library), json.dumps(config, separators=(",", ":"))
+        )
+        backend.initialize()
+    except module.Error as e:
+        raise translate(e) from None  # the reference's text: what the backend (or dlopen) said
+    return backend
+
+
 def open_backend(name: str, library: Path, config: dict[str, Any]) -> Any:
     """The backend in ``library`` (a ``_tritonc.Backend``), opened and initialized once per file.
 
@@ -196,18 +212,12 @@ def open_backend(name: str, library: Path, config: dict[str, Any]) -> Any:
         known = _backends.get(key)
         if known is not None:
             return known
-        check_elf(library)
-        host_dir = build.find()
-        assert host_dir is not None
-        _answer_to(library, host_dir, module)
-        module.set_log_levels(log_levels())
         try:
-            backend = module.open_backend(
-                name, str(library.parent), str(library), json.dumps(config, separators=(",", ":"))
-            )
-            backend.initialize()
-        except module.Error as e:
-            raise translate(e) from None  # the reference's text: what the backend (or dlopen) said
+            backend = _open(module, name, library, config)
+        except InferdError as e:
+            # the model's reason is the reference's text; the log names the backend and its library too
+            log.error("backend '%s' (%s) did not load: %s", name, library, e.message)
+            raise
         _backends[key] = backend
         log.info("loaded backend '%s' from %s", name, library)
         return backend
