@@ -164,12 +164,19 @@ def options_from_args(a: argparse.Namespace) -> ServerOptions:
 
 
 def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
-    """An ASCII table as tritonserver prints its model table."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    """An ASCII table as tritonserver prints its model table; a cell of several lines (a failure's
+    reason with a traceback) takes as many lines of the table, the other cells blank below theirs."""
+    split = [[c.splitlines() or [""] for c in r] for r in rows]
+    widths = [
+        max(len(h), *(len(line) for cells in split for line in cells[i])) if rows else len(h)
+        for i, h in enumerate(headers)
+    ]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = [sep, "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |", sep]
-    for r in rows:
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+    for cells in split:
+        for k in range(max(len(c) for c in cells)):
+            parts = (c[k] if k < len(c) else "" for c in cells)
+            lines.append("| " + " | ".join(t.ljust(w) for t, w in zip(parts, widths, strict=True)) + " |")
     lines.append(sep)
     return "\n".join(lines)
 
@@ -244,7 +251,7 @@ async def _serve(
         for name, version, reason in failures:
             log.error("failed to load '%s'%s: %s", name, f" version {version}" if version else "", reason)
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
-        await runtime.stop(0)
+        await runtime.stop()  # the loaded models unload (finalize), as the reference's do
         return 1
     try:
         await runtime.start_frontends()
@@ -336,9 +343,41 @@ def main(argv: list[str] | None = None) -> int:
     hard_exit(code)
 
 
+def _number(arg: str) -> bool:
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
+
+
+def unknown_option(argv: list[str]) -> str | None:
+    """The first option of ``argv`` (``serve``'s arguments) that is no flag of ``serve``, or None."""
+    serve = next(
+        action.choices["serve"]
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    known = {flag for action in serve._actions for flag in action.option_strings}
+    for arg in argv:
+        if arg == "--":
+            return None
+        if arg.startswith("-") and arg.partition("=")[0] not in known and not _number(arg):
+            return arg
+    return None
+
+
 def tritonserver() -> int:
     """The ``tritonserver`` command: ``inferd serve`` under the reference's name, so that a launch
-    script or an entrypoint that runs ``tritonserver --model-repository=...`` runs inferd."""
+    script or an entrypoint that runs ``tritonserver --model-repository=...`` runs inferd. An
+    unknown flag is refused as the reference refuses it: ``tritonserver: unrecognized option
+    '--x'``, the usage, exit status 1."""
+    bad = unknown_option(sys.argv[1:])
+    if bad is not None:
+        print(f"tritonserver: unrecognized option '{bad}'", file=sys.stderr)
+        print(_USAGE.replace("%(prog)s", "Usage: tritonserver"), file=sys.stderr)
+        print("(tritonserver --help lists every flag)", file=sys.stderr)
+        return 1
     sys.argv[1:1] = ["serve"]
     return main()
 

@@ -199,7 +199,7 @@ class Runtime:
                 self.http = http
                 log.info("Started HTTPService at %s:%d", options.http_address, http.port)
         except FrontendError:
-            await self.stop(0)
+            await self.stop()  # nothing is in flight: the models unload (finalize) within the exit timeout
             raise
 
     def grpc_servicer(self, core: Core | None = None) -> InferenceServicer:

@@ -227,3 +227,29 @@ def test_inferd_tritonserver_parses_as_serve() -> None:
     options = options_from_args(build_parser().parse_args(argv))
     assert options.model_repository == [Path("/mnt/models")]
     assert (options.http_port, options.grpc_port) == (8080, 9000)
+
+
+def test_tritonserver_refuses_an_unknown_flag_as_the_reference(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recorded on Triton 2.51: ``tritonserver --bogus=1`` prints ``<argv0>: unrecognized option
+    '--bogus=1'`` and its usage, exit status 1, before it looks at any other flag."""
+    monkeypatch.setattr(sys, "argv", ["tritonserver", "--bogus=1"])
+    assert cli.tritonserver() == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "tritonserver: unrecognized option '--bogus=1'"
+    assert err[1].startswith("Usage: tritonserver --model-repository PATH")
+
+
+@pytest.mark.parametrize(
+    ("argv", "unknown"),
+    [
+        (["--model-store=/m", "--log-verbose=1"], None),
+        (["--model-repository", "/m", "--exit-timeout-secs", "-1"], None),  # a negative value, not a flag
+        (["--model-repository", "/m", "--", "--bogus"], None),
+        (["--model-repository=/m", "--grpc-use-ssl=true", "--bogus", "x"], "--bogus"),
+        (["-x"], "-x"),
+    ],
+)
+def test_unknown_option(argv: list[str], unknown: str | None) -> None:
+    assert cli.unknown_option(argv) == unknown

@@ -52,10 +52,14 @@ log = logging.getLogger("inferd")
 
 #: The Triton protocol version inferd answers as (clients compare it, not inferd's own version).
 PROTOCOL_VERSION = "2.51.0"
-#: Extensions that really work; the frontends add theirs.
+#: The extensions, as the reference lists them and in its order: inferd serves every one (sequence
+#: batching, unload_dependents and the dynamic batcher's queue policies included); front ends may add
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",
