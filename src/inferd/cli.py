@@ -249,7 +249,8 @@ async def _serve(
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
-            log.error("failed to load '%s'%s: %s", name, f" version {version}" if version else "", reason)
+            if not version:  # a version's failure was logged when it failed (core/repository_manager.py)
+                log.error("failed to load '%s': %s", name, reason)
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
         await runtime.stop()  # the loaded models unload (finalize), as the reference's do
         return 1

@@ -55,6 +55,7 @@ from inferd.core.repository_manager import (
     load_repositories,
     prepare_config,
     status_text,
+    without_paths,
 )
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 from inferd.repository import DuplicateModel, ModelDir, fingerprint, select_versions
@@ -402,13 +403,15 @@ class ModelControl:
             e = found.error
             if not md.versions:
                 self._drop_override(md, files)
-                raise _poll_failed(name, e.message) from None
+                raise _poll_failed(name, without_paths(e.message, md)) from None
             failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
-            failed_model.state, failed_model.reason = ModelState.UNAVAILABLE, status_text(e)
+            log.error("failed to load '%s' version %d: %s", name, failed_model.version, status_text(e))
+            failed_model.state = ModelState.UNAVAILABLE
+            failed_model.reason = without_paths(status_text(e), md)
             self._fail(name, [failed_model], md, files)
         except InferdError as e:  # the reference finds it reading the repository: nothing is loaded,
             self._drop_override(md, files)  # what serves serves on, the server stays ready
-            raise _poll_failed(name, e.message) from None
+            raise _poll_failed(name, without_paths(e.message, md)) from None
         old = registry.models.get(name, {})
         updated: dict[int, Model] = {}  # the versions updated in place
         if cfg.platform == "ensemble":
@@ -417,7 +420,11 @@ class ModelControl:
                     await self._load(step.model_name, None, {}, loading, locked)
             new = ensemble_versions(md, cfg, registry, settings)
         else:
-            versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+            try:
+                versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+            except InferdError as e:  # as the reference words it
+                self._drop_override(md, files)
+                raise InvalidArgumentError(f"load failed for model '{name}': {e.message}\n") from None
             if not versions:
                 self._drop_override(md, files)
                 raise _poll_failed(name, "no version is available")

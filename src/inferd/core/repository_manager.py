@@ -60,6 +60,15 @@ def status_text(e: InferdError) -> str:
     return f"{_STATUS_TEXT[e.code]}: {e.message}"
 
 
+def without_paths(text: str, md: ModelDir) -> str:
+    """``text`` (a failure's reason, which clients read) with the model's folder written as the
+    model's name: ``/srv/models/m/1/model.py`` -> ``m/1/model.py``, an upload's private folder
+    likewise. Clients learn nothing of the server's file system; the log keeps the full text."""
+    for folder in sorted({str(md.path), str(md.path.resolve())}, key=len, reverse=True):
+        text = text.replace(folder, md.name)
+    return text
+
+
 class LoadedModels:
     """name -> {version -> Model}, plus what failed to load and why (for the index and the table)."""
 
@@ -220,6 +229,9 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             settings.load_retries,
         )
         model = _load_once(name, version, md, cfg, settings)
+    if model.state is not ModelState.READY and model.reason:
+        log.error("failed to load '%s' version %d: %s", name, version, model.reason)  # the reference's line
+        model.reason = without_paths(model.reason, md)  # clients read it: no server paths
     return model
 
 
@@ -359,13 +371,13 @@ async def load_repositories(
                 )
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except FoundAtLoad as e:
-                registry.failed[name] = e.error.message
+                registry.failed[name] = without_paths(e.error.message, entry)
                 return
             except InferdError as e:
-                registry.failed[name] = e.message
+                registry.failed[name] = without_paths(e.message, entry)
                 return
             except Exception as e:
-                registry.failed[name] = f"{type(e).__name__}: {e}"
+                registry.failed[name] = without_paths(f"{type(e).__name__}: {e}", entry)
                 return
             if cfg.platform == "ensemble":
                 ensembles.append((entry, cfg))
