@@ -557,15 +557,15 @@ def test_a_model_type_that_does_not_match_the_file(tmp_path: Path) -> None:
         FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
     assert "model_type 'lightgbm' reads 'model.txt'" in str(e.value)
     assert "the folder holds 'xgboost.json' (model_type 'xgboost_json')" in str(e.value)
-    # the file named, read as the wrong format: Treelite's refusal
+    # the file named, read as the wrong format: refused before Treelite reads it (check_lightgbm.py),
+    # in Treelite's words
     cfg = fm.config("m", "lightgbm", 30, 1).replace(
         'backend: "fil"', 'backend: "fil"\ndefault_model_filename: "xgboost.json"'
     )
     (md / "config.pbtxt").write_text(cfg)
     with pytest.raises(UnknownError) as e:
         FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
-    assert "as model_type 'lightgbm': Check failed" in str(e.value)
-    assert "Ill-formed LightGBM model file" in str(e.value)
+    assert "as model_type 'lightgbm': Ill-formed LightGBM model file: need max_feature_idx" in str(e.value)
 
 
 @pytest.mark.parametrize(

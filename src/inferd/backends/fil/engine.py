@@ -44,6 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.fil.check_checkpoint import check_checkpoint
+from inferd.backends.fil.check_common import ModelFileError
+from inferd.backends.fil.check_forest import check_forest
+from inferd.backends.fil.check_lightgbm import check_lightgbm
+from inferd.backends.fil.check_xgboost import check_json, check_legacy, check_ubjson
 from inferd.backends.fil.params import FilSettings
 from inferd.backends.native import import_lazily
 from inferd.errors import InternalError, UnknownError
@@ -86,12 +91,31 @@ def treelite_text(e: Exception) -> str:
     return _TL_PREFIX.sub("", str(e)).strip()
 
 
+#: each model_type's checks before a native parser reads the file (issue 42: check_*.py)
+FILE_CHECKS: dict[str, Callable[[bytes], None]] = {
+    "xgboost": check_legacy,
+    "xgboost_json": check_json,
+    "xgboost_ubj": check_ubjson,
+    "lightgbm": check_lightgbm,
+    "treelite_checkpoint": check_checkpoint,
+}
+
+
 def read_treelite(path: Path, settings: FilSettings) -> Any:
-    """The model file as Treelite reads it for the reference; UnknownError with Treelite's words
-    (the reference's code) when it cannot."""
+    """The model file as Treelite reads it for the reference, checked before and after (a model file
+    is untrusted input: ``check_common.py``); UnknownError with Treelite's words (the reference's
+    code) when it cannot read it, with what is wrong when the checks refuse it. Nothing native reads
+    the file before its format's checks pass, and nothing runs the forest before the walk of every
+    tree passes (XGBoost and LightGBM read the file for their engines after this returns)."""
     passive_openmp()
     tl = import_lazily("treelite", "fil", "fil")
     kind = settings.model_type
+    try:
+        FILE_CHECKS[kind](path.read_bytes())
+    except ModelFileError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.what}") from None
+    except OSError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.strerror or e}") from None
     try:
         if kind == "xgboost":
             model = tl.frontend.load_xgboost_model_legacy_binary(str(path))
@@ -115,6 +139,10 @@ def read_treelite(path: Path, settings: FilSettings) -> Any:
         ) from e
     if int(model.get_header_accessor().get_field("num_target")[0]) != 1:
         raise UnknownError(f"failed to load '{path}': Multi-target model not supported")
+    try:
+        check_forest(model)
+    except ModelFileError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.what}") from None
     return model
 
 
