@@ -5,7 +5,8 @@ whose execute sleeps, a huge gRPC message, a CONTINUATION flood and too many str
 cases, from their own modules: hostile model names in repository loads, a 100,000-prompt body, the
 status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
 a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py);
-and issue 42's: what a repository load may ask for (attacks_upload.py).
+and issue 42's: what a repository load may ask for (attacks_upload.py), hostile tree-model uploads
+(attacks_fil.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
@@ -31,7 +32,7 @@ import grpc
 from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
-from reliability import attacks_flow, attacks_lifecycle, attacks_safety, attacks_upload, fuzz_h2
+from reliability import attacks_fil, attacks_flow, attacks_lifecycle, attacks_safety, attacks_upload, fuzz_h2
 from reliability.common import HealthWatch, MiB, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
 
 HEALTH_GOAL_MS = 50.0
@@ -473,6 +474,7 @@ ISSUE25_CASES = {
     **attacks_flow.CASES,
     **attacks_lifecycle.CASES,
     **attacks_upload.CASES,
+    **attacks_fil.CASES,
 }
 ATTACKS.update({name: (what, expected, which) for name, (what, expected, which, _f) in ISSUE25_CASES.items()})
 
