@@ -85,6 +85,7 @@ def _exit_text(server: Server) -> str:
 
 
 def _upload(
+    server: Server,
     cfg: Any,
     name: str,
     model_type: str,
@@ -94,7 +95,7 @@ def _upload(
     rows: list[list[float]],
 ) -> tuple[str, bool, str]:
     """The case: ``data`` uploaded as ``name``'s model file, then rows sent to it if it loaded."""
-    work = Path(tempfile.mkdtemp(prefix="inferd-fil-attack-"))
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=server.log_path.parent))  # the run's folder
     victim = Server(
         _repo(work), work / f"{name}.log", ["--model-control-mode=explicit", "--load-model=other"]
     ).start()
@@ -193,24 +194,24 @@ def _rows(data: str, n: int = 40) -> list[list[float]]:
 
 def split_feature(server: Server, cfg: Any) -> tuple[str, bool, str]:
     data = fm.bad_split_feature(fm.xgboost("cancer", "binary:logistic", trees=3))
-    return _upload(cfg, "fil_split_feature", "xgboost_json", data, 30, 1, _rows("cancer"))
+    return _upload(server, cfg, "fil_split_feature", "xgboost_json", data, 30, 1, _rows("cancer"))
 
 
 def checkpoint_field(server: Server, cfg: Any) -> tuple[str, bool, str]:
     data = fm.bad_checkpoint_field(fm.sklearn_forest("iris", trees=3))
     x, _ = fm.dataset("iris")
     rows = [[float(v) for v in r] for r in x[::3]]  # every class: some rows reach the leaf
-    return _upload(cfg, "fil_checkpoint_field", "treelite_checkpoint", data, 4, 3, rows)
+    return _upload(server, cfg, "fil_checkpoint_field", "treelite_checkpoint", data, 4, 3, rows)
 
 
 def num_leaves(server: Server, cfg: Any) -> tuple[str, bool, str]:
     data = fm.huge_num_leaves(fm.lightgbm("diabetes", "regression", trees=2, num_leaves=4))
-    return _upload(cfg, "fil_num_leaves", "lightgbm", data, 10, 1, _rows("diabetes"))
+    return _upload(server, cfg, "fil_num_leaves", "lightgbm", data, 10, 1, _rows("diabetes"))
 
 
 def tree_cycle(server: Server, cfg: Any) -> tuple[str, bool, str]:
     data = fm.tree_cycle(fm.lightgbm("diabetes", "regression", trees=2, num_leaves=4))
-    return _upload(cfg, "fil_tree_cycle", "lightgbm", data, 10, 1, _rows("diabetes"))
+    return _upload(server, cfg, "fil_tree_cycle", "lightgbm", data, 10, 1, _rows("diabetes"))
 
 
 EXPECTED = "400 naming the file and what is wrong, at once; the server alive, RSS flat, the other model 200"
@@ -256,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ok = True
     results = []
+    work = Path(tempfile.mkdtemp(prefix="inferd-fil-attacks-"))  # the victims' logs and repositories
     for name in args.cases:
         what, expected, _limit, func = CASES[name]
-        got, good, note = func(Server(ROOT, Path(tempfile.gettempdir()) / "unused.log"), None)
+        got, good, note = func(Server(ROOT, work / "unused.log"), None)
         ok &= good
         results.append(
             {"name": name, "what": what, "expected": expected, "got": got, "ok": good, "notes": note}
@@ -268,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
+    print(f"(logs in {work})")
     return 0 if ok else 1
 
 
