@@ -35,7 +35,14 @@ from inferd.scheduling.execution_mode import AutoMode, overlap
 from inferd.scheduling.inline import SMALL_NS, InlineMode
 from inferd.scheduling.ordering import OrderedResponses
 from inferd.scheduling.pool_members import PoolMembers
-from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
+from inferd.scheduling.queue import (
+    TIMEOUT_EXPIRED,
+    BatchPolicy,
+    PolicyQueue,
+    RequestQueue,
+    form_batch,
+    next_batch,
+)
 from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
 
@@ -271,7 +278,7 @@ class InstancePool(PoolMembers):
                     index, self._lock, lambda: bool(queue) and not self._stopping
                 ):
                     continue  # no work was left once its turn came
-                batch, total = form_batch(queue, policy)
+                batch, total = form_batch(queue, policy, self._clock() if policy.preferred_batch_size else 0)
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
@@ -318,7 +325,9 @@ class InstancePool(PoolMembers):
             if (
                 not self._executing and self._queue
             ):  # else a worker finishing its last threaded batch reschedules us
-                batch, total = form_batch(self._queue, self._policy)
+                batch, total = form_batch(
+                    self._queue, self._policy, self._clock() if self._policy.preferred_batch_size else 0
+                )
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
@@ -362,14 +371,19 @@ class InstancePool(PoolMembers):
             self._wake_all()
 
     def _wait_for_batch(self, cond: threading.Condition) -> None:
-        """Hold the oldest request up to max_queue_delay while the batch is short (lock held)."""
+        """Hold the oldest request up to max_queue_delay while the batch is short (lock held): until
+        a batch is complete (``queue.next_batch``: a preferred size met, the largest passed), or
+        the batch reaches ``hold_for`` (else ``max_batch_size``) where no size is preferred."""
         policy = self._policy
-        target = max(policy.preferred_batch_size or (policy.max_batch_size,))
+        target = policy.hold_for or policy.max_batch_size
         deadline = self._queue[0].t_queue_ns + policy.max_queue_delay_ns
         while True:
-            total = sum(r.batch_size for r in self._queue)
             left = deadline - self._clock()
-            if total >= target or left <= 0 or self._stopping:
+            if policy.preferred_batch_size:
+                ready = next_batch(self._queue, policy, False)[1]
+            else:
+                ready = sum(r.batch_size for r in self._queue) >= target
+            if ready or left <= 0 or self._stopping:
                 return
             self._holding.append(cond)
             try:
