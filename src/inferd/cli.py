@@ -192,6 +192,77 @@ def print_model_table(rows: Sequence[tuple[str, ...]], as_json: bool) -> None:
         log.info("model '%s' version %s: %s", name, version, status, extra={"fields": fields})
 
 
+_CONTROL_MODES = {"none": "MODE_NONE", "poll": "MODE_POLL", "explicit": "MODE_EXPLICIT"}
+
+
+def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
+    """The reference's start-up options table, row for row, from inferd's options (the pinned
+    memory pool: 0, inferd keeps none)."""
+    from inferd.core.cache import cache_size
+    from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
+
+    rows = [
+        ("server_id", options.id),
+        ("server_version", PROTOCOL_VERSION),
+        ("server_extensions", " ".join(EXTENSIONS)),
+    ]
+    rows += [(f"model_repository_path[{i}]", str(path)) for i, path in enumerate(options.model_repository)]
+    rows += [
+        ("model_control_mode", _CONTROL_MODES.get(options.model_control_mode, options.model_control_mode)),
+        ("strict_model_config", str(int(options.strict_model_config))),
+        ("model_config_name", options.model_config_name or ""),
+        ("rate_limit", "EXEC_COUNT" if options.rate_limit.lower() == "execution_count" else "OFF"),
+        ("pinned_memory_pool_byte_size", "0"),
+        ("min_supported_compute_capability", f"{options.min_supported_compute_capability:.1f}"),
+        ("strict_readiness", str(int(options.strict_readiness))),
+        ("exit_timeout", str(options.exit_timeout_secs)),
+        (
+            "cache_enabled",
+            str(int(cache_size(options.cache_config, options.response_cache_byte_size) is not None)),
+        ),
+    ]
+    return rows
+
+
+def print_options(options: ServerOptions, as_json: bool) -> None:
+    """The options table the reference prints at start; at ``--log-verbose 1`` every inferd option
+    in effect too (the flag's name, its value). JSON lines with ``--log-format json``."""
+    tables = [(("Option", "Value"), option_rows(options))]
+    if options.log_verbose >= 1:
+        every = [
+            (f"--{f.name.replace('_', '-')}", _shown(getattr(options, f.name), f.name in _SECRET_VALUES))
+            for f in dataclasses.fields(ServerOptions)
+            if f.metadata.get("cli", True)
+        ]
+        tables.append((("inferd option", "Value"), every))
+    for headers, rows in tables:
+        if not as_json:
+            print(format_table(headers, rows), file=sys.stderr, flush=True)
+            continue
+        for name, value in rows:
+            log.info(
+                "%s %s: %s",
+                headers[0].lower(),
+                name,
+                value,
+                extra={"fields": {"option": name, "value": value}},
+            )
+
+
+#: options whose values hold a secret after '=' (a restricted API's header value): shown without it
+_SECRET_VALUES = frozenset({"http_restricted_api", "grpc_restricted_protocol"})
+
+
+def _shown(value: object, secret: bool = False) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(_shown(v, secret) for v in value)
+    if secret and isinstance(value, str) and "=" in value:
+        return value.partition("=")[0] + "=***"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
 async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
     """Start, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (``main`` exits with
     it at once: the loop's shutdown would wait for every thread, a model's hung one too)."""
@@ -244,8 +315,9 @@ async def _serve(
     gc.collect()
     gc.freeze()
     core = runtime.core
-    if place is None or place.index == 0:  # the table once, not once per --workers process
+    if place is None or place.index == 0:  # the tables once, not once per --workers process
         print_model_table(core.model_table(), runtime.logs.format == "json")
+        print_options(options, runtime.logs.format == "json")
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
@@ -281,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     command_line = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if any(a.split("=", 1)[0] == "--strict-model-config" for a in command_line):  # the reference's words
+        print(
+            "Warning: '--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead.",
+            file=sys.stderr,
+        )
     if args.command == "check":
         from inferd.check import run
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
+
 from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
 from inferd.backends.registry import auto_gpu, get_backend
 from inferd.core.instance_update import Member, wanted_instances
@@ -149,6 +151,8 @@ def prepare_config(
     if cfg.platform != "ensemble" and cfg.backend != "python":
         # a Python model may declare no tensors at all: the reference loads it READY
         require_io(cfg)
+    if not strict and log.isEnabledFor(VERBOSE1):  # as the reference logs it (one escaped line here)
+        log.log(VERBOSE1, "Server side auto-completed config: %s", text_format.MessageToString(cfg))
     return cfg
 
 
