@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.core.repository_manager import parse_backend_config
 from inferd.core.server import ServerCore
+from inferd.core.unsent import UnsentBudget, default_limit
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
@@ -77,8 +78,16 @@ def http_limits(options: ServerOptions) -> HttpLimits:
         max_connections=options.max_connections,
         header_timeout_s=options.http_header_timeout_secs,
         idle_timeout_s=options.http_idle_timeout_secs,
-        max_unsent=options.max_unsent_bytes,
     )
+
+
+def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> int:
+    """``--max-unsent-bytes``, or its default from the machine's memory; one of ``--workers``
+    processes gets its share."""
+    processes = max(1, options.workers) if place is not None else 1
+    if options.max_unsent_bytes is None:
+        return default_limit(processes=processes)
+    return options.max_unsent_bytes // processes
 
 
 class FrontendError(Exception):
@@ -109,7 +118,10 @@ class Runtime:
         self.custom_metrics = CustomMetricRegistry()
         #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
         rate_limiter = rate_limiter_from_flags(options.rate_limit, options.rate_limit_resource, option_int)
-        self.core = ServerCore(options, self.custom_metrics, rate_limiter)
+        #: the bytes of answers held for clients that have not read them, in this process: one budget
+        #: for both front ends and the decoupled streams (core/unsent.py, frontends/flow.py)
+        self.unsent = UnsentBudget(unsent_limit(options, place))
+        self.core = ServerCore(options, self.custom_metrics, rate_limiter, self.unsent)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm, self.shm)  # one namespace
@@ -166,7 +178,7 @@ class Runtime:
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
 
-                grpc_server = make_grpc_server(self.grpc_servicer())
+                grpc_server = make_grpc_server(self.grpc_servicer(), self.unsent)
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -189,6 +201,7 @@ class Runtime:
                     http_limits(options),
                     self._http_tls(),
                     reuse_port=self.place is not None or options.reuse_http_port,
+                    budget=self.unsent,
                 )
                 try:
                     await http.start()
@@ -215,6 +228,7 @@ class Runtime:
             self.grpc_access,
             self.logs,
             self.tracing,
+            self.unsent,
         )
 
     def http_app(self, core: Core | None = None) -> HttpApp:
