@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.core.repository_manager import parse_backend_config
 from inferd.core.server import ServerCore
-from inferd.core.unsent import UnsentBudget, default_limit
+from inferd.core.unsent import UnsentBudget, default_limit, trim_forever
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
@@ -158,6 +158,7 @@ class Runtime:
         self.http: Any = None
         self.grpc: Any = None
         self.metrics: Any = None
+        self._trimming: asyncio.Task[None] | None = None  # memory held for clients, given back
         self._stopped = False
 
     async def load(self) -> None:
@@ -172,6 +173,7 @@ class Runtime:
         """gRPC, HTTP and metrics, as the options ask; FrontendError when gRPC or HTTP cannot bind
         (what started is stopped again)."""
         options = self.options
+        self._trimming = asyncio.get_running_loop().create_task(trim_forever(self.unsent))
         try:
             if self.peer_server is not None:  # before the ports: a peer may ask as soon as clients do
                 await self.peer_server.start()
@@ -398,6 +400,8 @@ class Runtime:
             await asyncio.wait({grpc_stopping}, timeout=max(0.0, min(1.0, deadline - time.monotonic())))
         if self.http is not None:
             await self.http.stop()
+        if self._trimming is not None:
+            self._trimming.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
         if self.core.gpu_metrics is not None:

@@ -424,7 +424,9 @@ class GrpcConnection(H2Connection[_Call]):
             return
         budget = self._budget
         if budget.over and len(message) > SMALL_ANSWER and (budget.full or self.holding):
-            self.finish(st, _UNAVAILABLE, budget.refusal("this answer was not kept", self.holding))
+            self.finish(
+                st, _UNAVAILABLE, budget.refusal("this answer was not kept", self.holding, len(message))
+            )
             return
         st.answered = True
         if st.timer is not None:

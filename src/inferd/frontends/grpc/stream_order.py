@@ -82,7 +82,7 @@ class Waiting:
         budget = self.budget
         if budget is None or not budget.over or size <= SMALL_ANSWER or not (budget.full or self.held):
             return None
-        return budget.refusal("this answer was not kept", self.held > 0)
+        return budget.refusal("this answer was not kept", self.held > 0, size)
 
     def add(self, size: int) -> None:
         """``size`` more bytes waiting (fewer: written)."""

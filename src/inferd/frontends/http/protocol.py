@@ -389,8 +389,9 @@ class HttpConnection(asyncio.Protocol):
         budget = self._budget
         if budget.over:  # it holds answers already, or the budget is full: a large one is not kept
             holding = self._write_paused or self._pending_bytes > 0
-            if (holding or budget.full) and _size(body) > SMALL_ANSWER:
-                message = budget.refusal("this answer was not kept", holding)
+            size = _size(body)
+            if (holding or budget.full) and size > SMALL_ANSWER:
+                message = budget.refusal("this answer was not kept", holding, size)
                 status, body, content_type, extra_headers = 503, orjson.dumps({"error": message}), _JSON, None
         if queue and queue[0] is responder:
             queue.popleft()
