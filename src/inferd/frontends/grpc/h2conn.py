@@ -15,12 +15,12 @@ errors, the graceful GOAWAY and close) is ``h2life.H2Lifetime``, a mixin of ``H2
 
 Flow control both ways. Out: DATA never passes the client's windows, and while the transport holds
 more than its high-water mark (a client that does not read) no DATA is written and nothing is read
-(``frontends/flow.py``). What waits for a window, in the streams' queues, and what the transport holds
-past its mark count in the process's ``UnsentBudget``; over it, a connection opening a stream with
-anything unsent pauses too (``holding`` tells a subclass whether it holds any), and a stream's queue
-is given back the moment the stream is reset or the connection lost. In: a stream may send ``STREAM_WINDOW`` bytes ahead of what the server
-acknowledged; a subclass that stops taking a stream's data holds its acknowledgements
-(``hold_acks``) and gives them with ``ack`` once it took them.
+(``frontends/flow.py``). What waits for a window, in the streams' queues, and what the transport
+holds past its mark count in the process's ``UnsentBudget``; over it, a connection opening a stream
+with anything unsent pauses too (``holding`` tells a subclass whether it holds any), and a stream's
+queue is given back the moment the stream is reset or the connection lost. In: a stream may send
+``STREAM_WINDOW`` bytes ahead of what the server acknowledged; a subclass that stops taking a
+stream's data holds its acknowledgements (``hold_acks``) and gives them with ``ack`` once it took them.
 """
 
 from __future__ import annotations

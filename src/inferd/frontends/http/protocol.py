@@ -400,7 +400,7 @@ class HttpConnection(asyncio.Protocol):
                 self._advance()
             elif self._paused:
                 self._maybe_resume_reading()
-        else:
+        elif not self.lost:  # (a lost connection's answers go nowhere, and out of the budget)
             size = _size(body)
             self._pending[responder] = (status, body, content_type, extra_headers, size)
             self._pending_bytes += size

@@ -252,3 +252,13 @@ def test_every_answer_says_nosniff() -> None:
         assert a.status == 503 and a.headers["x-content-type-options"] == "nosniff"
 
     asyncio.run(main())
+
+
+def test_an_answer_after_the_connection_was_lost_is_not_counted() -> None:
+    budget = UnsentBudget(0)
+    app = Recorder()
+    conn, _ = _connect(app, budget)
+    conn.data_received(request("GET", "/slow") + request("GET", "/a"))
+    conn.connection_lost(None)
+    app.seen[1][1].send(200, b"a" * 2000)  # the model answered after the client left
+    assert budget.used == 0
