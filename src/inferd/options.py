@@ -246,8 +246,8 @@ class ServerOptions:
         "and gRPC together (what a connection's transport holds past 64 KiB, pipelined HTTP answers waiting "
         "for an earlier one, HTTP/2 data waiting for the client's window, decoupled streams' unread "
         "responses); past it a connection that holds unread answers takes no new request (HTTP stops "
-        "reading it, gRPC answers UNAVAILABLE) and an answer for it is refused (503 / UNAVAILABLE), so "
-        "that the server holds at most one answer more per connection; --workers share it out; 0: no bound",
+        "reading it, gRPC answers UNAVAILABLE) and a large answer for it is refused (503 / UNAVAILABLE), "
+        "past twice it for any connection; --workers share it out; 0: no bound",
         default_text="a sixteenth of the memory, RAM or the cgroup's limit, within 64 MiB and 4 GiB",
     )
     stream_max_unread_bytes: int = option(
