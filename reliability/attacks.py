@@ -6,8 +6,7 @@ cases, from their own modules: hostile model names in repository loads, a 100,00
 status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
 a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py);
 and issue 42's: what a repository load may ask for (attacks_upload.py), hostile tree-model uploads
-(attacks_fil.py),
-answers held for clients that do not read (attacks_memory.py).
+(attacks_fil.py), answers held for clients that do not read (attacks_memory.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
