@@ -28,6 +28,7 @@ import grpc
 
 from inferd.core.response import ResponseStream
 from inferd.core.unsent import UnsentBudget
+from inferd.frontends.address import bind_host
 from inferd.frontends.flow import SMALL_ANSWER
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
@@ -527,7 +528,7 @@ class LeanGrpcServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: GrpcConnection(self._handlers, self._connections),
-            self.address or None,
+            bind_host(self.address),
             self.port,
             reuse_port=options.reuse_grpc_port or None,
             backlog=1024,

@@ -32,6 +32,7 @@ import httptools
 import orjson
 
 from inferd.core.unsent import UnsentBudget
+from inferd.frontends.address import bind_host
 from inferd.frontends.flow import SMALL_ANSWER, Unsent
 from inferd.frontends.http.head import METHODS, NAMES, Reject, too_large, too_many
 from inferd.frontends.http.head import HttpLimits as HttpLimits  # what the server takes, here too
@@ -557,7 +558,7 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: HttpConnection(self.app, self._connections, self.limits, self.budget),
-            self.host,
+            bind_host(self.host),
             self.port,
             reuse_address=True,
             reuse_port=self.reuse_port or None,
