@@ -392,7 +392,8 @@ class PythonInstance:
     def _failed(self, e: BaseException, pb_requests: list[pb_utils.InferenceRequest]) -> InferdError:
         """The error of an execute that raised, for the requests it did not answer; those whose one
         response already went out only get their final flag (their client has its answer)."""
-        err = InternalError(self.error_prefix + format_exception(e))
+        ctx = self.model.ctx  # the model's files named from the repository's root, not the server's paths
+        err = InternalError(self.error_prefix + format_exception(e, ctx.model_dir, ctx.model_name))
         unanswered = 0
         flag_only = []
         with self.lock:
