@@ -198,7 +198,7 @@ _PROCESS_FAMILIES = (
 
 
 def _process_events(out: list[str], family: Any) -> None:
-    from inferd.backends.python.process import EVENTS
+    from inferd.backends.process.instance import EVENTS
 
     events = dict(EVENTS)
     models = sorted({(m, v) for m, v, _ in events})

@@ -15,8 +15,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
+from inferd.backends.process import IN_WORKER
 from inferd.backends.python import pb_utils
-from inferd.backends.python.containment import IN_WORKER, execution_mode, runs_in_workers
+from inferd.backends.python.containment import execution_mode, runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
 from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
 from inferd.backends.python.modelloop import ModelLoop
@@ -37,7 +38,7 @@ from inferd.errors import (
 pb_utils.install()
 
 if TYPE_CHECKING:
-    from inferd.backends.python.process import ProcessModel
+    from inferd.backends.process.instance import ProcessModel
 
 log = logging.getLogger("inferd.python")
 
@@ -94,8 +95,8 @@ class PythonBackend:
             raise InvalidArgumentError(f"auto_complete_config produced an invalid config: {e}") from e
 
     def load(self, ctx: LoadContext) -> BackendModel:
-        from inferd.backends.python.memory import memory_limit
-        from inferd.backends.python.process import ProcessModel
+        from inferd.backends.process.instance import ProcessModel
+        from inferd.backends.process.memory import memory_limit
 
         mode = execution_mode(ctx)
         path = model_file(ctx.config, ctx.version_dir)

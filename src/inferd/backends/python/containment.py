@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferd.backends.process import IN_WORKER
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -165,8 +166,6 @@ class _Scan(ast.NodeVisitor):
 
 # -- the mode asked for -------------------------------------------------------------------------
 EXECUTION_MODES = ("auto", "thread", "process")
-#: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
-IN_WORKER = "inferd-in-worker"
 
 
 def execution_mode(ctx: LoadContext) -> str:

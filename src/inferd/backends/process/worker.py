@@ -1,4 +1,4 @@
-"""A Python model instance in its own process: ``python -m inferd.backends.python.worker <fd>``.
+"""A Python model instance in its own process: ``python -m inferd.backends.process.worker <fd>``.
 
 The server starts one per process instance (``process.py``) with one end of a socketpair as
 ``<fd>``. The worker loads ``model.py`` with the same backend that runs it in-process
@@ -51,9 +51,8 @@ from inferd.backends.base import (
     ResponseCallback,
     ServerLinks,
 )
-from inferd.backends.python.containment import IN_WORKER
-from inferd.backends.python.fork_signals import default_signals_in_forks
-from inferd.backends.python.ipc import (
+from inferd.backends.process import IN_WORKER
+from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
@@ -65,6 +64,7 @@ from inferd.backends.python.ipc import (
     unpack_request,
     unpack_response,
 )
+from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, error_for_code

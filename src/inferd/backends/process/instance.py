@@ -46,7 +46,7 @@ from functools import partial
 from typing import Any
 
 from inferd.backends.base import InstanceSpec, LoadContext
-from inferd.backends.python.ipc import (
+from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
@@ -55,8 +55,8 @@ from inferd.backends.python.ipc import (
     release_unmapped,
     unpack_response,
 )
-from inferd.backends.python.memory import WATCH, memory_limit, over_limit, rss_bytes
-from inferd.backends.python.relay import BlsRelay, answer, answer_call
+from inferd.backends.process.memory import WATCH, memory_limit, over_limit, rss_bytes
+from inferd.backends.process.relay import BlsRelay, answer, answer_call
 from inferd.backends.python.reschedule import release
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -290,7 +290,7 @@ class ProcessInstance:
     def _start(self) -> Channel:
         ctx, spec = self._ctx, self._spec
         ours, theirs = socket.socketpair()
-        cmd = [sys.executable, "-m", "inferd.backends.python.worker", str(theirs.fileno())]
+        cmd = [sys.executable, "-m", "inferd.backends.process.worker", str(theirs.fileno())]
         proc = _SPAWNER.submit(_popen, cmd, theirs.fileno()).result()
         theirs.close()
         chan = Channel(ours)
