@@ -398,6 +398,7 @@ class ModelControl:
                     settings.default_max_batch_size,
                     override,
                     settings.gpus,
+                    settings,  # an uploaded folder's auto-complete runs in a worker, held to its limits
                 )
         except FoundAtLoad as found:  # as the reference's backends find it at load: the version fails
             e = found.error

@@ -12,7 +12,14 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
+from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
+from inferd.backends.process.uploaded import (
+    LoadAbort,
+    UploadLimits,
+    complete_in_worker,
+    contained_model,
+    upload_limits,
+)
 from inferd.backends.registry import auto_gpu, get_backend
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
@@ -127,10 +134,13 @@ def prepare_config(
     default_mbs: int,
     override: Any | None = None,
     gpus: SupportedGpus = NO_GPUS,
+    settings: LoadSettings | None = None,
 ) -> Any:
     """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
     instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
-    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``).
+    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``). The
+    auto-complete of a folder a client uploaded runs in a worker process, held to ``settings``'
+    limits for uploaded models (backends/process/uploaded.py).
     FoundAtLoad for what the backend's auto-complete refuses, InferdError for the rest."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     check_limits(cfg)  # before the backend reads a file or imports code the config names
@@ -138,10 +148,13 @@ def prepare_config(
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
         backend = get_backend(cfg.backend)
+        first = versions[0] if versions else None
         try:
-            backend.auto_complete(
-                cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
-            )
+            if md.uploaded:  # it imports model.py or parses the model file: never in this process
+                limits = settings.uploads(cfg.backend) if settings is not None else UploadLimits()
+                complete_in_worker(cfg, md.path, first, default_mbs, limits)
+            else:
+                backend.auto_complete(cfg, md.path, first, default_max_batch_size=default_mbs)
         except InferdError as e:
             raise FoundAtLoad(e) from e
     normalize_config(
@@ -216,11 +229,18 @@ class LoadSettings:
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
 
+    def uploads(self, backend: str) -> UploadLimits:
+        """What the workers of an uploaded model of ``backend`` are held to."""
+        return upload_limits(self.for_backend(backend), self.load_timeout_s)
 
-def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+
+def load_version(
+    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None = None
+) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE once
-    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``)."""
-    model = _load_once(name, version, md, cfg, settings)
+    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``).
+    ``abort``: an uploaded model's, which stops the load by killing its workers."""
+    model = _load_once(name, version, md, cfg, settings, abort)
     for attempt in range(1, settings.load_retries + 1):
         if model.state is ModelState.READY:
             break
@@ -232,14 +252,16 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             attempt,
             settings.load_retries,
         )
-        model = _load_once(name, version, md, cfg, settings)
+        model = _load_once(name, version, md, cfg, settings, abort)
     if model.state is not ModelState.READY and model.reason:
         log.error("failed to load '%s' version %d: %s", name, version, model.reason)  # the reference's line
         model.reason = without_paths(model.reason, md)  # clients read it: no server paths
     return model
 
 
-def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+def _load_once(
+    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None
+) -> Model:
     """One try at loading a version (see ``load_version``)."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
     t0 = time.monotonic()
@@ -260,7 +282,15 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
             settings.load_timeout_s,
             uploaded=md.uploaded,
         )
-        bmodel = backend.load(ctx)
+        bmodel: BackendModel
+        if md.uploaded:  # a client's files: read and run in worker processes only
+            limits = settings.uploads(cfg.backend)
+            contained = contained_model(ctx, limits, t0 + limits.load_timeout_s)
+            if abort is not None:
+                abort.track(contained)
+            bmodel = contained
+        else:
+            bmodel = backend.load(ctx)
         wanted = wanted_instances(cfg)
         specs = [spec for spec, _ in wanted]
         # registered first: a model the limiter cannot fit is refused before it initializes, and each
@@ -372,6 +402,7 @@ async def load_repositories(
                     settings.default_max_batch_size,
                     None,
                     settings.gpus,
+                    settings,
                 )
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except FoundAtLoad as e:
@@ -417,15 +448,24 @@ def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: 
 
 async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
     """``load_version`` on a worker thread, given up on after the load timeout (the thread cannot
-    be stopped: a load that finishes later is unloaded at once)."""
+    be stopped: a load that finishes later is unloaded at once). An uploaded model's load always has
+    a timeout, and is stopped there: its workers are killed, and what it made is released before
+    this returns (backends/process/uploaded.py)."""
     timeout_s, loop = settings.load_timeout_s, settings.loop
-    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings))
+    abort = None
+    if md.uploaded:
+        timeout_s, abort = settings.uploads(cfg.backend).load_timeout_s, LoadAbort()
+    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings, abort))
     if not timeout_s:
         return await future
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
     if done:
         return future.result()
     log.error("loading '%s' version %d did not finish within %g s", name, version, timeout_s)
+    if abort is not None:
+        abort.fire(f"loading did not finish within {timeout_s:g} s (--model-load-timeout-secs)")
+        # its workers are gone, so the load's thread ends: wait for it to have released everything
+        await asyncio.wait({future}, timeout=_ABORT_GRACE_S)
 
     def late(f: asyncio.Future[Model]) -> None:
         if f.cancelled() or f.exception() is not None:
@@ -445,6 +485,9 @@ async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings
 
 
 _GIVEN_UP = "Unavailable: loading did not finish within"
+#: how long an uploaded model's stopped load may take to release what it made (its instances'
+#: unloads, each bounded by backends/process/instance.py STOP_TIMEOUT_S)
+_ABORT_GRACE_S = 15.0
 #: unloads of loads that finished after their timeout (owned until they end)
 _LATE: set[asyncio.Task[None]] = set()
 

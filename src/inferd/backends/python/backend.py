@@ -38,7 +38,7 @@ from inferd.errors import (
 pb_utils.install()
 
 if TYPE_CHECKING:
-    from inferd.backends.process.instance import ProcessModel
+    from inferd.backends.process.model import ProcessModel
 
 log = logging.getLogger("inferd.python")
 
@@ -95,8 +95,8 @@ class PythonBackend:
             raise InvalidArgumentError(f"auto_complete_config produced an invalid config: {e}") from e
 
     def load(self, ctx: LoadContext) -> BackendModel:
-        from inferd.backends.process.instance import ProcessModel
         from inferd.backends.process.memory import memory_limit
+        from inferd.backends.process.model import ProcessModel
 
         mode = execution_mode(ctx)
         path = model_file(ctx.config, ctx.version_dir)
