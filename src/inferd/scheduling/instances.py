@@ -32,7 +32,7 @@ from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.execution_mode import AutoMode, overlap
-from inferd.scheduling.inline import SMALL_NS, InlineMode
+from inferd.scheduling.inline import LOOP_GUARD, OVERRUN_S, SMALL_NS, InlineMode, InlineOverrun
 from inferd.scheduling.ordering import OrderedResponses
 from inferd.scheduling.pool_members import PoolMembers
 from inferd.scheduling.queue import (
@@ -176,6 +176,7 @@ class InstancePool(PoolMembers):
 
     async def stop(self, timeout_s: float) -> None:
         WATCHDOG.forget(self)
+        LOOP_GUARD.unwatch(self._loop, self)
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -337,6 +338,8 @@ class InstancePool(PoolMembers):
             return
         try:
             self._execute(self._instances[self._first][1], batch, total, inline=True)
+        except InlineOverrun:  # the loop guard interrupted it (inline.py)
+            self._overran(batch, total)
         finally:
             with self._lock:
                 self._executing -= len(batch)
@@ -357,6 +360,19 @@ class InstancePool(PoolMembers):
         if switch is not None:
             self._set_inline(switch)
 
+    def _overran(self, batch: list[InferRequest], total: int) -> None:
+        """An inline execute ran away and was interrupted: its batch fails, the pool leaves the loop."""
+        error = UnavailableError(
+            f"model '{self._model_name}' version {self._model_version}: the execute ran longer than "
+            f"{OVERRUN_S:g} s on the event loop (inline mode, where only executes measured short run) and "
+            "was interrupted; the model's executes run in threads from now on"
+        )
+        log.error("%s", error.message)
+        self._stats.record_failed_execution(total, int(OVERRUN_S * 1e9))
+        self._inline_capable = False
+        self._set_inline(False)
+        self._fail_all(batch, error, inline=True)
+
     def _set_inline(self, inline: bool) -> None:
         log.debug(
             "model '%s' version %s: %s (average inline execute %.0f us of CPU)",
@@ -369,6 +385,7 @@ class InstancePool(PoolMembers):
             self._inline = inline
             self._inline_mode.reset()
             self._wake_all()
+        (LOOP_GUARD.watch if inline else LOOP_GUARD.unwatch)(self._loop, self)
 
     def _wait_for_batch(self, cond: threading.Condition) -> None:
         """Hold the oldest request up to max_queue_delay while the batch is short (lock held): until
@@ -610,6 +627,9 @@ class InstancePool(PoolMembers):
 
     def _error_response(self, request: InferRequest, error: InferdError) -> InferResponse:
         return InferResponse(self._model_name, self._model_version, request.id, error=error)
+
+
+LOOP_GUARD.marks.add(InstancePool._drain.__code__)  # its frame on the loop's stack: an inline execute
 
 
 def _deliver(batch: list[InferRequest], responses: list[InferResponse]) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
 from inferd.backends.process import IN_WORKER
-from inferd.backends.python import pb_utils
+from inferd.backends.python import pb_utils, recursion
 from inferd.backends.python.containment import execution_mode, runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
 from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
@@ -70,6 +70,7 @@ class PythonBackend:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
             return
+        recursion.install()  # model.py runs here (in a worker process too for an uploaded model: it ends)
         path = model_file(config, version_dir)
         module = import_model(path, f"_inferd_autocomplete_{config.name}")
         cls = module.TritonPythonModel
@@ -105,6 +106,8 @@ class PythonBackend:
             mode = "process"
         if mode == "process":  # model.py is imported in the worker processes only
             return ProcessModel(ctx)
+        if not ctx.backend_config.get(IN_WORKER):  # thread instances share the server's stack
+            recursion.install()
         if limited and mode == "thread" and not ctx.backend_config.get(IN_WORKER):
             log.warning(
                 "model '%s': memory_limit_bytes applies to worker processes only; its thread instances "
