@@ -6,7 +6,9 @@ cases, from their own modules: hostile model names in repository loads, a 100,00
 status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
 a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py);
 and issue 42's: what a repository load may ask for (attacks_upload.py), hostile tree-model uploads
-(attacks_fil.py), answers held for clients that do not read (attacks_memory.py).
+(attacks_fil.py), answers held for clients that do not read (attacks_memory.py), crashes by
+spellings the source reading misses, runaway thread models, uploaded models past their limits and in
+a crash loop (attacks_contain.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
@@ -33,6 +35,7 @@ from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
 from reliability import (
+    attacks_contain,
     attacks_fil,
     attacks_flow,
     attacks_lifecycle,
@@ -85,6 +88,8 @@ class AttackConfig:
     memory_connections: int = attacks_memory.MEMORY_DEFAULTS["memory_connections"]
     memory_pipelined: int = attacks_memory.MEMORY_DEFAULTS["memory_pipelined"]
     memory_http_answer_bytes: int = attacks_memory.MEMORY_DEFAULTS["memory_http_answer_bytes"]
+    # issue 42's cases (attacks_contain.py)
+    crash_loop_s: float = attacks_contain.CONTAIN_DEFAULTS["crash_loop_s"]
 
 
 @dataclass
@@ -491,6 +496,7 @@ ISSUE25_CASES = {
     **attacks_upload.CASES,
     **attacks_fil.CASES,
     **attacks_memory.CASES,
+    **attacks_contain.CASES,
 }
 ATTACKS.update({name: (what, expected, which) for name, (what, expected, which, _f) in ISSUE25_CASES.items()})
 
@@ -534,6 +540,7 @@ def run(
         "memory_connections": f"{cfg.memory_connections:,}",
         "memory_pipelined": f"{cfg.memory_pipelined:,}",
         "memory_http_answer_bytes": _size(cfg.memory_http_answer_bytes),
+        "crash_loop_s": f"{cfg.crash_loop_s:g}",
     }
     funcs: dict[str, Callable[[], tuple[str, bool, str]]] = {
         "gzip_bomb": lambda: http_gzip_bomb(server, cfg, bomb),
