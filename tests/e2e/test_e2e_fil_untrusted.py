@@ -35,6 +35,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
     )
     log = tmp_path_factory.mktemp("log") / "inferd-fil-untrusted.log"
     with serving(repo, log, "--model-control-mode=explicit", "--load-model=other") as proc:
+        # the repository model's XGBoost engine loads in a thread of its own (engine.py), which grows the
+        # server by about 90 MiB: done before a test measures the server's memory across an upload
+        assert proc.wait_starting(lambda: "model 'other': XGBoost's engine loaded" in proc.log())
         yield proc
 
 

@@ -42,8 +42,8 @@ log = logging.getLogger("inferd.process")
 
 #: the ``--backend-config`` setting of an uploaded model's worker memory limit (bytes; 0: none)
 MEMORY_LIMIT_SETTING = "uploaded-memory-limit-bytes"
-#: without the setting: enough for a Python model importing torch or a few-hundred-MiB ONNX graph
-#: (measured: a worker that imported numpy uses 40 MiB, onnxruntime with a small graph 90 MiB)
+#: without the setting: room for a Python model importing torch or a few-hundred-MiB graph (measured
+#: idle: a Python model's worker 44 MiB of resident memory, an ONNX Runtime worker with a small graph 72 MiB)
 DEFAULT_MEMORY_LIMIT = 2 << 30
 #: an uploaded model's load deadline where --model-load-timeout-secs is 0 (none): that flag's default
 DEFAULT_LOAD_TIMEOUT_S = 600.0

@@ -52,7 +52,9 @@ parameters {{ key: "execution_mode" value: {{ string_value: "{mode}" }} }}
 
 @pytest.fixture
 def uncapped() -> Iterator[None]:
-    """The process's own limit and function back after the test."""
+    """No cap when the test starts (another test's server may have installed it), and the process's
+    own limit and function back after it."""
+    recursion.uninstall()
     before = sys.getrecursionlimit()
     yield
     recursion.uninstall()
