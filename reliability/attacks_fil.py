@@ -104,6 +104,11 @@ def _upload(
     try:
         assert victim.get("/v2/models/other/ready")[0] == 200
         victim.post("/v2/models/other/infer", other)
+        # the other model's XGBoost engine loads in a thread of its own (about 90 MiB): in before idle is
+        # read, or an upload refused in a worker process (seconds) would count it
+        deadline = time.monotonic() + 120
+        while "model 'other': XGBoost's engine loaded" not in victim.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
         idle = peak = victim.rss()
         body = json.dumps(
             {
