@@ -8,18 +8,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import text_format
 
 from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
-from inferd.backends.process.uploaded import (
-    LoadAbort,
-    UploadLimits,
-    complete_in_worker,
-    contained_model,
-    upload_limits,
-)
 from inferd.backends.registry import auto_gpu, get_backend
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
@@ -48,6 +41,9 @@ from inferd.scheduling.queue import BatchPolicy, queue_policy
 from inferd.scheduling.rate_limiter import RateLimiter, held, open_gate
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
+
+if TYPE_CHECKING:  # backends/process/uploaded.py is imported at the first upload, not at start
+    from inferd.backends.process.uploaded import LoadAbort, UploadLimits
 
 log = logging.getLogger("inferd.repository")
 
@@ -151,6 +147,8 @@ def prepare_config(
         first = versions[0] if versions else None
         try:
             if md.uploaded:  # it imports model.py or parses the model file: never in this process
+                from inferd.backends.process.uploaded import UploadLimits, complete_in_worker
+
                 limits = settings.uploads(cfg.backend) if settings is not None else UploadLimits()
                 complete_in_worker(cfg, md.path, first, default_mbs, limits)
             else:
@@ -231,6 +229,8 @@ class LoadSettings:
 
     def uploads(self, backend: str) -> UploadLimits:
         """What the workers of an uploaded model of ``backend`` are held to."""
+        from inferd.backends.process.uploaded import upload_limits
+
         return upload_limits(self.for_backend(backend), self.load_timeout_s)
 
 
@@ -284,6 +284,8 @@ def _load_once(
         )
         bmodel: BackendModel
         if md.uploaded:  # a client's files: read and run in worker processes only
+            from inferd.backends.process.uploaded import contained_model
+
             limits = settings.uploads(cfg.backend)
             contained = contained_model(ctx, limits, t0 + limits.load_timeout_s)
             if abort is not None:
@@ -454,6 +456,8 @@ async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings
     timeout_s, loop = settings.load_timeout_s, settings.loop
     abort = None
     if md.uploaded:
+        from inferd.backends.process.uploaded import LoadAbort
+
         timeout_s, abort = settings.uploads(cfg.backend).load_timeout_s, LoadAbort()
     future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings, abort))
     if not timeout_s:
