@@ -122,7 +122,8 @@ class ServerOptions:
         metadata={
             "help": "<backend>,<setting>=<value> (or <setting>=<value> for every backend), tritonserver's "
             "syntax: e.g. python,execution-mode=process, python,memory-limit-bytes=N, "
-            "default-max-batch-size=8"
+            "default-max-batch-size=8, uploaded-memory-limit-bytes=N (each worker of a model a client "
+            "uploaded; 2 GiB by default, 0: none)"
         },
     )
     default_max_batch_size: int = option(
