@@ -166,6 +166,8 @@ def test_shap_values_run_only_for_requests_that_ask(tmp_path: Path, monkeypatch:
     assert list(only) == ["output__0"] and calls == []
     both = run(model, x[:5], x[5:7], outputs=None)
     assert calls == [7] and all(SHAP in a for a in both)
+    # never run on the server's loop (scheduling/inline.py), as a score-only model may be
+    assert model.create_instance(InstanceSpec("m_1", "CPU", 0)).inline_ok is False
 
 
 # -- LightGBM --------------------------------------------------------------------------------------

@@ -294,6 +294,9 @@ class FilInstance(BatchedInstance):
         self._input = model.inputs[0]
         self._output = next(o for o in model.outputs if o.name == OUTPUT)
         self._shap = next((o for o in model.outputs if o.name == SHAP_OUTPUT), None)
+        # a SHAP call costs hundreds of times a score's (a row of 6,000 trees: tens of ms): never on
+        # the loop, where small score-only calls would otherwise have put the model
+        self.inline_ok = self._shap is None
         self._features = model.forest.shape.num_feature
         self._attached = True
         model.forest.attach()  # the first instance starts XGBoost's engine loading
