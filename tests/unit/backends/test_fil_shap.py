@@ -245,7 +245,7 @@ def test_a_file_xgboost_cannot_read_fails_a_shap_models_load(
     with pytest.raises(UnavailableError) as e:
         load(tmp_path, booster, "xgboost_json", shap_config("xgboost_json", 30, 1, "31"))
     assert (
-        "its SHAP values ('treeshap_output') are XGBoost's, but XGBoost could not read 'xgboost.json': no"
+        "its SHAP values ('treeshap_output') are XGBoost's, and XGBoost failed on 'xgboost.json': no"
         in str(e.value)
     )
 

@@ -314,11 +314,6 @@ class Forest:
             if self._loader is None:
                 self.native_loaded.set()
 
-    @property
-    def loader(self) -> threading.Thread | None:
-        """The thread loading XGBoost's engine, once started."""
-        return self._loader
-
     def _load_native(self) -> None:
         t0 = time.monotonic()
         kind = self.kind
@@ -327,6 +322,8 @@ class Forest:
                 self._booster = _lightgbm_booster(self.path)
                 self._large = self._small = _lightgbm(self._booster, self.shape.num_class)
                 self.engine = "lightgbm"
+                return
+            if self._stopped.is_set():  # stopped before this thread ran
                 return
             booster = _xgboost_booster(self.path, self.threads)
             if self._stopped.is_set():  # refused or unloaded while XGBoost read it
@@ -367,7 +364,7 @@ class Forest:
         except Exception as e:
             raise UnavailableError(
                 f"unable to load model '{self.name}': its SHAP values ('treeshap_output') are {what}'s, "
-                f"but {what} could not read '{self.path.name}': {treelite_text(e)}"
+                f"and {what} failed on '{self.path.name}': {treelite_text(e)}"
             ) from e
 
     def contributions(self, x: Array) -> Array:
