@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from google.protobuf import text_format
 
 from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
 from inferd.backends.registry import auto_gpu, get_backend
+from inferd.core.agents import AgentAction, AgentChain, load_agents
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -35,6 +37,7 @@ from inferd.repository import (
 )
 from inferd.repository.config.limits import check_limits
 from inferd.repository.remote import RepositorySet, Unreadable
+from inferd.repository.scan import scan_model_dir
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
@@ -123,6 +126,16 @@ class FoundAtLoad(Exception):
         self.error = error
 
 
+@dataclass(slots=True)
+class Prepared:
+    """A model ready to load: its config, the folder to load it from (a repository agent may have
+    moved it) and its repository agents (core/agents.py; None: it names none)."""
+
+    config: Any
+    md: ModelDir
+    agents: AgentChain | None = None
+
+
 def prepare_config(
     md: ModelDir,
     config_name: str | None,
@@ -131,15 +144,34 @@ def prepare_config(
     override: Any | None = None,
     gpus: SupportedGpus = NO_GPUS,
     settings: LoadSettings | None = None,
-) -> Any:
+) -> Prepared:
     """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
     instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
     may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``). The
+    config's repository agents act (``LOAD``) before anything reads the model's files. The
     auto-complete of a folder a client uploaded runs in a worker process, held to ``settings``'
     limits for uploaded models (backends/process/uploaded.py).
     FoundAtLoad for what the backend's auto-complete refuses, InferdError for the rest."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     check_limits(cfg)  # before the backend reads a file or imports code the config names
+    agents = load_agents(cfg, md.name, md.path)  # a checksum refused, a model decrypted elsewhere
+    if agents is not None and agents.location is not None and agents.location != md.path:
+        md = dataclasses.replace(
+            scan_model_dir(agents.location, md.repository, name=md.name), uploaded=md.uploaded
+        )
+    try:
+        return Prepared(_complete(md, cfg, strict, default_mbs, gpus, settings), md, agents)
+    except BaseException:
+        if agents is not None:
+            agents.act(AgentAction.LOAD_FAIL)
+            agents.release()
+        raise
+
+
+def _complete(
+    md: ModelDir, cfg: Any, strict: bool, default_mbs: int, gpus: SupportedGpus, settings: LoadSettings | None
+) -> Any:
+    """``prepare_config``'s steps once the config is read: auto-complete, normalise, check."""
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
@@ -377,10 +409,14 @@ def _scheduler(
 
 
 async def load_repositories(
-    paths: list[Path] | RepositorySet, registry: LoadedModels, settings: LoadSettings
+    paths: list[Path] | RepositorySet,
+    registry: LoadedModels,
+    settings: LoadSettings,
+    agents: dict[str, AgentChain] | None = None,
 ) -> dict[str, ModelDir]:
     """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles;
-    the folders of the models it found.
+    the folders of the models it found; ``agents`` gets the repository agents of each model that
+    names some (core/agents.py).
 
     A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
     with that reason and the others go on; if its load ever finishes, what it made is unloaded.
@@ -396,7 +432,7 @@ async def load_repositories(
             return
         async with sem:
             try:
-                cfg = await asyncio.to_thread(
+                prepared = await asyncio.to_thread(
                     prepare_config,
                     entry,
                     settings.config_name,
@@ -406,6 +442,9 @@ async def load_repositories(
                     settings.gpus,
                     settings,
                 )
+                cfg, entry = prepared.config, prepared.md
+                if prepared.agents is not None and agents is not None:
+                    agents[name] = prepared.agents
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except FoundAtLoad as e:
                 registry.failed[name] = without_paths(e.error.message, entry)
@@ -419,11 +458,16 @@ async def load_repositories(
             if cfg.platform == "ensemble":
                 ensembles.append((entry, cfg))
                 return
+            loaded = []
             for v in versions:
                 model = await load_bounded(name, v, entry, cfg, settings)
                 if model.reason.startswith(_GIVEN_UP):
                     registry.abandoned_loads += 1
                 registry.add(model)
+                loaded.append(model)
+            if prepared.agents is not None:
+                ok = all(m.ready for m in loaded)
+                prepared.agents.act(AgentAction.LOAD_COMPLETE if ok else AgentAction.LOAD_FAIL)
 
     await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
     registry.refresh_defaults()
