@@ -204,9 +204,9 @@ class Manifest:
         return entry.get("inputs") == inputs and entry.get("outputs") == outputs_digest(target) != ""
 
     def record(self, name: str, inputs: str | None, target: Path, seconds: float = 0.0) -> None:
-        """``inputs`` None: forget the model (while it is being written)."""
+        """``inputs`` None: the model is being written (stale, but still this build's)."""
         if inputs is None:
-            self.models.pop(name, None)
+            self.models[name] = {"inputs": None, "outputs": ""}
         else:
             self.models[name] = {
                 "inputs": inputs,
@@ -246,6 +246,15 @@ def build(
         chosen = [e for e in chosen if e.name in only]
     say(f"example repository {dest} ({len(chosen)} models):")
     manifest = Manifest(dest)
+    foreign = sorted(
+        p.name for p in dest.iterdir() if not p.name.startswith(".") and p.name not in manifest.models
+    )
+    if foreign:  # a user's repository (make run MODELS=...): never write into it, never replace a model
+        raise SystemExit(
+            f"{dest} holds {', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}, which this build did "
+            "not write: the example models go to a folder of their own (an empty one, or one this build wrote). "
+            f"To serve your own repository: inferd serve --model-repository {dest}"
+        )
     names: list[str] = []
     fresh: list[str] = []
     t0 = time.monotonic()

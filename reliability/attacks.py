@@ -5,7 +5,10 @@ whose execute sleeps, a huge gRPC message, a CONTINUATION flood and too many str
 cases, from their own modules: hostile model names in repository loads, a 100,000-prompt body, the
 status page's access, the wire's edges (attacks_safety.py), clients that do not read (attacks_flow.py),
 a crashing model, SIGTERM under way, a hung initialize and a leaking worker (attacks_lifecycle.py);
-and issue 42's: what a repository load may ask for (attacks_upload.py).
+and issue 42's: what a repository load may ask for (attacks_upload.py), hostile tree-model uploads
+(attacks_fil.py), answers held for clients that do not read (attacks_memory.py), crashes by
+spellings the source reading misses, runaway thread models, uploaded models past their limits and in
+a crash loop (attacks_contain.py).
 
 Each attack reports what the server answered against what it should answer, the health check's
 worst latency and the server's peak RSS over its idle RSS against the configured limit.
@@ -31,7 +34,16 @@ import grpc
 from hpack import Decoder
 from tritonclient.grpc import service_pb2
 
-from reliability import attacks_flow, attacks_lifecycle, attacks_safety, attacks_upload, fuzz_h2
+from reliability import (
+    attacks_contain,
+    attacks_fil,
+    attacks_flow,
+    attacks_lifecycle,
+    attacks_memory,
+    attacks_safety,
+    attacks_upload,
+    fuzz_h2,
+)
 from reliability.common import HealthWatch, MiB, NoAnswer, RawHttp, Server, http_request, raise_fd_limit
 
 HEALTH_GOAL_MS = 50.0
@@ -69,6 +81,15 @@ class AttackConfig:
     keep_alive_clients: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["keep_alive_clients"]
     leak_requests: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["leak_requests"]
     memory_limit: int = attacks_lifecycle.LIFECYCLE_DEFAULTS["memory_limit"]
+    # issue 42's cases (attacks_memory.py)
+    unsent_limit: int = attacks_memory.MEMORY_DEFAULTS["unsent_limit"]  # the server's --max-unsent-bytes
+    memory_calls: int = attacks_memory.MEMORY_DEFAULTS["memory_calls"]
+    memory_answer_bytes: int = attacks_memory.MEMORY_DEFAULTS["memory_answer_bytes"]
+    memory_connections: int = attacks_memory.MEMORY_DEFAULTS["memory_connections"]
+    memory_pipelined: int = attacks_memory.MEMORY_DEFAULTS["memory_pipelined"]
+    memory_http_answer_bytes: int = attacks_memory.MEMORY_DEFAULTS["memory_http_answer_bytes"]
+    # issue 42's cases (attacks_contain.py)
+    crash_loop_s: float = attacks_contain.CONTAIN_DEFAULTS["crash_loop_s"]
 
 
 @dataclass
@@ -473,6 +494,9 @@ ISSUE25_CASES = {
     **attacks_flow.CASES,
     **attacks_lifecycle.CASES,
     **attacks_upload.CASES,
+    **attacks_fil.CASES,
+    **attacks_memory.CASES,
+    **attacks_contain.CASES,
 }
 ATTACKS.update({name: (what, expected, which) for name, (what, expected, which, _f) in ISSUE25_CASES.items()})
 
@@ -511,6 +535,12 @@ def run(
         "sequence_length": f"{cfg.sequence_length:,}",
         "keep_alive_clients": f"{cfg.keep_alive_clients:,}",
         "leak_requests": f"{cfg.leak_requests:,}",
+        "memory_calls": f"{cfg.memory_calls:,}",
+        "memory_answer_bytes": _size(cfg.memory_answer_bytes),
+        "memory_connections": f"{cfg.memory_connections:,}",
+        "memory_pipelined": f"{cfg.memory_pipelined:,}",
+        "memory_http_answer_bytes": _size(cfg.memory_http_answer_bytes),
+        "crash_loop_s": f"{cfg.crash_loop_s:g}",
     }
     funcs: dict[str, Callable[[], tuple[str, bool, str]]] = {
         "gzip_bomb": lambda: http_gzip_bomb(server, cfg, bomb),
@@ -533,7 +563,9 @@ def run(
         if not server.alive():
             break
         what, expected, which = ATTACKS[name]
-        limit = cfg.body_limit if which == "body" else cfg.grpc_limit
+        # "unsent": what the budget lets the server hold, twice --max-unsent-bytes
+        limits = {"body": cfg.body_limit, "grpc": cfg.grpc_limit, "unsent": 2 * cfg.unsent_limit}
+        limit = limits[which]
         time.sleep(0.5)  # let the previous attack's memory settle into the idle figure
         t0 = time.monotonic()
         with HealthWatch(server) as watch:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reliability import attacks as attacks_mod
-from reliability import attacks_flow, fuzz_grpc, fuzz_h2, fuzz_http, fuzz_http_spec
+from reliability import attacks_flow, attacks_memory, fuzz_grpc, fuzz_h2, fuzz_http, fuzz_http_spec
 from reliability.common import (
     DEFAULT_MODEL_DIRS,
     MiB,
@@ -37,6 +37,15 @@ from reliability.common import (
 
 #: models whose errors are on purpose (their tracebacks in the log are not ours)
 RAISING_MODELS = ("raise_error",)
+#: AttackConfig's fields that are the server's flags (set from them, not flags of their own)
+_SERVER_LIMITS = (
+    "body_limit",
+    "grpc_limit",
+    "header_timeout_s",
+    "max_connections",
+    "max_streams",
+    "unsent_limit",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,11 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--http-header-timeout-secs", type=float, default=30.0)
     p.add_argument("--max-connections", type=int, default=10_000)
     p.add_argument("--grpc-max-concurrent-streams", type=int, default=256)
+    p.add_argument("--max-unsent-bytes", type=int, default=attacks_memory.MEMORY_DEFAULTS["unsent_limit"])
     p.add_argument("--server-args", default="", help="more flags for inferd serve (one string)")
     # the attacks' sizes (the issue's by default)
     defaults = attacks_mod.AttackConfig()
     for f in fields(attacks_mod.AttackConfig):
-        if f.name in ("body_limit", "grpc_limit", "header_timeout_s", "max_connections", "max_streams"):
+        if f.name in _SERVER_LIMITS:
             continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)), default=getattr(defaults, f.name))  # fmt: skip
     p.add_argument("--json", type=Path, help="write the results here as JSON")
@@ -84,12 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     # a stream's model waits for its client far longer than slow_model's watchdog: its own limit is off
     with (repo / attacks_flow.DECOUPLED_MODEL / "config.pbtxt").open("a") as f:
         f.write('\nparameters { key: "execute_timeout_secs" value: { string_value: "0" } }\n')
+    attacks_memory.add_model(repo)  # the memory cases' model: small requests, large answers
     server_args = [
         "--http-max-input-size", str(args.http_max_input_size),
         "--grpc-max-message-size", str(args.grpc_max_message_size),
         "--http-header-timeout-secs", f"{args.http_header_timeout_secs:g}",
         "--max-connections", str(args.max_connections),
         "--grpc-max-concurrent-streams", str(args.grpc_max_concurrent_streams),
+        "--max-unsent-bytes", str(args.max_unsent_bytes),  # the memory cases' budget
         "--model-execute-timeout-secs", f"{args.slow_timeout_s:g}",  # the slow_model attack's watchdog
         *shlex.split(args.server_args),
     ]  # fmt: skip
@@ -124,12 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                 header_timeout_s=args.http_header_timeout_secs,
                 max_connections=args.max_connections,
                 max_streams=args.grpc_max_concurrent_streams,
+                unsent_limit=args.max_unsent_bytes,
                 **{
                     f.name: getattr(args, f.name)
                     for f in fields(attacks_mod.AttackConfig)
-                    if hasattr(args, f.name)
-                    and f.name
-                    not in ("body_limit", "grpc_limit", "header_timeout_s", "max_connections", "max_streams")
+                    if hasattr(args, f.name) and f.name not in _SERVER_LIMITS
                 },
             )
             out["attacks"] = [a.to_json() for a in attacks_mod.run(server, cfg, names, work, progress)]
@@ -245,7 +256,7 @@ def render(out: dict[str, Any]) -> str:
         lines += [
             "### Attacks",
             "",
-            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection, from a process of its own so that the attacker cannot delay it) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC).",
+            "Each with a health check (`GET /v2/health/ready` on a keep-alive connection, from a process of its own so that the attacker cannot delay it) every 100 ms and the server's RSS sampled every 20 ms and read from the kernel's peak (VmHWM, reset before each attack). Goals: health check under 50 ms, peak RSS over idle under 2x the configured limit (`--http-max-input-size`, or `--grpc-max-message-size` for gRPC, or twice `--max-unsent-bytes` for the held answers).",
             "",
             "| attack | expected | got | answer as expected | health check max (ms) | peak RSS over idle (goal) | goals met |",
             "| --- | --- | --- | --- | ---: | ---: | --- |",

@@ -39,6 +39,14 @@ def dataset(name: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     return np.ascontiguousarray(x, dtype=np.float32), y
 
 
+def categorical_dataset() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """diabetes with feature 1 a category (0-3, from two features' signs) that moves the target:
+    the trees split on it as a category set."""
+    x, y = dataset("diabetes")
+    x[:, 1] = (x[:, 1] > 0) + 2 * (x[:, 2] > 0)
+    return x, y + 60.0 * (x[:, 1] == 1) - 40.0 * (x[:, 1] == 2)
+
+
 def xgboost(data: str, objective: str, trees: int = 20, depth: int = 4, **params: Any) -> Any:
     """A Booster trained on ``data`` with ``objective``."""
     import xgboost as xgb
@@ -184,3 +192,79 @@ def legacy_binary(booster: Any) -> bytes:
 
 def _int32(v: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile files (issue 42): a real model's file with one thing changed, as a client could upload it
+
+
+def bad_split_feature(booster: Any, feature: int = 1_000_000) -> bytes:
+    """``booster`` (XGBoost) as ``xgboost.json``, its first tree's root splitting on ``feature``
+    (before issue 42: it loaded, and its first one-row inference ended the server in GTIL)."""
+    doc = json.loads(booster.save_raw("json"))
+    doc["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = feature
+    return json.dumps(doc).encode()
+
+
+def bad_checkpoint_field(forest: Any, field: str = "leaf_vector_end", value: int = 1 << 40) -> bytes:
+    """``forest`` (scikit-learn) as ``checkpoint.tl``, its first tree's first leaf's ``field`` set to
+    ``value`` through Treelite's field accessor (before issue 42: it loaded and served rows that do not
+    reach that leaf; the first that did ended the server)."""
+    import treelite
+
+    model = treelite.sklearn.import_model(forest)
+    tree = model.get_tree_accessor(0)
+    leaf = int(np.flatnonzero(tree.get_field("cleft") == -1)[0])
+    values = tree.get_field(field).copy()
+    values[leaf] = value
+    tree.set_field(field, values)
+    return bytes(model.serialize_bytes())
+
+
+def _lightgbm_text(booster: Any) -> list[str]:
+    """``booster``'s model.txt as lines, without ``tree_sizes`` (LightGBM then finds the trees by
+    reading them in turn; Treelite never reads it): the edits below change the trees' lengths."""
+    text: str = booster.model_to_string()
+    return [line for line in text.split("\n") if not line.startswith("tree_sizes=")]
+
+
+def _set_tree_field(lines: list[str], key: str, edit: Any) -> bytes:
+    """The first tree's ``key=`` line's values passed through ``edit``."""
+    i = next(k for k, line in enumerate(lines) if line.startswith(f"{key}=") and k > lines.index("Tree=0"))
+    values = lines[i].split("=", 1)[1].split(" ")
+    lines[i] = f"{key}=" + " ".join(edit(values))
+    return "\n".join(lines).encode()
+
+
+def huge_num_leaves(booster: Any, leaves: int = 1_000_000_000) -> bytes:
+    """``booster`` (LightGBM) as ``model.txt`` whose first tree declares ``leaves`` leaves (before
+    issue 42: Treelite read that many numbers from each short line, growing without end)."""
+    return _set_tree_field(_lightgbm_text(booster), "num_leaves", lambda v: [str(leaves)])
+
+
+def tree_cycle(booster: Any) -> bytes:
+    """``booster`` (LightGBM) as ``model.txt`` whose first tree's node 1 has the root as its right
+    child (before issue 42: Treelite's breadth-first walk of the tree never ended)."""
+
+    def back_to_root(values: list[str]) -> list[str]:
+        values[1] = "0"
+        return values
+
+    return _set_tree_field(_lightgbm_text(booster), "right_child", back_to_root)
+
+
+def config_json(name: str, model_type: str, features: int, width: int) -> str:
+    """A FIL model's config as a repository load's ``config`` parameter (JSON): the scores, as they are."""
+    return json.dumps(
+        {
+            "name": name,
+            "backend": "fil",
+            "max_batch_size": 64,
+            "input": [{"name": "input__0", "data_type": "TYPE_FP32", "dims": [features]}],
+            "output": [{"name": "output__0", "data_type": "TYPE_FP32", "dims": [width]}],
+            "parameters": {
+                "model_type": {"string_value": model_type},
+                "output_class": {"string_value": "false"},
+            },
+        }
+    )

@@ -27,6 +27,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import tokenize
 from dataclasses import dataclass
 from decimal import Decimal
@@ -206,16 +207,17 @@ class Run:
 def run_python(
     snippet: Snippet, cwd: Path, http: int, grpc: int, timeout: float, python: str = sys.executable
 ) -> Run:
-    out = cwd / f".readme-{snippet.line}.json"
     code = snippet.with_ports(http, grpc)
-    done = subprocess.run(
-        [python, "-c", _RUNNER, code, str(snippet.line), str(out)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    printed = {int(k): v for k, v in json.loads(out.read_text()).items()} if out.exists() else {}
+    with tempfile.TemporaryDirectory(prefix="readme-") as scratch:  # what it printed: never in ``cwd``
+        out = Path(scratch) / f"readme-{snippet.line}.json"
+        done = subprocess.run(
+            [python, "-c", _RUNNER, code, str(snippet.line), str(out)],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        printed = {int(k): v for k, v in json.loads(out.read_text()).items()} if out.exists() else {}
     return Run(done.returncode, done.stdout + done.stderr, printed)
 
 

@@ -164,12 +164,19 @@ def options_from_args(a: argparse.Namespace) -> ServerOptions:
 
 
 def format_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
-    """An ASCII table as tritonserver prints its model table."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    """An ASCII table as tritonserver prints its model table; a cell of several lines (a failure's
+    reason with a traceback) takes as many lines of the table, the other cells blank below theirs."""
+    split = [[c.splitlines() or [""] for c in r] for r in rows]
+    widths = [
+        max(len(h), *(len(line) for cells in split for line in cells[i])) if rows else len(h)
+        for i, h in enumerate(headers)
+    ]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = [sep, "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |", sep]
-    for r in rows:
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+    for cells in split:
+        for k in range(max(len(c) for c in cells)):
+            parts = (c[k] if k < len(c) else "" for c in cells)
+            lines.append("| " + " | ".join(t.ljust(w) for t, w in zip(parts, widths, strict=True)) + " |")
     lines.append(sep)
     return "\n".join(lines)
 
@@ -183,6 +190,77 @@ def print_model_table(rows: Sequence[tuple[str, ...]], as_json: bool) -> None:
     for name, version, status in rows:
         fields = {"model": name, "version": version, "status": status}
         log.info("model '%s' version %s: %s", name, version, status, extra={"fields": fields})
+
+
+_CONTROL_MODES = {"none": "MODE_NONE", "poll": "MODE_POLL", "explicit": "MODE_EXPLICIT"}
+
+
+def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
+    """The reference's start-up options table, row for row, from inferd's options (the pinned
+    memory pool: 0, inferd keeps none)."""
+    from inferd.core.cache import cache_size
+    from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
+
+    rows = [
+        ("server_id", options.id),
+        ("server_version", PROTOCOL_VERSION),
+        ("server_extensions", " ".join(EXTENSIONS)),
+    ]
+    rows += [(f"model_repository_path[{i}]", str(path)) for i, path in enumerate(options.model_repository)]
+    rows += [
+        ("model_control_mode", _CONTROL_MODES.get(options.model_control_mode, options.model_control_mode)),
+        ("strict_model_config", str(int(options.strict_model_config))),
+        ("model_config_name", options.model_config_name or ""),
+        ("rate_limit", "EXEC_COUNT" if options.rate_limit.lower() == "execution_count" else "OFF"),
+        ("pinned_memory_pool_byte_size", "0"),
+        ("min_supported_compute_capability", f"{options.min_supported_compute_capability:.1f}"),
+        ("strict_readiness", str(int(options.strict_readiness))),
+        ("exit_timeout", str(options.exit_timeout_secs)),
+        (
+            "cache_enabled",
+            str(int(cache_size(options.cache_config, options.response_cache_byte_size) is not None)),
+        ),
+    ]
+    return rows
+
+
+def print_options(options: ServerOptions, as_json: bool) -> None:
+    """The options table the reference prints at start; at ``--log-verbose 1`` every inferd option
+    in effect too (the flag's name, its value). JSON lines with ``--log-format json``."""
+    tables = [(("Option", "Value"), option_rows(options))]
+    if options.log_verbose >= 1:
+        every = [
+            (f"--{f.name.replace('_', '-')}", _shown(getattr(options, f.name), f.name in _SECRET_VALUES))
+            for f in dataclasses.fields(ServerOptions)
+            if f.metadata.get("cli", True)
+        ]
+        tables.append((("inferd option", "Value"), every))
+    for headers, rows in tables:
+        if not as_json:
+            print(format_table(headers, rows), file=sys.stderr, flush=True)
+            continue
+        for name, value in rows:
+            log.info(
+                "%s %s: %s",
+                headers[0].lower(),
+                name,
+                value,
+                extra={"fields": {"option": name, "value": value}},
+            )
+
+
+#: options whose values hold a secret after '=' (a restricted API's header value): shown without it
+_SECRET_VALUES = frozenset({"http_restricted_api", "grpc_restricted_protocol"})
+
+
+def _shown(value: object, secret: bool = False) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(_shown(v, secret) for v in value)
+    if secret and isinstance(value, str) and "=" in value:
+        return value.partition("=")[0] + "=***"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 async def serve(options: ServerOptions, logs: LogSettings | None = None) -> int:
@@ -237,14 +315,16 @@ async def _serve(
     gc.collect()
     gc.freeze()
     core = runtime.core
-    if place is None or place.index == 0:  # the table once, not once per --workers process
+    if place is None or place.index == 0:  # the tables once, not once per --workers process
         print_model_table(core.model_table(), runtime.logs.format == "json")
+        print_options(options, runtime.logs.format == "json")
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
-            log.error("failed to load '%s'%s: %s", name, f" version {version}" if version else "", reason)
+            if not version:  # a version's failure was logged when it failed (core/repository_manager.py)
+                log.error("failed to load '%s': %s", name, reason)
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
-        await runtime.stop(0)
+        await runtime.stop()  # the loaded models unload (finalize), as the reference's do
         return 1
     try:
         await runtime.start_frontends()
@@ -273,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     command_line = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if any(a.split("=", 1)[0] == "--strict-model-config" for a in command_line):  # the reference's words
+        print(
+            "Warning: '--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead.",
+            file=sys.stderr,
+        )
     if args.command == "check":
         from inferd.check import run
 
@@ -336,9 +422,41 @@ def main(argv: list[str] | None = None) -> int:
     hard_exit(code)
 
 
+def _number(arg: str) -> bool:
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
+
+
+def unknown_option(argv: list[str]) -> str | None:
+    """The first option of ``argv`` (``serve``'s arguments) that is no flag of ``serve``, or None."""
+    serve = next(
+        action.choices["serve"]
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    known = {flag for action in serve._actions for flag in action.option_strings}
+    for arg in argv:
+        if arg == "--":
+            return None
+        if arg.startswith("-") and arg.partition("=")[0] not in known and not _number(arg):
+            return arg
+    return None
+
+
 def tritonserver() -> int:
     """The ``tritonserver`` command: ``inferd serve`` under the reference's name, so that a launch
-    script or an entrypoint that runs ``tritonserver --model-repository=...`` runs inferd."""
+    script or an entrypoint that runs ``tritonserver --model-repository=...`` runs inferd. An
+    unknown flag is refused as the reference refuses it: ``tritonserver: unrecognized option
+    '--x'``, the usage, exit status 1."""
+    bad = unknown_option(sys.argv[1:])
+    if bad is not None:
+        print(f"tritonserver: unrecognized option '{bad}'", file=sys.stderr)
+        print(_USAGE.replace("%(prog)s", "Usage: tritonserver"), file=sys.stderr)
+        print("(tritonserver --help lists every flag)", file=sys.stderr)
+        return 1
     sys.argv[1:1] = ["serve"]
     return main()
 

@@ -49,7 +49,12 @@ _FRONTEND = "inferd does not serve the {} API (Triton's HTTP and gRPC APIs are s
 
 #: flags accepted and ignored, with why (README.md, "Flags that change nothing here", lists them)
 IGNORED: tuple[CompatFlag, ...] = (
-    CompatFlag("--repoagent-directory", str, "inferd has no repository agents to load"),
+    CompatFlag(
+        "--repoagent-directory",
+        str,
+        "repository agents are Python (checksum built in, others through the inferd.repoagents entry point); "
+        "C agent libraries (libtritonrepoagent_*.so) are not loaded",
+    ),
     CompatFlag("--cache-directory", str, "the response cache is built in (--cache-config local,size=N)"),
     CompatFlag("--buffer-manager-thread-count", int, "tensors stay in host memory: no buffer manager"),
     CompatFlag("--pinned-memory-pool-byte-size", int, _NO_GPU + "no pinned memory pool"),

@@ -122,7 +122,8 @@ class ServerOptions:
         metadata={
             "help": "<backend>,<setting>=<value> (or <setting>=<value> for every backend), tritonserver's "
             "syntax: e.g. python,execution-mode=process, python,memory-limit-bytes=N, "
-            "default-max-batch-size=8"
+            "default-max-batch-size=8, uploaded-memory-limit-bytes=N (each worker of a model a client "
+            "uploaded; 2 GiB by default, 0: none)"
         },
     )
     backend_directory: str = option(
@@ -246,11 +247,15 @@ class ServerOptions:
         "model loaded; statistics, metrics and model control are the whole server's (inferd serve only)",
     )
     max_connections: int = option(10000, "open connections per port; the ones over get 503 and are closed")
-    max_unsent_bytes: int = option(
-        64 << 20,
-        "bytes of answers written but not yet read by their clients, per port (HTTP, lean gRPC), counted "
-        "over the connections past their own bound (64 KiB): past it every connection with unsent answers "
-        "stops reading until they went out; 0: no such bound",
+    max_unsent_bytes: int | None = option(
+        None,
+        "bytes of answers produced and not yet read by their clients, in the whole server process, HTTP "
+        "and gRPC together (what a connection's transport holds past 64 KiB, pipelined HTTP answers waiting "
+        "for an earlier one, HTTP/2 data waiting for the client's window, decoupled streams' unread "
+        "responses); past it a connection that holds unread answers takes no new request (HTTP stops "
+        "reading it, gRPC answers UNAVAILABLE) and a large answer for it is refused (503 / UNAVAILABLE), "
+        "past twice it for any connection; --workers share it out; 0: no bound",
+        default_text="a sixteenth of the memory, RAM or the cgroup's limit, within 64 MiB and 4 GiB",
     )
     stream_max_unread_bytes: int = option(
         16 << 20,

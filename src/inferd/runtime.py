@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.core.repository_manager import parse_backend_config
 from inferd.core.server import ServerCore
+from inferd.core.unsent import UnsentBudget, default_limit, trim_forever
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
@@ -77,8 +78,16 @@ def http_limits(options: ServerOptions) -> HttpLimits:
         max_connections=options.max_connections,
         header_timeout_s=options.http_header_timeout_secs,
         idle_timeout_s=options.http_idle_timeout_secs,
-        max_unsent=options.max_unsent_bytes,
     )
+
+
+def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> int:
+    """``--max-unsent-bytes``, or its default from the machine's memory; one of ``--workers``
+    processes gets its share."""
+    processes = max(1, options.workers) if place is not None else 1
+    if options.max_unsent_bytes is None:
+        return default_limit(processes=processes)
+    return options.max_unsent_bytes // processes
 
 
 class FrontendError(Exception):
@@ -109,7 +118,10 @@ class Runtime:
         self.custom_metrics = CustomMetricRegistry()
         #: ``--rate-limit execution_count``: which instance of every model executes next (None: off)
         rate_limiter = rate_limiter_from_flags(options.rate_limit, options.rate_limit_resource, option_int)
-        self.core = ServerCore(options, self.custom_metrics, rate_limiter)
+        #: the bytes of answers held for clients that have not read them, in this process: one budget
+        #: for both front ends and the decoupled streams (core/unsent.py, frontends/flow.py)
+        self.unsent = UnsentBudget(unsent_limit(options, place))
+        self.core = ServerCore(options, self.custom_metrics, rate_limiter, self.unsent)
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm, self.shm)  # one namespace
@@ -146,6 +158,7 @@ class Runtime:
         self.http: Any = None
         self.grpc: Any = None
         self.metrics: Any = None
+        self._trimming: asyncio.Task[None] | None = None  # memory held for clients, given back
         self._stopped = False
 
     async def load(self) -> None:
@@ -160,13 +173,14 @@ class Runtime:
         """gRPC, HTTP and metrics, as the options ask; FrontendError when gRPC or HTTP cannot bind
         (what started is stopped again)."""
         options = self.options
+        self._trimming = asyncio.get_running_loop().create_task(trim_forever(self.unsent))
         try:
             if self.peer_server is not None:  # before the ports: a peer may ask as soon as clients do
                 await self.peer_server.start()
             if options.allow_grpc:  # grpcio is imported only when gRPC is served
                 from inferd.frontends.grpc.h2server import make_grpc_server
 
-                grpc_server = make_grpc_server(self.grpc_servicer())
+                grpc_server = make_grpc_server(self.grpc_servicer(), self.unsent)
                 try:
                     await grpc_server.start()
                 except (OSError, InferdError) as e:
@@ -189,6 +203,7 @@ class Runtime:
                     http_limits(options),
                     self._http_tls(),
                     reuse_port=self.place is not None or options.reuse_http_port,
+                    budget=self.unsent,
                 )
                 try:
                     await http.start()
@@ -199,7 +214,7 @@ class Runtime:
                 self.http = http
                 log.info("Started HTTPService at %s:%d", options.http_address, http.port)
         except FrontendError:
-            await self.stop(0)
+            await self.stop()  # nothing is in flight: the models unload (finalize) within the exit timeout
             raise
 
     def grpc_servicer(self, core: Core | None = None) -> InferenceServicer:
@@ -215,6 +230,7 @@ class Runtime:
             self.grpc_access,
             self.logs,
             self.tracing,
+            self.unsent,
         )
 
     def http_app(self, core: Core | None = None) -> HttpApp:
@@ -384,6 +400,8 @@ class Runtime:
             await asyncio.wait({grpc_stopping}, timeout=max(0.0, min(1.0, deadline - time.monotonic())))
         if self.http is not None:
             await self.http.stop()
+        if self._trimming is not None:
+            self._trimming.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
         if self.core.gpu_metrics is not None:

@@ -191,8 +191,12 @@ def priority(runtime: dict[str, Any], format_name: str) -> int | None:
 
 
 def chosen(runtimes: list[dict[str, Any]], model: dict[str, Any]) -> str:
-    """The runtime KServe picks: the namespace's runtimes first, then the cluster's, each by priority."""
+    """The runtime KServe picks: the one named (refused when it does not support the model's format:
+    KServe's "specified runtime does not support specified framework/version"), else the namespace's
+    runtimes first, then the cluster's, each by priority."""
     if "runtime" in model:
+        [named] = [r for r in runtimes if r["metadata"]["name"] == model["runtime"]]
+        assert supports(named, model), f"{model['runtime']} does not support {model['modelFormat']}"
         return str(model["runtime"])
     name = model["modelFormat"]["name"]
 
@@ -210,12 +214,28 @@ def test_a_triton_inference_service_resolves_to_inferd() -> None:
     model = manifest("inferenceservice.yaml")["spec"]["predictor"]["model"]
     ours, cluster = manifest("servingruntime.yaml"), manifest("clusterservingruntime.yaml")
     assert chosen([KSERVE_TRITON, ours, cluster], model) == "inferd"  # the namespace's runtime first
-    assert chosen([KSERVE_TRITON, cluster], model) == "kserve-inferd"  # above kserve-tritonserver
-    assert chosen([KSERVE_TRITON], model) == "kserve-tritonserver"  # the check is not a constant
+    # the cluster runtime is opt-in: installing it leaves kserve-tritonserver the cluster's choice
+    assert chosen([KSERVE_TRITON, cluster], model) == "kserve-tritonserver"
+    assert chosen([KSERVE_TRITON, cluster], {**model, "runtime": "kserve-inferd"}) == "kserve-inferd"
     # KServe's default protocol (v1) is served by neither Triton runtime: the example names v2
     v1 = {k: v for k, v in model.items() if k != "protocolVersion"}
     assert not supports(cluster, v1) and not supports(KSERVE_TRITON, v1)
-    assert chosen([KSERVE_TRITON, cluster], {**model, "runtime": "kserve-inferd"}) == "kserve-inferd"
+
+
+@pytest.mark.parametrize("fmt", [{"name": "onnx", "version": "1"}, {"name": "pytorch", "version": "1"},
+                                 {"name": "tensorflow", "version": "2"}, {"name": "openvino"},
+                                 {"name": "xgboost"}, {"name": "lightgbm"}])  # fmt: skip
+def test_an_inference_service_naming_inferd_may_give_any_format_it_serves(fmt: dict[str, str]) -> None:
+    """``runtime: inferd`` with ``modelFormat: onnx`` was refused by KServe: only triton was declared."""
+    model = {"modelFormat": fmt, "protocolVersion": "v2", "runtime": "kserve-inferd"}
+    cluster = manifest("clusterservingruntime.yaml")
+    assert chosen([KSERVE_TRITON, cluster], model) == "kserve-inferd"
+    ours = manifest("servingruntime.yaml")
+    assert chosen([KSERVE_TRITON, ours], {**model, "runtime": "inferd"}) == "inferd"
+    unnamed = {k: v for k, v in model.items() if k != "runtime"}
+    assert not supports(ours, unnamed) and not supports(cluster, unnamed)  # never chosen unasked
+    with pytest.raises(AssertionError, match="does not support"):  # a format inferd does not serve
+        chosen([cluster], {**model, "modelFormat": {"name": "sklearn"}})
 
 
 def test_kserves_webhook_accepts_the_cluster_runtime_beside_kserve_tritonserver() -> None:

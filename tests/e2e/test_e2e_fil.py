@@ -55,7 +55,17 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = corrupt / "1" / "xgboost.json"
     path.write_bytes(path.read_bytes()[:300])
     fm.write(repo, "mismatched", booster, "xgboost_json", fm.config("mismatched", "lightgbm", 30, 1))
+    # SHAP values as the FIL backend's QA configures its xgboost_shap model: a multiclass XGBoost
+    # model answering its class, treeshap_output [classes, features + 1]; a LightGBM binary one
+    _with_shap(repo, "shap_xgboost", fm.xgboost("iris", "multi:softprob"), "xgboost_ubj", 4, "3, 5")
+    _with_shap(repo, "shap_lightgbm", fm.lightgbm("cancer", "binary"), "lightgbm", 30, "31")
     return repo
+
+
+def _with_shap(repo: Path, name: str, model: Any, model_type: str, features: int, shap_dims: str) -> None:
+    cfg = fm.config(name, model_type, features, 1)
+    shap = f'{{ name: "treeshap_output" data_type: TYPE_FP32 dims: [ {shap_dims} ] }}'
+    fm.write(repo, name, model, model_type, cfg.replace("dims: [ 1 ] } ]", f"dims: [ 1 ] }}, {shap} ]"))
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +97,7 @@ def _http(client: Any, model: str, rows: np.ndarray[Any, Any]) -> np.ndarray[Any
 def test_broken_models_fail_their_load_and_the_others_serve(server: InferdProcess) -> None:
     index = {m["name"]: m for m in server.request("POST", "/v2/repository/index", {}).json()}
     ready = {"breast_cancer_xgboost", "diabetes_lightgbm", "batched_xgboost", "legacy_xgboost", "iris_forest"}
+    ready |= {"shap_xgboost", "shap_lightgbm"}
     assert {n for n, m in index.items() if m["state"] == "READY"} == ready
     assert index["corrupt"]["state"] == "UNAVAILABLE"
     assert "Provided JSON could not be parsed as XGBoost model" in index["corrupt"]["reason"]
@@ -163,3 +174,46 @@ def test_the_config_is_served_as_written(client: Any) -> None:
     assert cfg["backend"] == "fil"
     assert cfg["parameters"]["model_type"]["string_value"] == "lightgbm"
     assert cfg["output"][0]["dims"] == [1]
+
+
+def test_shap_values_over_http_and_grpc_equal_xgboosts_pred_contribs(
+    client: Any, gclient: Any, repo: Path
+) -> None:
+    """The issue's bar: treeshap_output equal to XGBoost's pred_contribs within 1e-4, shaped as the
+    FIL backend's QA expects ([rows, classes, features + 1]), the class in output__0."""
+    booster = xgb.Booster(model_file=str(repo / "shap_xgboost/1/xgboost.ubj"))
+    x, _ = fm.dataset("iris")
+    want = booster.predict(xgb.DMatrix(x), pred_contribs=True)
+    classes = booster.predict(xgb.DMatrix(x)).argmax(axis=1).astype(np.float32)
+    inp = httpclient.InferInput("input__0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    outs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("output__0", "treeshap_output")]
+    result = client.infer("shap_xgboost", [inp], outputs=outs)
+    got = result.as_numpy("treeshap_output")
+    assert got.shape == (len(x), 3, 5) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(result.as_numpy("output__0"), classes)
+    # gRPC, every output by default, one row a request
+    for i in (0, 77, 149):
+        ginp = grpcclient.InferInput("input__0", [1, 4], "FP32")
+        ginp.set_data_from_numpy(x[i : i + 1])
+        one = gclient.infer("shap_xgboost", [ginp])
+        np.testing.assert_allclose(one.as_numpy("treeshap_output"), want[i : i + 1], rtol=0, atol=1e-4)
+    # a request for output__0 alone gets it alone
+    alone = client.infer("shap_xgboost", [inp], outputs=outs[:1]).get_response()
+    assert [o["name"] for o in alone["outputs"]] == ["output__0"]
+    meta = client.get_model_metadata("shap_xgboost")
+    assert {o["name"]: o["shape"] for o in meta["outputs"]} == {
+        "output__0": [-1, 1],
+        "treeshap_output": [-1, 3, 5],
+    }
+
+
+def test_lightgbm_shap_values_over_grpc_equal_lightgbms_pred_contrib(gclient: Any, repo: Path) -> None:
+    booster = lgb.Booster(model_file=str(repo / "shap_lightgbm/1/model.txt"))
+    x, _ = fm.dataset("cancer")
+    inp = grpcclient.InferInput("input__0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    got = gclient.infer("shap_lightgbm", [inp]).as_numpy("treeshap_output")
+    assert got.shape == (len(x), 31)
+    np.testing.assert_allclose(got, booster.predict(x, pred_contrib=True), rtol=1e-5, atol=1e-4)

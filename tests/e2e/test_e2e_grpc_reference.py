@@ -43,8 +43,10 @@ def _response_class(rpc: str) -> Any:
 
 
 def _paths(value: Any, server: InferdProcess) -> Any:
-    """The reference's repository path in recorded texts -> this server's."""
-    text = json.dumps(value)
+    """The reference's repository path in recorded texts -> this server's. A file of a model
+    (``<repository>/m/1/model.py``) is named from the repository's root (``m/1/model.py``): inferd
+    tells clients no server path (README's deliberate differences)."""
+    text = json.dumps(value).replace(OBSERVED["repository"] + "/", "")
     return json.loads(text.replace(OBSERVED["repository"], str(server.repository)))
 
 

@@ -43,6 +43,7 @@ class ChartPod:
             "storage": {"secretName": "inferd-s3", "env": {"AWS_ENDPOINT_URL": self.store.endpoint}},
             "ports": {"http": http, "grpc": grpc, "metrics": metrics},
             "exitTimeoutSecs": 10,
+            "autoscaling": {"enabled": True},  # off by default (it needs prometheus-adapter)
         }
 
     def command(self, http: int, grpc: int, metrics: int) -> list[str]:

@@ -199,3 +199,31 @@ def test_json_format_writes_every_start_line_as_json_the_model_table_included(
     table = {(d["model"], d["version"]): d["status"] for d in docs if "model" in d and "status" in d}
     assert table[("identity_fp32", "1")] == "READY"
     assert not any(line.startswith("+--") for line in lines)
+
+
+def test_the_start_prints_the_references_options_table_and_at_verbose_1_every_option(
+    start_server: Callable[..., Any],
+) -> None:
+    """As tritonserver 2.51 starts (recorded): its options table after the model table; at
+    ``--log-verbose 1`` each model's auto-completed config; ``--strict-model-config`` warned about as
+    deprecated. Beyond it, at verbose 1, every inferd option in effect, secrets withheld."""
+    server = start_server(
+        "--log-verbose=1", "--strict-model-config=false", "--http-restricted-api=statistics:k=s3cret"
+    )
+    server.assert_serving()
+    log = server.log()
+    assert (
+        "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+        in log
+    )
+    rows = {
+        cells[0]: cells[1]
+        for line in log.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.strip("|").split("|")]) == 2
+    }
+    assert rows["server_version"] == "2.51.0" and rows["model_control_mode"] == "MODE_NONE"
+    assert rows["server_extensions"].split() == server.request("GET", "/v2").json()["extensions"]
+    assert rows["strict_readiness"] == "1" and rows["cache_enabled"] == "0"
+    assert rows["--log-verbose"] == "1"
+    assert rows["--http-restricted-api"] == "statistics:k=***" and "s3cret" not in log
+    assert 'Server side auto-completed config: name: \\"identity_fp32\\"' in log

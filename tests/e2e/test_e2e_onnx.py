@@ -237,3 +237,46 @@ def test_digits_classification_with_labels(
         values = [float(str(t).split(":")[0]) for t in row]
         assert values == sorted(values, reverse=True)
         assert [int(str(t).split(":")[1]) for t in row] == np.argsort(-p, kind="stable")[:3].tolist()
+
+
+def test_the_builder_never_writes_into_a_repository_it_did_not_write(tmp_path: Path) -> None:
+    """``make run MODELS=<your repository>`` once replaced a user's ``densenet_onnx`` (and added 13
+    models beside it): a folder holding anything this build did not write is refused, untouched."""
+    users = tmp_path / "users"
+    (users / "densenet_onnx" / "1").mkdir(parents=True)
+    (users / "densenet_onnx" / "1" / "model.onnx").write_bytes(b"the user's own model")
+    with pytest.raises(
+        SystemExit, match=r"holds densenet_onnx, which this build did not write.*inferd serve"
+    ):
+        build_models.build(users, {"add_sub"})
+    assert sorted(p.name for p in users.iterdir()) == ["densenet_onnx"]
+    assert (users / "densenet_onnx" / "1" / "model.onnx").read_bytes() == b"the user's own model"
+    ours = tmp_path / "ours"
+    assert build_models.build(ours, {"add_sub"}) == ["add_sub"]
+    assert build_models.build(ours, {"add_sub"}) == ["add_sub"]  # a folder it wrote: built again at will
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's own deprecations inside its exporter
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_model_exported_from_pytorch_in_this_venv_serves(tmp_path: Path) -> None:
+    """The venv ``make run`` builds exports with ``torch.onnx.export``'s default exporter (it needs
+    onnxscript, in the examples extra), and inferd serves what it wrote: the same numbers as torch."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()
+    repo = tmp_path / "repository"
+    (repo / "exported" / "1").mkdir(parents=True)
+    torch.onnx.export(
+        net,
+        (torch.randn(2, 4),),
+        str(repo / "exported" / "1" / "model.onnx"),
+        input_names=["INPUT0"],
+        output_names=["OUTPUT0"],
+        dynamic_shapes=({0: torch.export.Dim("batch", max=64)},),
+    )
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)  # auto-complete: batches up to 4
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    with serving(repo, tmp_path / "server.log") as proc, http_client(proc) as c:
+        got = c.infer("exported", [_input("INPUT0", x)]).as_numpy("OUTPUT0")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -111,8 +111,9 @@ def _http_unload(proc: InferdProcess, name: str) -> None:
     proc.request("POST", f"/v2/repository/models/{quote(name, safe='/.')}/unload", {})
 
 
+@pytest.mark.timeout(400)  # each example loads four uploads, each in worker processes of its own
 @settings(
-    max_examples=60,
+    max_examples=20,  # (~2 s an example, 5 s on a loaded 2-core machine)
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -35,7 +35,7 @@ def _children(pid: int) -> set[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if int(fields[1]) == pid and b"inferd.backends.python.worker" in cmd:
+        if int(fields[1]) == pid and b"inferd.backends.process.worker" in cmd:
             out.add(int(p))
     return out
 

@@ -50,6 +50,8 @@ def _io(kind: str, specs: list[tuple[str, str, str]]) -> str:
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("torch") / "models"
+    # the example first: the builder writes only into a folder of its own (or empty)
+    assert build_models.build(repo, only={"digits_torch"}) == ["digits_torch"]
 
     def model(name: str, config: str, filename: str = "model.pt") -> Path:
         (repo / name / "1").mkdir(parents=True)
@@ -76,7 +78,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     torch.export.save(program, str(model("torch_exported", exported, "model.pt2")))
 
-    assert build_models.build(repo, only={"digits_torch"}) == ["digits_torch"]
     model("torch_corrupt", add_sub).write_bytes(b"PK\x03\x04 not really a TorchScript archive")
     return repo
 

@@ -344,6 +344,10 @@ def test_serve_runs_the_replicas_code_on_their_loop_without_access_logs(applicat
     (proxy,) = [name for space, name in serve_actors() if name.startswith("SERVE_PROXY_ACTOR")]
     lines, _ = serve_log(ray.get_actor(proxy, namespace="serve"))
     assert lines and not [line for line in lines if ACCESS_LINE.search(line)]
+    # the proxies answer within --request-timeout-s (60 s): they held requests for ever before
+    controller = ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+    assert ray.get(controller.get_http_config.remote()).request_timeout_s == 60.0
+    assert ray.get(controller.get_grpc_config.remote()).request_timeout_s == 60.0
 
 
 def test_scales_up_and_survives_a_killed_replica(application: Cluster) -> None:

@@ -450,3 +450,52 @@ def _live(port: int) -> bool:
         return _get(port, "/v2/health/live")[0] == 200
     except OSError:
         return False
+
+
+FINALIZING = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+
+    def finalize(self):
+        open({marker!r}, "w").write("finalized")
+"""
+
+
+def test_a_start_that_fails_unloads_the_models_that_loaded(tmp_path: Path) -> None:
+    """ "failed to load all models": the models that did load are finalized before the exit, as the
+    reference's are, and no false "did not unload within the exit timeout" is logged."""
+    repo = tmp_path / "repository"
+    marker = tmp_path / "finalized"
+    for name, source in (
+        ("good", FINALIZING.format(marker=str(marker))),
+        ("broken", "raise RuntimeError('no')\n"),
+    ):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 0\n')
+        (repo / name / "1" / "model.py").write_text(source)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inferd",
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "failed to load all models" in proc.stderr
+    assert marker.read_text() == "finalized"
+    assert "did not unload within the exit timeout" not in proc.stderr

@@ -203,9 +203,14 @@ def test_an_instance_count_past_the_cap_is_refused_before_any_thread_starts(serv
 
 
 def test_a_load_that_fails_part_way_gives_back_its_threads(server: InferdProcess) -> None:
-    """Eight thread instances, the sixth failing in initialize: the five started are unloaded and
-    their threads end (the server's thread count comes back)."""
+    """Eight instances, the sixth failing in initialize: the five started are unloaded and their
+    threads end (the server's thread count comes back). An upload's instances are worker processes
+    whatever its config asks (backends/process/uploaded.py): the threads are their readers."""
     _serves(server)
+    # an upload that loads: the threads that live on once the first worker started (its spawner, the
+    # memory watch) are counted in ``before``
+    assert _http_load(server, "warm", _config(), {"1/model.py": IDENTITY.replace(b"_5", b"_never")})[0] == 200
+    assert server.request("POST", "/v2/repository/models/warm/unload", {}).status == 200
     before = _threads(server)
     config = _config(
         instance_group=[{"count": 8, "kind": "KIND_CPU"}],

@@ -178,6 +178,21 @@ def test_format_table() -> None:
     )
 
 
+def test_format_table_keeps_a_reason_of_several_lines_inside_its_cell() -> None:
+    table = format_table(
+        ("Model", "Version", "Status"),
+        [("bad", "1", "UNAVAILABLE: Traceback:\n  File x\nValueError: no"), ("good", "1", "READY")],
+    )
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1  # every line as wide: the frame holds
+    assert lines[3:6] == [
+        "| bad   | 1       | UNAVAILABLE: Traceback: |",
+        "|       |         |   File x                |",
+        "|       |         | ValueError: no          |",
+    ]
+    assert lines[6] == "| good  | 1       | READY                   |"
+
+
 def test_format_table_without_rows() -> None:
     assert format_table(("Model", "Version", "Status"), []) == "\n".join(
         [

@@ -99,7 +99,9 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
     options, notes = parsed(*argv)
     assert options == ServerOptions(model_repository=[Path("/m")])
     assert notes == [
-        "ignoring --repoagent-directory=/opt/tritonserver/repoagents: inferd has no repository agents to load",
+        "ignoring --repoagent-directory=/opt/tritonserver/repoagents: repository agents are Python (checksum "
+        "built in, others through the inferd.repoagents entry point); C agent libraries "
+        "(libtritonrepoagent_*.so) are not loaded",
         "ignoring --buffer-manager-thread-count=4: tensors stay in host memory: no buffer manager",
         "ignoring --pinned-memory-pool-byte-size=268435456: inferd runs on the CPU: no pinned memory pool",
         "ignoring --cuda-memory-pool-byte-size=0:67108864,1:67108864: inferd runs on the CPU: no CUDA memory pool",
@@ -206,7 +208,8 @@ def test_the_ignored_flags_are_logged_once_at_start(
         )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ignoring")]
     assert lines == [
-        "ignoring --repoagent-directory=/opt/b: inferd has no repository agents to load",
+        "ignoring --repoagent-directory=/opt/b: repository agents are Python (checksum built in, others "
+        "through the inferd.repoagents entry point); C agent libraries (libtritonrepoagent_*.so) are not loaded",
         "ignoring --http-thread-count=8: HTTP is served on the event loop: no thread pool to size",
     ]
 
@@ -231,3 +234,29 @@ def test_inferd_tritonserver_parses_as_serve() -> None:
     options = options_from_args(build_parser().parse_args(argv))
     assert options.model_repository == [Path("/mnt/models")]
     assert (options.http_port, options.grpc_port) == (8080, 9000)
+
+
+def test_tritonserver_refuses_an_unknown_flag_as_the_reference(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recorded on Triton 2.51: ``tritonserver --bogus=1`` prints ``<argv0>: unrecognized option
+    '--bogus=1'`` and its usage, exit status 1, before it looks at any other flag."""
+    monkeypatch.setattr(sys, "argv", ["tritonserver", "--bogus=1"])
+    assert cli.tritonserver() == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "tritonserver: unrecognized option '--bogus=1'"
+    assert err[1].startswith("Usage: tritonserver --model-repository PATH")
+
+
+@pytest.mark.parametrize(
+    ("argv", "unknown"),
+    [
+        (["--model-store=/m", "--log-verbose=1"], None),
+        (["--model-repository", "/m", "--exit-timeout-secs", "-1"], None),  # a negative value, not a flag
+        (["--model-repository", "/m", "--", "--bogus"], None),
+        (["--model-repository=/m", "--grpc-use-ssl=true", "--bogus", "x"], "--bogus"),
+        (["-x"], "-x"),
+    ],
+)
+def test_unknown_option(argv: list[str], unknown: str | None) -> None:
+    assert cli.unknown_option(argv) == unknown

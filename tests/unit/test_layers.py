@@ -21,6 +21,7 @@ CORE_DATA = frozenset(
         "inferd.core.request",
         "inferd.core.response",
         "inferd.core.stream_flow",
+        "inferd.core.unsent",  # the process's budget of held response bytes, which stream windows count in
     }
 )
 

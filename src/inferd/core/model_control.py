@@ -41,6 +41,7 @@ from typing import Any, NoReturn
 
 from google.protobuf import json_format
 
+from inferd.core.agents import AgentAction, AgentChain
 from inferd.core.instance_update import requires_reload, update_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -50,11 +51,13 @@ from inferd.core.repository_manager import (
     FoundAtLoad,
     LoadedModels,
     LoadSettings,
+    Prepared,
     ensemble_versions,
     load_bounded,
     load_repositories,
     prepare_config,
     status_text,
+    without_paths,
 )
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 from inferd.repository import DuplicateModel, ModelDir, fingerprint, select_versions
@@ -146,6 +149,8 @@ class ModelControl:
         self._stamps: dict[str, Fingerprint] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
+        #: model name -> its repository agents (core/agents.py), told of its unload
+        self._agents: dict[str, AgentChain] = {}
         #: the folders of file overrides and their bytes (``--model-upload-max-bytes``)
         self.uploads = uploads if uploads is not None else Uploads(0)
         #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
@@ -179,7 +184,7 @@ class ModelControl:
                     if not self._registry.models.get(name):
                         self._registry.failed[name] = e.message
             return
-        found = await load_repositories(self._sources, self._registry, self._settings)
+        found = await load_repositories(self._sources, self._registry, self._settings, self._agents)
         if self.mode != "none":
             ready = {n: md for n, md in found.items() if self._registry.is_ready(n)}
             self._stamps = await asyncio.to_thread(lambda: {n: fingerprint(md) for n, md in ready.items()})
@@ -387,9 +392,10 @@ class ModelControl:
             if self.budget is not None:
                 self.budget.touch(name)
             return
+        src = md  # where the load came from; the versions load from where its agents put them
         try:
             async with self._window(locked):
-                cfg = await asyncio.to_thread(
+                prepared = await asyncio.to_thread(
                     prepare_config,
                     md,
                     settings.config_name,
@@ -397,18 +403,47 @@ class ModelControl:
                     settings.default_max_batch_size,
                     override,
                     settings.gpus,
+                    settings,  # an uploaded folder's auto-complete runs in a worker, held to its limits
                 )
         except FoundAtLoad as found:  # as the reference's backends find it at load: the version fails
             e = found.error
             if not md.versions:
                 self._drop_override(md, files)
-                raise _poll_failed(name, e.message) from None
+                raise _poll_failed(name, without_paths(e.message, md)) from None
             failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
-            failed_model.state, failed_model.reason = ModelState.UNAVAILABLE, status_text(e)
+            log.error("failed to load '%s' version %d: %s", name, failed_model.version, status_text(e))
+            failed_model.state = ModelState.UNAVAILABLE
+            failed_model.reason = without_paths(status_text(e), md)
             self._fail(name, [failed_model], md, files)
         except InferdError as e:  # the reference finds it reading the repository: nothing is loaded,
             self._drop_override(md, files)  # what serves serves on, the server stays ready
-            raise _poll_failed(name, e.message) from None
+            raise _poll_failed(name, without_paths(e.message, md)) from None
+        agents = prepared.agents
+        try:
+            await self._load_prepared(name, src, prepared, mark, files, loading, locked)
+        except BaseException:
+            if agents is not None:
+                agents.act(AgentAction.LOAD_FAIL)
+                agents.release()
+            raise
+        if agents is not None:
+            agents.act(AgentAction.LOAD_COMPLETE)
+
+    async def _load_prepared(
+        self,
+        name: str,
+        src: ModelDir,
+        prepared: Prepared,
+        mark: Fingerprint | None,
+        files: dict[str, bytes],
+        loading: set[str],
+        locked: bool,
+    ) -> None:
+        """The versions of a model whose config is ready: loaded beside the old ones, switched to,
+        the old ones drained. ``src`` is the folder the load came from (its file overrides), the
+        versions load from ``prepared.md`` (where its repository agents put it)."""
+        settings, registry = self._settings, self._registry
+        cfg, md, agents = prepared.config, prepared.md, prepared.agents
         old = registry.models.get(name, {})
         updated: dict[int, Model] = {}  # the versions updated in place
         if cfg.platform == "ensemble":
@@ -417,9 +452,13 @@ class ModelControl:
                     await self._load(step.model_name, None, {}, loading, locked)
             new = ensemble_versions(md, cfg, registry, settings)
         else:
-            versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+            try:
+                versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+            except InferdError as e:  # as the reference words it
+                self._drop_override(src, files)
+                raise InvalidArgumentError(f"load failed for model '{name}': {e.message}\n") from None
             if not versions:
-                self._drop_override(md, files)
+                self._drop_override(src, files)
                 raise _poll_failed(name, "no version is available")
             was = self._stamps.get(name)
             for v in versions:
@@ -437,7 +476,7 @@ class ModelControl:
                 except InferdError as e:  # larger than the whole budget: not kept
                     for m in new:
                         await self._stop(m)
-                    self._drop_override(md, files)
+                    self._drop_override(src, files)
                     if not registry.is_ready(name):
                         registry.failed[name] = e.message
                     raise
@@ -445,14 +484,14 @@ class ModelControl:
             for m in new:
                 if m.ready:
                     await self._stop(m)
-            self._fail(name, new, md, files)
+            self._fail(name, new, src, files)
         for version, model in updated.items():
             try:
                 await update_instances(model, cfg, settings.loop, self._drain_timeout_s)
             except Exception as e:  # the version serves on as it was; the new ones go (the reference's)
                 for m in new:
                     await self._stop(m)
-                self._drop_override(md, files)
+                self._drop_override(src, files)
                 why = status_text(e) if isinstance(e, InferdError) else f"{type(e).__name__}: {e}"
                 raise InvalidArgumentError(
                     f"load failed for model '{name}': version {version} is at READY state: {why};\n"
@@ -467,8 +506,11 @@ class ModelControl:
         else:
             self._stamps[name] = mark
         old_dir = self._override_dirs.pop(name, None)
+        old_agents = self._agents.pop(name, None)
+        if agents is not None:
+            self._agents[name] = agents
         if files:
-            self._override_dirs[name] = md.path
+            self._override_dirs[name] = src.path
         log.info("loaded '%s' (%s)", name, ", ".join(f"version {v}" for v in sorted(fresh)))
         async with self._window(locked):  # the old versions drain while other models load
             for m in old.values():
@@ -476,6 +518,8 @@ class ModelControl:
                     await self._stop(m)
         if old_dir is not None:
             self.uploads.remove(old_dir)
+        if old_agents is not None:  # the folders its agents made for the versions now gone
+            old_agents.release()
         if self.budget is not None:
             self.budget.touch(name)
             await self.budget.fit(loading, self._evict, why=name)
@@ -535,9 +579,15 @@ class ModelControl:
         for m in live:
             m.state = ModelState.UNLOADING  # no new requests
         registry.refresh_defaults()
+        agents = self._agents.pop(name, None)
+        if agents is not None:
+            agents.act(AgentAction.UNLOAD)
         async with self._window(locked):  # they drain while other models load
             for m in live:
                 await self._stop(m)
+        if agents is not None:
+            agents.act(AgentAction.UNLOAD_COMPLETE)
+            agents.release()
         folder = self._override_dirs.pop(name, None)
         if folder is not None:
             self.uploads.remove(folder)

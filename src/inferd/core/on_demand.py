@@ -84,7 +84,7 @@ def rss_bytes(pid: int | str = "self") -> int:
 
 def worker_bytes(name: str) -> int:
     """Resident memory of the worker processes of model ``name``'s Python instances."""
-    from inferd.backends.python.process import worker_pids
+    from inferd.backends.process.model import worker_pids
 
     return sum(rss_bytes(pid) for pid in worker_pids(name))
 

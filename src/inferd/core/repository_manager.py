@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from inferd.backends.base import BackendInstance, LoadContext, ServerLinks
+from google.protobuf import text_format
+
+from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
 from inferd.backends.registry import auto_gpu, backend_for
+from inferd.core.agents import AgentAction, AgentChain, load_agents
 from inferd.core.instance_update import Member, wanted_instances
 from inferd.core.lifecycle import ModelState
 from inferd.core.model import Model
@@ -33,12 +37,16 @@ from inferd.repository import (
 )
 from inferd.repository.config.limits import check_limits
 from inferd.repository.remote import RepositorySet, Unreadable
+from inferd.repository.scan import scan_model_dir
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
 from inferd.scheduling.rate_limiter import RateLimiter, held, open_gate
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
+
+if TYPE_CHECKING:  # backends/process/uploaded.py is imported at the first upload, not at start
+    from inferd.backends.process.uploaded import LoadAbort, UploadLimits
 
 log = logging.getLogger("inferd.repository")
 
@@ -58,6 +66,15 @@ _STATUS_TEXT = {
 def status_text(e: InferdError) -> str:
     """An error as Triton prints a Status in a load failure's reason: "Internal: <message>"."""
     return f"{_STATUS_TEXT[e.code]}: {e.message}"
+
+
+def without_paths(text: str, md: ModelDir) -> str:
+    """``text`` (a failure's reason, which clients read) with the model's folder written as the
+    model's name: ``/srv/models/m/1/model.py`` -> ``m/1/model.py``, an upload's private folder
+    likewise. Clients learn nothing of the server's file system; the log keeps the full text."""
+    for folder in sorted({str(md.path), str(md.path.resolve())}, key=len, reverse=True):
+        text = text.replace(folder, md.name)
+    return text
 
 
 class LoadedModels:
@@ -109,6 +126,16 @@ class FoundAtLoad(Exception):
         self.error = error
 
 
+@dataclass(slots=True)
+class Prepared:
+    """A model ready to load: its config, the folder to load it from (a repository agent may have
+    moved it) and its repository agents (core/agents.py; None: it names none)."""
+
+    config: Any
+    md: ModelDir
+    agents: AgentChain | None = None
+
+
 def prepare_config(
     md: ModelDir,
     config_name: str | None,
@@ -116,21 +143,48 @@ def prepare_config(
     default_mbs: int,
     override: Any | None = None,
     gpus: SupportedGpus = NO_GPUS,
-) -> Any:
+    settings: LoadSettings | None = None,
+) -> Prepared:
     """The model's config, completed, normalised and checked; ``override``: a ModelConfig to use
     instead of the model's file (a load request's ``config``); ``gpus``: those its instance groups
-    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``).
+    may use (``KIND_AUTO`` goes to them where the backend can run there: ``auto_gpu``). The
+    config's repository agents act (``LOAD``) before anything reads the model's files. The
+    auto-complete of a folder a client uploaded runs in a worker process, held to ``settings``'
+    limits for uploaded models (backends/process/uploaded.py).
     FoundAtLoad for what the backend's auto-complete refuses, InferdError for the rest."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
     check_limits(cfg)  # before the backend reads a file or imports code the config names
+    agents = load_agents(cfg, md.name, md.path)  # a checksum refused, a model decrypted elsewhere
+    if agents is not None and agents.location is not None and agents.location != md.path:
+        md = dataclasses.replace(
+            scan_model_dir(agents.location, md.repository, name=md.name), uploaded=md.uploaded
+        )
+    try:
+        return Prepared(_complete(md, cfg, strict, default_mbs, gpus, settings), md, agents)
+    except BaseException:
+        if agents is not None:
+            agents.act(AgentAction.LOAD_FAIL)
+            agents.release()
+        raise
+
+
+def _complete(
+    md: ModelDir, cfg: Any, strict: bool, default_mbs: int, gpus: SupportedGpus, settings: LoadSettings | None
+) -> Any:
+    """``prepare_config``'s steps once the config is read: auto-complete, normalise, check."""
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
         backend = backend_for(cfg)
+        first = versions[0] if versions else None
         try:
-            backend.auto_complete(
-                cfg, md.path, versions[0] if versions else None, default_max_batch_size=default_mbs
-            )
+            if md.uploaded:  # it imports model.py or parses the model file: never in this process
+                from inferd.backends.process.uploaded import UploadLimits, complete_in_worker
+
+                limits = settings.uploads(cfg.backend) if settings is not None else UploadLimits()
+                complete_in_worker(cfg, md.path, first, default_mbs, limits)
+            else:
+                backend.auto_complete(cfg, md.path, first, default_max_batch_size=default_mbs)
         except InferdError as e:
             raise FoundAtLoad(e) from e
     normalize_config(
@@ -140,6 +194,8 @@ def prepare_config(
     if cfg.platform != "ensemble" and cfg.backend != "python":
         # a Python model may declare no tensors at all: the reference loads it READY
         require_io(cfg)
+    if not strict and log.isEnabledFor(VERBOSE1):  # as the reference logs it (one escaped line here)
+        log.log(VERBOSE1, "Server side auto-completed config: %s", text_format.MessageToString(cfg))
     return cfg
 
 
@@ -203,11 +259,20 @@ class LoadSettings:
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
 
+    def uploads(self, backend: str) -> UploadLimits:
+        """What the workers of an uploaded model of ``backend`` are held to."""
+        from inferd.backends.process.uploaded import upload_limits
 
-def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+        return upload_limits(self.for_backend(backend), self.load_timeout_s)
+
+
+def load_version(
+    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None = None
+) -> Model:
     """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE once
-    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``)."""
-    model = _load_once(name, version, md, cfg, settings)
+    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``).
+    ``abort``: an uploaded model's, which stops the load by killing its workers."""
+    model = _load_once(name, version, md, cfg, settings, abort)
     for attempt in range(1, settings.load_retries + 1):
         if model.state is ModelState.READY:
             break
@@ -219,11 +284,16 @@ def load_version(name: str, version: int, md: ModelDir, cfg: Any, settings: Load
             attempt,
             settings.load_retries,
         )
-        model = _load_once(name, version, md, cfg, settings)
+        model = _load_once(name, version, md, cfg, settings, abort)
+    if model.state is not ModelState.READY and model.reason:
+        log.error("failed to load '%s' version %d: %s", name, version, model.reason)  # the reference's line
+        model.reason = without_paths(model.reason, md)  # clients read it: no server paths
     return model
 
 
-def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
+def _load_once(
+    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None
+) -> Model:
     """One try at loading a version (see ``load_version``)."""
     log.info("loading: %s:%d", name, version)  # as the reference logs it
     t0 = time.monotonic()
@@ -244,7 +314,17 @@ def _load_once(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSe
             settings.load_timeout_s,
             uploaded=md.uploaded,
         )
-        bmodel = backend.load(ctx)
+        bmodel: BackendModel
+        if md.uploaded:  # a client's files: read and run in worker processes only
+            from inferd.backends.process.uploaded import contained_model
+
+            limits = settings.uploads(cfg.backend)
+            contained = contained_model(ctx, limits, t0 + limits.load_timeout_s)
+            if abort is not None:
+                abort.track(contained)
+            bmodel = contained
+        else:
+            bmodel = backend.load(ctx)
         wanted = wanted_instances(cfg)
         specs = [spec for spec, _ in wanted]
         # registered first: a model the limiter cannot fit is refused before it initializes, and each
@@ -329,10 +409,14 @@ def _scheduler(
 
 
 async def load_repositories(
-    paths: list[Path] | RepositorySet, registry: LoadedModels, settings: LoadSettings
+    paths: list[Path] | RepositorySet,
+    registry: LoadedModels,
+    settings: LoadSettings,
+    agents: dict[str, AgentChain] | None = None,
 ) -> dict[str, ModelDir]:
     """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles;
-    the folders of the models it found.
+    the folders of the models it found; ``agents`` gets the repository agents of each model that
+    names some (core/agents.py).
 
     A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
     with that reason and the others go on; if its load ever finishes, what it made is unloaded.
@@ -348,7 +432,7 @@ async def load_repositories(
             return
         async with sem:
             try:
-                cfg = await asyncio.to_thread(
+                prepared = await asyncio.to_thread(
                     prepare_config,
                     entry,
                     settings.config_name,
@@ -356,25 +440,34 @@ async def load_repositories(
                     settings.default_max_batch_size,
                     None,
                     settings.gpus,
+                    settings,
                 )
+                cfg, entry = prepared.config, prepared.md
+                if prepared.agents is not None and agents is not None:
+                    agents[name] = prepared.agents
                 versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
             except FoundAtLoad as e:
-                registry.failed[name] = e.error.message
+                registry.failed[name] = without_paths(e.error.message, entry)
                 return
             except InferdError as e:
-                registry.failed[name] = e.message
+                registry.failed[name] = without_paths(e.message, entry)
                 return
             except Exception as e:
-                registry.failed[name] = f"{type(e).__name__}: {e}"
+                registry.failed[name] = without_paths(f"{type(e).__name__}: {e}", entry)
                 return
             if cfg.platform == "ensemble":
                 ensembles.append((entry, cfg))
                 return
+            loaded = []
             for v in versions:
                 model = await load_bounded(name, v, entry, cfg, settings)
                 if model.reason.startswith(_GIVEN_UP):
                     registry.abandoned_loads += 1
                 registry.add(model)
+                loaded.append(model)
+            if prepared.agents is not None:
+                ok = all(m.ready for m in loaded)
+                prepared.agents.act(AgentAction.LOAD_COMPLETE if ok else AgentAction.LOAD_FAIL)
 
     await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
     registry.refresh_defaults()
@@ -401,15 +494,26 @@ def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: 
 
 async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
     """``load_version`` on a worker thread, given up on after the load timeout (the thread cannot
-    be stopped: a load that finishes later is unloaded at once)."""
+    be stopped: a load that finishes later is unloaded at once). An uploaded model's load always has
+    a timeout, and is stopped there: its workers are killed, and what it made is released before
+    this returns (backends/process/uploaded.py)."""
     timeout_s, loop = settings.load_timeout_s, settings.loop
-    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings))
+    abort = None
+    if md.uploaded:
+        from inferd.backends.process.uploaded import LoadAbort
+
+        timeout_s, abort = settings.uploads(cfg.backend).load_timeout_s, LoadAbort()
+    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings, abort))
     if not timeout_s:
         return await future
     done, _ = await asyncio.wait({future}, timeout=timeout_s)
     if done:
         return future.result()
     log.error("loading '%s' version %d did not finish within %g s", name, version, timeout_s)
+    if abort is not None:
+        abort.fire(f"loading did not finish within {timeout_s:g} s (--model-load-timeout-secs)")
+        # its workers are gone, so the load's thread ends: wait for it to have released everything
+        await asyncio.wait({future}, timeout=_ABORT_GRACE_S)
 
     def late(f: asyncio.Future[Model]) -> None:
         if f.cancelled() or f.exception() is not None:
@@ -429,6 +533,9 @@ async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings
 
 
 _GIVEN_UP = "Unavailable: loading did not finish within"
+#: how long an uploaded model's stopped load may take to release what it made (its instances'
+#: unloads, each bounded by backends/process/instance.py STOP_TIMEOUT_S)
+_ABORT_GRACE_S = 15.0
 #: unloads of loads that finished after their timeout (owned until they end)
 _LATE: set[asyncio.Task[None]] = set()
 

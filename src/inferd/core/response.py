@@ -100,7 +100,7 @@ class ResponseStream:
         w = self._window
         assert w is not None
         error = stalled_error(w)
-        self.cancel(error.message)
+        self._cancel(error.message)  # what waits stays counted: the client may still read it
         self.pass_on(
             InferResponse(response.model_name, response.model_version, response.id, error=error), False
         )
@@ -110,8 +110,14 @@ class ResponseStream:
         """The client no longer wants the answers (it went away, or its deadline passed).
 
         The one way to cancel, from any front end: a queued request is then never executed, a
-        running Python model sees ``is_cancelled()``, and further non-final responses are dropped.
+        running Python model sees ``is_cancelled()``, and further non-final responses are dropped;
+        what waits for the consumer leaves the process's budget (``StreamWindow.drop``).
         """
+        self._cancel(reason)
+        if self._window is not None:
+            self._window.drop()
+
+    def _cancel(self, reason: str) -> None:
         if self._cancel_reason is None:
             self._cancel_reason = reason
             if self._window is not None:

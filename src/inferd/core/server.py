@@ -32,6 +32,7 @@ from inferd.core.status import status
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.summary import MetricsConfig
 from inferd.core.summary import configure as configure_summaries
+from inferd.core.unsent import UnsentBudget
 from inferd.core.validate import validate_request, validation_key
 from inferd.errors import (
     InferdError,
@@ -53,10 +54,14 @@ log = logging.getLogger("inferd")
 
 #: The Triton protocol version inferd answers as (clients compare it, not inferd's own version).
 PROTOCOL_VERSION = "2.51.0"
-#: Extensions that really work; the frontends add theirs.
+#: The extensions, as the reference lists them and in its order: inferd serves every one (sequence
+#: batching, unload_dependents and the dynamic batcher's queue policies included); front ends may add
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",
@@ -84,8 +89,12 @@ class ServerCore:
         options: ServerOptions,
         custom_metrics: MetricRegistry | None = None,
         rate_limiter: RateLimiter | None = None,
+        unsent: UnsentBudget | None = None,
     ) -> None:
         self.options = options
+        #: the process's budget of response bytes held for clients (core/unsent.py; the Runtime's),
+        #: which decoupled models' streams count in; None: streams are bounded by their windows alone
+        self.unsent = unsent
         #: ``--rate-limit execution_count`` (scheduling/rate_limiter.py; None: off)
         self.rate_limiter = rate_limiter
         #: the custom metrics its models define (``inferd.metrics.custom``; the Runtime gives one)
@@ -102,7 +111,9 @@ class ServerCore:
         #: a stream's final response takes it out of ``_open`` (one bound method for all of them)
         self._closed = self._open.discard
         #: how far a decoupled model's responses may run ahead of their client (core/stream_flow.py)
-        self.stream_limits = StreamLimits(options.stream_max_unread_bytes, options.stream_stall_timeout_secs)
+        self.stream_limits = StreamLimits(
+            options.stream_max_unread_bytes, options.stream_stall_timeout_secs, unsent
+        )
         #: loads and unloads after start (core/model_control.py); made by ``start``
         self.control: ModelControl | None = None
         self._poll: asyncio.Task[None] | None = None

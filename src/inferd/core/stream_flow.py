@@ -8,6 +8,11 @@ through, however large. A send that waited ``stall_timeout_s`` while the consume
 gives up: the stream then fails (``ResponseStream`` cancels the request and delivers the error
 ``stalled_error`` describes). A sender on the event loop never waits: its responses are counted.
 
+The unread bytes of every window count in the process's ``UnsentBudget`` too (``core/unsent.py``, the
+limits' ``budget``): while it is over its limit, a send waits as if its own window were full (one
+response still goes through when nothing of its stream is unread). A cancelled stream gives back
+its share at once (``drop``): its responses go nowhere.
+
 The consumer takes a response when a front end moved it on towards its client: an event stream when
 it writes the event (only while the connection's write buffer is under its high-water mark), a gRPC
 stream when its message went into the HTTP/2 stream (only while that is under its own mark).
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferd.core.tensor import Tensor
+from inferd.core.unsent import UnsentBudget
 from inferd.errors import RequestCancelledError
 
 #: what a response costs beside its tensors' bytes (the Python objects that carry it)
@@ -41,6 +47,8 @@ class StreamLimits:
 
     max_unread_bytes: int = 16 << 20
     stall_timeout_s: float = 60.0  # 0: a send waits as long as the client stays
+    #: the process's budget of held response bytes (None: only the window bounds a stream)
+    budget: UnsentBudget | None = None
 
 
 def tensor_bytes(t: Tensor) -> int:
@@ -73,12 +81,25 @@ class StreamWindow:
     """The unread responses of one stream (see the module docstring). ``reserve`` runs in the
     sender's thread; ``release`` and ``close`` on the loop (``close`` from any thread)."""
 
-    __slots__ = ("_cond", "closed", "costs", "current", "limit", "stall_s", "stalled", "taken_at", "unread")
+    __slots__ = (
+        "_cond",
+        "budget",
+        "closed",
+        "costs",
+        "current",
+        "limit",
+        "stall_s",
+        "stalled",
+        "taken_at",
+        "unread",
+    )
 
     def __init__(self, limits: StreamLimits) -> None:
         self._cond = threading.Condition(threading.Lock())
         self.limit = limits.max_unread_bytes
         self.stall_s = limits.stall_timeout_s
+        #: where ``unread`` counts too (None once dropped)
+        self.budget = limits.budget
         #: bytes sent and not taken yet
         self.unread = 0
         #: the costs of the responses queued for an iterating consumer, oldest first (loop thread)
@@ -101,9 +122,9 @@ class StreamWindow:
                     return DROP
                 if self.stalled and response_tensors is not None:
                     return FLAG_ONLY
-            if wait and not final and self.unread and self.unread + cost > self.limit:
+            if wait and not final and self.unread and self._full(cost):
                 started = time.monotonic()
-                while self.unread and self.unread + cost > self.limit and not self.closed:
+                while self.unread and self._full(cost) and not self.closed:
                     if not self.stall_s:
                         self._cond.wait()
                         continue
@@ -115,7 +136,14 @@ class StreamWindow:
                 if self.closed:
                     return DROP
             self.unread += cost
+            budget = self.budget
+            if budget is not None and cost:
+                budget.add(cost)
         return cost
+
+    def _full(self, cost: int) -> bool:
+        budget = self.budget
+        return self.unread + cost > self.limit or (budget is not None and budget.over)
 
     def release(self, cost: int) -> None:
         """The consumer took a response of ``cost`` (0: nothing to give back)."""
@@ -123,6 +151,9 @@ class StreamWindow:
             return
         with self._cond:
             self.unread -= cost
+            budget = self.budget
+            if budget is not None:
+                budget.add(-cost)
             self.taken_at = time.monotonic()
             self._cond.notify_all()
 
@@ -132,3 +163,11 @@ class StreamWindow:
         with self._cond:
             self.closed = True
             self._cond.notify_all()
+
+    def drop(self) -> None:
+        """The stream was cancelled: what it holds goes nowhere, and leaves the budget now (whether or
+        not its consumer ever takes it)."""
+        with self._cond:
+            budget, self.budget = self.budget, None
+            if budget is not None and self.unread:
+                budget.add(-self.unread)

@@ -175,6 +175,8 @@ def render(server: ServerCore) -> bytes:
     _process_events(out, family)
     if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
         out.extend(server.budget.metric_lines())
+    if server.unsent is not None:  # --max-unsent-bytes (core/unsent.py)
+        out.extend(server.unsent.metric_lines())
     options = server.options
     gpu = server.gpu_metrics.lines() if server.gpu_metrics is not None and server.gpu_metrics.polling else []
     out.extend(SYSTEM.lines(options.metrics_interval_ms / 1000, cpu=options.allow_cpu_metrics, gpu=gpu))
@@ -196,7 +198,7 @@ _PROCESS_FAMILIES = (
 
 
 def _process_events(out: list[str], family: Any) -> None:
-    from inferd.backends.python.process import EVENTS
+    from inferd.backends.process.instance import EVENTS
 
     events = dict(EVENTS)
     models = sorted({(m, v) for m, v, _ in events})

@@ -103,6 +103,14 @@ def add_arguments(p: argparse.ArgumentParser, parse_bool: Callable[[str], bool])
         "e.g. replicas the cluster cannot place; the application stays, waiting (default: %(default)s)",
     )
     g.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=60.0,
+        help="Serve's proxies answer a request not answered within this long (HTTP 408, gRPC "
+        "DEADLINE_EXCEEDED): with Ray's object store down every request would wait for ever. "
+        "0: no limit (default: %(default)s)",
+    )
+    g.add_argument(
         "--run-user-code-in-separate-thread",
         type=parse_bool,
         nargs="?",
@@ -164,6 +172,27 @@ def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
     else:
         out["num_replicas"] = args.min_replicas
     return out
+
+
+def proxy_options(args: argparse.Namespace, options: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Serve's HTTP and gRPC proxy options (gRPC: None when inferd's gRPC service is not served),
+    each with ``--request-timeout-s``."""
+    if args.request_timeout_s < 0:
+        raise ValueError(f"--request-timeout-s must be 0 (no limit) or above, got {args.request_timeout_s}")
+    timeout = args.request_timeout_s or None
+    http: dict[str, Any] = {
+        "host": options.http_address,
+        "port": options.http_port,
+        "request_timeout_s": timeout,
+    }
+    grpc: dict[str, Any] | None = None
+    if options.allow_grpc:
+        grpc = {
+            "port": options.grpc_port,
+            "grpc_servicer_functions": [SERVICER],
+            "request_timeout_s": timeout,
+        }
+    return http, grpc
 
 
 def proxy_mismatch(
@@ -283,6 +312,7 @@ def run(args: argparse.Namespace, options: ServerOptions) -> int:
 
     try:
         settings = deployment_options(args)
+        proxy_options(args, options)  # a bad value stops the deploy before Ray is reached
     except ValueError as e:
         print(f"inferd serve-ray: {e}", file=sys.stderr)
         return 2
@@ -292,12 +322,10 @@ def run(args: argparse.Namespace, options: ServerOptions) -> int:
             removed = delete(args.name)
             print(f"deleted {', '.join(removed)}" if removed else f"no Serve application '{args.name}'")
             return 0
-        grpc: dict[str, Any] | None = None
-        if options.allow_grpc:
-            grpc = {"port": options.grpc_port, "grpc_servicer_functions": [SERVICER]}
+        http, grpc = proxy_options(args, options)
         serve.start(  # a Serve already running keeps its own settings: checked below
             proxy_location=args.proxy_location,
-            http_options={"host": options.http_address, "port": options.http_port},
+            http_options=http,
             grpc_options=grpc,
             logging_config={"enable_access_log": bool(args.access_log)},
         )

@@ -6,10 +6,15 @@ threads (none using BLS) averaging under ``INLINE_MAX_NS`` the pool tries batche
 and goes back to threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``)
 or ``SLOW_RUN`` executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
 ``PROBE_EVERY_NS`` later (the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
+An inline execute that runs away is interrupted (``LoopGuard``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import threading
+import time
 from collections.abc import Callable
 
 INLINE_AFTER = 4
@@ -71,3 +76,114 @@ class InlineMode:
         ):
             return True
         return None
+
+
+# -- the guard: an inline execute that runs away ---------------------------------------------------
+#: an inline execute running this long on the event loop is interrupted (LoopGuard)
+OVERRUN_S = 1.0
+#: how often a guarded loop beats, and the guard looks
+BEAT_S = 0.1
+
+
+class InlineOverrun(BaseException):
+    """Raised in the event loop's thread, inside an inline execute that ran past ``OVERRUN_S``.
+
+    A BaseException: a model's ``except Exception`` does not swallow it (as KeyboardInterrupt)."""
+
+
+class _Beat:
+    """One event loop with pools inline: its heartbeat, and its thread (known once it beat)."""
+
+    __slots__ = ("last", "loop", "pools", "struck", "tid")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pools: set[int] = set()
+        self.tid = 0
+        self.last = time.monotonic()
+        self.struck = 0.0
+
+    def begin(self) -> None:
+        """On the loop: its thread, and the first beat."""
+        self.tid = threading.get_ident()
+        self.beat()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+        if self.pools:
+            self.loop.call_later(BEAT_S, self.beat)
+
+
+class LoopGuard:
+    """The one thread that keeps a runaway inline execute from holding an event loop.
+
+    Inline mode runs an execute on the loop because it was measured short (``InlineMode``); nothing
+    says the next one is. One that never ends (a model looping, recursing) holds the loop: no request
+    of any model is read, and no health check answered. While a pool runs inline, its loop beats
+    every ``BEAT_S`` (a timer; nothing is added to a request's path); when a beat is ``OVERRUN_S``
+    late and the loop's thread is inside an inline execute (``InstancePool._drain``'s frame on its
+    stack), ``InlineOverrun`` is raised in that thread (``PyThreadState_SetAsyncExc``), at the
+    model's next Python instruction: its batch fails UNAVAILABLE and the pool runs in threads from
+    then on. An execute blocked in native code (a sleep, one long numpy call) is interrupted only
+    when it comes back to Python.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
+        self._thread: threading.Thread | None = None
+        #: the code objects whose frame on the loop's stack means "in an inline execute"
+        self.marks: set[object] = set()
+
+    def watch(self, loop: asyncio.AbstractEventLoop, pool: object) -> None:
+        """``pool`` runs inline on ``loop`` from now on (any thread)."""
+        with self._lock:
+            beat = self._beats.get(loop)
+            new = beat is None
+            if beat is None:
+                beat = self._beats[loop] = _Beat(loop)
+            beat.pools.add(id(pool))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="inferd-loop-guard", daemon=True)
+                self._thread.start()
+        if new:
+            loop.call_soon_threadsafe(beat.begin)
+
+    def unwatch(self, loop: asyncio.AbstractEventLoop, pool: object) -> None:
+        """``pool`` no longer runs inline (its beat stops with the loop's last such pool)."""
+        with self._lock:
+            beat = self._beats.get(loop)
+            if beat is not None:
+                beat.pools.discard(id(pool))
+                if not beat.pools:  # its pending beat finds nothing to beat for and stops
+                    del self._beats[loop]
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(BEAT_S)
+            with self._lock:
+                beats = [b for b in self._beats.values() if b.pools and b.tid]
+            now = time.monotonic()
+            for beat in beats:
+                if now - beat.last > OVERRUN_S and now - beat.struck > OVERRUN_S and self._inline(beat.tid):
+                    beat.struck = now
+                    _raise_in(beat.tid)
+
+    def _inline(self, tid: int) -> bool:
+        frame = sys._current_frames().get(tid)
+        while frame is not None:
+            if frame.f_code in self.marks:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def _raise_in(tid: int) -> None:
+    """``InlineOverrun`` in thread ``tid`` at its next Python instruction."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(InlineOverrun))
+
+
+#: the server's one guard
+LOOP_GUARD = LoopGuard()

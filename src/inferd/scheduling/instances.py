@@ -32,10 +32,17 @@ from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.execution_mode import AutoMode, overlap
-from inferd.scheduling.inline import SMALL_NS, InlineMode
+from inferd.scheduling.inline import LOOP_GUARD, OVERRUN_S, SMALL_NS, InlineMode, InlineOverrun
 from inferd.scheduling.ordering import OrderedResponses
 from inferd.scheduling.pool_members import PoolMembers
-from inferd.scheduling.queue import TIMEOUT_EXPIRED, BatchPolicy, PolicyQueue, RequestQueue, form_batch
+from inferd.scheduling.queue import (
+    TIMEOUT_EXPIRED,
+    BatchPolicy,
+    PolicyQueue,
+    RequestQueue,
+    form_batch,
+    next_batch,
+)
 from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
 
@@ -169,6 +176,7 @@ class InstancePool(PoolMembers):
 
     async def stop(self, timeout_s: float) -> None:
         WATCHDOG.forget(self)
+        LOOP_GUARD.unwatch(self._loop, self)
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -271,7 +279,7 @@ class InstancePool(PoolMembers):
                     index, self._lock, lambda: bool(queue) and not self._stopping
                 ):
                     continue  # no work was left once its turn came
-                batch, total = form_batch(queue, policy)
+                batch, total = form_batch(queue, policy, self._clock() if policy.preferred_batch_size else 0)
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
@@ -318,7 +326,9 @@ class InstancePool(PoolMembers):
             if (
                 not self._executing and self._queue
             ):  # else a worker finishing its last threaded batch reschedules us
-                batch, total = form_batch(self._queue, self._policy)
+                batch, total = form_batch(
+                    self._queue, self._policy, self._clock() if self._policy.preferred_batch_size else 0
+                )
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
@@ -328,6 +338,8 @@ class InstancePool(PoolMembers):
             return
         try:
             self._execute(self._instances[self._first][1], batch, total, inline=True)
+        except InlineOverrun:  # the loop guard interrupted it (inline.py)
+            self._overran(batch, total)
         finally:
             with self._lock:
                 self._executing -= len(batch)
@@ -348,6 +360,19 @@ class InstancePool(PoolMembers):
         if switch is not None:
             self._set_inline(switch)
 
+    def _overran(self, batch: list[InferRequest], total: int) -> None:
+        """An inline execute ran away and was interrupted: its batch fails, the pool leaves the loop."""
+        error = UnavailableError(
+            f"model '{self._model_name}' version {self._model_version}: the execute ran longer than "
+            f"{OVERRUN_S:g} s on the event loop (inline mode, where only executes measured short run) and "
+            "was interrupted; the model's executes run in threads from now on"
+        )
+        log.error("%s", error.message)
+        self._stats.record_failed_execution(total, int(OVERRUN_S * 1e9))
+        self._inline_capable = False
+        self._set_inline(False)
+        self._fail_all(batch, error, inline=True)
+
     def _set_inline(self, inline: bool) -> None:
         log.debug(
             "model '%s' version %s: %s (average inline execute %.0f us of CPU)",
@@ -360,16 +385,22 @@ class InstancePool(PoolMembers):
             self._inline = inline
             self._inline_mode.reset()
             self._wake_all()
+        (LOOP_GUARD.watch if inline else LOOP_GUARD.unwatch)(self._loop, self)
 
     def _wait_for_batch(self, cond: threading.Condition) -> None:
-        """Hold the oldest request up to max_queue_delay while the batch is short (lock held)."""
+        """Hold the oldest request up to max_queue_delay while the batch is short (lock held): until
+        a batch is complete (``queue.next_batch``: a preferred size met, the largest passed), or
+        the batch reaches ``hold_for`` (else ``max_batch_size``) where no size is preferred."""
         policy = self._policy
-        target = max(policy.preferred_batch_size or (policy.max_batch_size,))
+        target = policy.hold_for or policy.max_batch_size
         deadline = self._queue[0].t_queue_ns + policy.max_queue_delay_ns
         while True:
-            total = sum(r.batch_size for r in self._queue)
             left = deadline - self._clock()
-            if total >= target or left <= 0 or self._stopping:
+            if policy.preferred_batch_size:
+                ready = next_batch(self._queue, policy, False)[1]
+            else:
+                ready = sum(r.batch_size for r in self._queue) >= target
+            if ready or left <= 0 or self._stopping:
                 return
             self._holding.append(cond)
             try:
@@ -601,6 +632,9 @@ class InstancePool(PoolMembers):
 
     def _error_response(self, request: InferRequest, error: InferdError) -> InferResponse:
         return InferResponse(self._model_name, self._model_version, request.id, error=error)
+
+
+LOOP_GUARD.marks.add(InstancePool._drain.__code__)  # its frame on the loop's stack: an inline execute
 
 
 def _deliver(batch: list[InferRequest], responses: list[InferResponse]) -> None:

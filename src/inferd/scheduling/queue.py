@@ -55,17 +55,67 @@ class BatchPolicy:
 
     max_batch_size: int = 0
     max_queue_delay_ns: int = 0
+    #: dynamic_batching's preferred sizes: batches are cut as Triton's dynamic batcher cuts them
+    #: (``next_batch``)
     preferred_batch_size: tuple[int, ...] = ()
     #: dynamic_batching's preserve_ordering: responses leave in the order their requests left the queue
     preserve_ordering: bool = False
+    #: a short batch is held (up to ``max_queue_delay_ns``) until it reaches this batch size, with no
+    #: cut at it: direct sequence batching's ``minimum_slot_utilization`` (0: ``max_batch_size``)
+    hold_for: int = 0
 
     @property
     def batching(self) -> bool:
         return self.max_batch_size > 0
 
 
-def form_batch(queue: RequestQueue, policy: BatchPolicy) -> tuple[list[InferRequest], int]:
-    """Pop the next batch off ``queue`` (not empty): requests and their summed batch size."""
+def next_batch(queue: RequestQueue, policy: BatchPolicy, delay_exceeded: bool) -> tuple[int, bool]:
+    """How many requests at the front of ``queue`` (not empty) the next batch takes, and whether it
+    is complete (it goes now; else it may wait for more until the queue delay passes), as Triton's
+    dynamic batcher decides (``DynamicBatchScheduler::GetDynamicBatch``):
+
+    - requests are taken in order up to ``max_batch_size``; the batch is marked where its size is a
+      preferred size, and where the next request would carry it past the largest preferred size
+      (if no preferred size was met before);
+    - a mark goes at once, unless the oldest request waited its queue delay: then everything up to
+      ``max_batch_size`` goes;
+    - without a mark, the batch is complete once it reaches the largest preferred size or
+      ``max_batch_size`` stops it.
+    """
+    if not policy.batching:
+        return 1, True
+    limit = policy.max_batch_size
+    preferred = policy.preferred_batch_size
+    top = max(preferred) if preferred else limit
+    total = count = mark = 0
+    stopped = False
+    for r in queue:
+        size = max(1, r.batch_size)
+        if count:
+            if not mark and total + size > top:
+                mark = count
+            if total + size > limit:
+                stopped = True
+                break
+        total += size
+        count += 1
+        if total in preferred:
+            mark = count
+    if mark and not delay_exceeded:
+        return mark, True
+    return count, stopped or total >= top
+
+
+def form_batch(queue: RequestQueue, policy: BatchPolicy, now_ns: int = 0) -> tuple[list[InferRequest], int]:
+    """Pop the next batch off ``queue`` (not empty): requests and their summed batch size. With
+    preferred sizes, the batch is cut where ``next_batch`` says (``now_ns``: whether the oldest
+    request waited its queue delay); without, it takes what fits ``max_batch_size``."""
+    if policy.preferred_batch_size:
+        delay = policy.max_queue_delay_ns
+        exceeded = delay > 0 and now_ns - queue[0].t_queue_ns >= delay
+        count = next_batch(queue, policy, exceeded)[0]
+        batch = [queue.popleft() for _ in range(count)]
+        return batch, sum(r.batch_size for r in batch)
     first = queue.popleft()
     batch = [first]
     total = first.batch_size

@@ -170,7 +170,7 @@ class SequenceBatcher:
             policy = BatchPolicy(
                 max_batch_size=mbs,
                 max_queue_delay_ns=delay_ns if wait else 0,
-                preferred_batch_size=(max(1, math.ceil(utilization * mbs)),) if wait else (),
+                hold_for=max(1, math.ceil(utilization * mbs)) if wait else 0,
             )
         decoupled = bool(config.model_transaction_policy.decoupled)
         #: direct: fillers keep every request at its slot's position (a decoupled model's fillers

@@ -222,7 +222,7 @@ class Supervisor:
                 self.status = exit_status or 1
                 self.stop()
                 continue
-            from inferd.backends.python.process import how_it_ended  # (the worker processes' words too)
+            from inferd.backends.process.spawn import how_it_ended  # (the worker processes' words too)
 
             how = how_it_ended(code)
             log.error(

@@ -70,6 +70,7 @@ def _config(md: Path, name: str) -> Any:
 def load(tmp_path: Path, model: Any, model_type: str, config: str | None, name: str = "m") -> FilModel:
     md = fm.write(tmp_path, name, model, model_type, config)
     loaded = FilBackend().load(LoadContext(name, 1, md, md / "1", _config(md, name)))
+    loaded.create_instance(InstanceSpec(f"{name}_0", "CPU", 0))  # the first starts XGBoost's loading
     assert loaded.forest.native_loaded.wait(60)  # XGBoost's engine loads in a thread of its own
     return loaded
 
@@ -453,6 +454,27 @@ def test_lightgbm_runs_lightgbm_whose_nan_differs_from_gtils(tmp_path: Path) -> 
         close_scores(got, booster.predict(x_nan))
 
 
+def test_lightgbm_categories_between_minus_one_and_zero_are_lightgbms(tmp_path: Path) -> None:
+    """LightGBM casts a category to int (-0.5 is category 0); Treelite's GTIL, the reference's CPU
+    engine, takes any negative value as no category. A LightGBM model runs on LightGBM: its answer."""
+    import lightgbm as lgb
+    import treelite
+
+    x, y = fm.categorical_dataset()
+    y = y + 100.0 * (x[:, 1] == 0)  # category 0 on its own side of the splits
+    params = {"objective": "regression", "verbose": -1, "num_threads": 1, "min_data_per_group": 5}
+    booster = lgb.train(params, lgb.Dataset(x, y, categorical_feature=[1]), 20)
+    cfg = fm.config("m", "lightgbm", 10, 1, output_class=False, threshold=None)
+    model = load(tmp_path, booster, "lightgbm", cfg)
+    rows = np.repeat(x[:1], 3, axis=0)
+    rows[:, 1] = [0.0, -0.5, -1.0]
+    got = run(model, rows)[0]
+    close_scores(got, booster.predict(rows))
+    gtil = treelite.gtil.predict(model.forest.model, rows)[:, 0, 0]
+    assert got[1] == pytest.approx(got[0]) and gtil[1] != pytest.approx(gtil[0])  # -0.5: category 0 here only
+    assert gtil[1] == pytest.approx(gtil[2])  # for GTIL as -1 (no category)
+
+
 def test_openmp_threads_sleep_when_idle_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     fil_engine.passive_openmp()
@@ -559,15 +581,15 @@ def test_a_model_type_that_does_not_match_the_file(tmp_path: Path) -> None:
         FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
     assert "model_type 'lightgbm' reads 'model.txt'" in str(e.value)
     assert "the folder holds 'xgboost.json' (model_type 'xgboost_json')" in str(e.value)
-    # the file named, read as the wrong format: Treelite's refusal
+    # the file named, read as the wrong format: refused before Treelite reads it (check_lightgbm.py),
+    # in Treelite's words
     cfg = fm.config("m", "lightgbm", 30, 1).replace(
         'backend: "fil"', 'backend: "fil"\ndefault_model_filename: "xgboost.json"'
     )
     (md / "config.pbtxt").write_text(cfg)
     with pytest.raises(UnknownError) as e:
         FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
-    assert "as model_type 'lightgbm': Check failed" in str(e.value)
-    assert "Ill-formed LightGBM model file" in str(e.value)
+    assert "as model_type 'lightgbm': Ill-formed LightGBM model file: need max_feature_idx" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -592,9 +614,14 @@ def test_a_model_type_that_does_not_match_the_file(tmp_path: Path) -> None:
         (
             (
                 "dims: [ 2 ] } ]",
-                'dims: [ 2 ] }, { name: "treeshap_output" data_type: TYPE_FP32 dims: [ 31 ] } ]',
+                'dims: [ 2 ] }, { name: "treeshap_output" data_type: TYPE_FP32 dims: [ 30 ] } ]',
             ),
-            "output 'treeshap_output' (SHAP values) is not served by the fil backend",
+            "output 'treeshap_output' has dims [30] a row, but this model answers 31 SHAP value(s) a row (1 "
+            "class score(s) of 30 feature(s) and the bias): set its dims to [ 31 ]",
+        ),
+        (
+            ("dims: [ 2 ] } ]", 'dims: [ 2 ] }, { name: "scores" data_type: TYPE_FP32 dims: [ 2 ] } ]'),
+            "the fil backend answers output 'output__0' and 'treeshap_output' only, not 'scores'",
         ),
     ],
 )

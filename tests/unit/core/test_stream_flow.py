@@ -1,5 +1,6 @@
 """A ResponseStream's window (core/stream_flow.py): a sender waits while the consumer lags, the
-consumer's takes let it on, a stalled client fails the stream, cancellation lets senders go."""
+consumer's takes let it on, a stalled client fails the stream, cancellation lets senders go; the
+unread bytes count in the process's UnsentBudget, and over it a sender waits."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stream_flow import RESPONSE_OVERHEAD, StreamLimits, StreamWindow, tensor_bytes
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
+from inferd.core.unsent import UnsentBudget
 from inferd.errors import ErrorCode
 
 SIZE = 1000
@@ -23,9 +25,14 @@ def _resp(i: int) -> InferResponse:
     return InferResponse("m", "1", id=str(i), outputs=[Tensor.from_array("OUT", np.zeros(SIZE, np.uint8))])
 
 
-def _limited(loop: asyncio.AbstractEventLoop, responses: int = 2, stall_s: float = 30.0) -> ResponseStream:
+def _limited(
+    loop: asyncio.AbstractEventLoop,
+    responses: int = 2,
+    stall_s: float = 30.0,
+    budget: UnsentBudget | None = None,
+) -> ResponseStream:
     stream = ResponseStream(loop)
-    stream.limit(StreamLimits(max_unread_bytes=responses * COST, stall_timeout_s=stall_s))
+    stream.limit(StreamLimits(max_unread_bytes=responses * COST, stall_timeout_s=stall_s, budget=budget))
     return stream
 
 
@@ -174,5 +181,73 @@ def test_a_stream_without_a_window_is_unbounded() -> None:
         sender.start()
         await asyncio.to_thread(sender.join, 5)
         assert sender.sent == 50 and stream._window is None
+
+    asyncio.run(main())
+
+
+# -- the process's budget (core/unsent.py) ---------------------------------------------------------------
+def test_unread_responses_count_in_the_budget_until_taken() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(0)
+        stream = _limited(asyncio.get_running_loop(), responses=3, budget=budget)
+        sender = Sender(stream, 6)
+        sender.start()
+        await _until(lambda: _window(stream).unread == 3 * COST)
+        assert budget.used == 3 * COST
+        got = [r.id async for r, _final in stream if r is not None]
+        assert got == [str(i) for i in range(6)]
+        await asyncio.to_thread(sender.join, 5)
+        assert budget.used == 0 and budget.peak == 3 * COST
+
+    asyncio.run(main())
+
+
+def test_over_the_budget_a_sender_waits_with_one_response_unread() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(10 * COST)
+        budget.add(11 * COST)  # other clients hold more than the budget
+        stream = _limited(asyncio.get_running_loop(), responses=5, budget=budget)
+        sender = Sender(stream, 4)
+        sender.start()
+        await _until(lambda: _window(stream).unread == COST)
+        await asyncio.sleep(0.1)
+        assert sender.sent == 1  # its own window has room; the budget has none
+        budget.add(-11 * COST)  # the others read: the next take lets the sender on
+        got = [r.id async for r, _final in stream if r is not None]
+        assert got == ["0", "1", "2", "3"]
+        await asyncio.to_thread(sender.join, 5)
+        assert budget.used == 0
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_stream_leaves_the_budget_at_once() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(0)
+        stream = _limited(asyncio.get_running_loop(), responses=2, budget=budget)
+        sender = Sender(stream, 5)
+        sender.start()
+        await _until(lambda: budget.used == 2 * COST)
+        stream.cancel_on_close()  # the client went away: nobody takes what waits
+        assert budget.used == 0
+        await asyncio.to_thread(sender.join, 5)
+        assert budget.used == 0
+        async for _ in stream:  # taken after all: nothing is given back twice
+            pass
+        assert budget.used == 0
+
+    asyncio.run(main())
+
+
+def test_a_stalled_stream_stays_counted_until_its_client_reads_or_leaves() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(0)
+        stream = _limited(asyncio.get_running_loop(), stall_s=0.2, budget=budget)
+        sender = Sender(stream, 5, last_final=True)
+        sender.start()
+        await asyncio.to_thread(sender.join, 10)
+        assert stream.cancelled and budget.used == 2 * COST  # the two responses still wait
+        stream.cancel_on_close()
+        assert budget.used == 0
 
     asyncio.run(main())

@@ -31,3 +31,20 @@ def test_autoscaling_between_min_and_max() -> None:
 def test_bad_replica_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="--min-replicas <= --max-replicas"):
         deployment_options(_args("--min-replicas=3", "--max-replicas=2"))  # type: ignore[arg-type]
+
+
+def test_the_proxies_answer_within_the_request_timeout() -> None:
+    """Serve's proxies hold a request for ever by default (with Ray's object store down, every one
+    hung 90 s and more): serve-ray gives them --request-timeout-s, 60 s unless told."""
+    from inferd.cli import options_from_args
+    from inferd.rayserve.deploy import proxy_options
+
+    args = _args()
+    http, grpc = proxy_options(args, options_from_args(args))  # type: ignore[arg-type]
+    assert http["request_timeout_s"] == 60.0 and grpc is not None and grpc["request_timeout_s"] == 60.0
+    args = _args("--request-timeout-s=0", "--allow-grpc=false")
+    http, grpc = proxy_options(args, options_from_args(args))  # type: ignore[arg-type]
+    assert http["request_timeout_s"] is None and grpc is None
+    args = _args("--request-timeout-s=-1")
+    with pytest.raises(ValueError, match="--request-timeout-s must be 0"):
+        proxy_options(args, options_from_args(args))  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
 from inferd.scheduling import inline, instances
 from inferd.scheduling.instances import InstancePool
-from inferd.scheduling.queue import BatchPolicy, form_batch
+from inferd.scheduling.queue import BatchPolicy, form_batch, next_batch
 
 # -- form_batch ----------------------------------------------------------------------------------
 
@@ -53,6 +53,49 @@ def test_an_oversized_first_request_goes_alone() -> None:
     q = _queue(8, 1)
     batch, total = form_batch(q, BatchPolicy(max_batch_size=4))
     assert [r.id for r in batch] == ["0"] and total == 8
+
+
+PREFERRED = BatchPolicy(max_batch_size=16, preferred_batch_size=(4, 8))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "delay_exceeded", "want"),
+    [
+        # a preferred size met goes at once: the largest one the queue can fill
+        ([1] * 23, False, (8, True)),
+        ([1] * 7, False, (4, True)),
+        ([1] * 4, False, (4, True)),
+        # short of every preferred size: the batch may wait for more (the queue delay)
+        ([1] * 3, False, (3, False)),
+        # no preferred size can be met exactly: marked where the next would pass the largest
+        ([3, 3, 3, 3], False, (2, True)),
+        # the oldest waited its queue delay: everything up to max_batch_size goes
+        ([1] * 23, True, (16, True)),
+        ([1] * 9, True, (9, True)),
+        ([1] * 3, True, (3, False)),
+        # an oversized first request goes alone
+        ([20, 1], False, (1, True)),
+    ],
+)
+def test_preferred_sizes_cut_batches_as_tritons_dynamic_batcher(
+    sizes: list[int], delay_exceeded: bool, want: tuple[int, bool]
+) -> None:
+    assert next_batch(_queue(*sizes), PREFERRED, delay_exceeded) == want
+
+
+def test_without_preferred_sizes_a_batch_is_complete_at_max_batch_size() -> None:
+    policy = BatchPolicy(max_batch_size=4)
+    assert next_batch(_queue(1, 1, 1), policy, False) == (3, False)
+    assert next_batch(_queue(1, 1, 1, 1, 1), policy, False) == (4, True)
+
+
+def test_form_batch_cuts_at_the_preferred_size_until_the_delay_passed() -> None:
+    policy = BatchPolicy(max_batch_size=16, max_queue_delay_ns=1000, preferred_batch_size=(4, 8))
+    q = _queue(*[1] * 11)  # queued at t=0
+    _, total = form_batch(q, policy, now_ns=10)
+    assert total == 8 and len(q) == 3
+    _, total = form_batch(q, policy, now_ns=5000)  # the delay passed: what is left goes
+    assert total == 3 and not q
 
 
 def test_batch_policy() -> None:

@@ -4,8 +4,9 @@
 (XGBoost's legacy binary ``xgboost.model``), ``xgboost_json`` (``xgboost.json``), ``xgboost_ubj``
 (``xgboost.ubj``), ``lightgbm`` (``model.txt``) or ``treelite_checkpoint`` (``checkpoint.tl``:
 scikit-learn's and cuML's forests as the FIL backend takes them), read from the version folder, or
-from ``default_model_filename``. One input, ``input__0`` [rows, features] FP32; one output,
-``output__0`` FP32 (``params.py`` reads the parameters that shape it). The behaviour comes from the
+from ``default_model_filename``. One input, ``input__0`` [rows, features] FP32; the output
+``output__0`` FP32 (``params.py`` reads the parameters that shape it) and, when the config lists it,
+``treeshap_output``: SHAP values, the frameworks' own (``shap.py``). The behaviour comes from the
 FIL backend's source (Triton 24.10, the reference's release, and RAPIDS-Triton), since the
 reference installed here has only the Python backend: its outputs' shape drops every dimension of 1
 after the batch (``output__0`` with dims [1] answers [rows]), a binary classifier's
@@ -14,7 +15,8 @@ after the batch (``output__0`` with dims [1] answers [rows]), a binary classifie
 The reference checks nothing of the config against the model; here a config that could only
 answer wrongly is refused at load, naming what to change: another input or output name, a feature
 count other than the model's (the reference reads rows at the wrong stride), an output width other
-than what the parameters give, a datatype other than FP32, ``treeshap_output`` (not served).
+than what the parameters give, a datatype other than FP32, ``treeshap_output`` with dims other than
+the model's or for a model type no framework here computes SHAP values for.
 
 The FIL backend completes no config (RAPIDS-Triton never sets one). inferd completes a config that
 lists no inputs or outputs from the model file (``input__0`` [features], ``output__0`` as the
@@ -22,7 +24,9 @@ parameters shape it, ``max_batch_size`` and dynamic batching as for ONNX Runtime
 loads such a config and fails every request.
 
 Instances share the model version's forest (``engine.py``: the engine each call runs on); each
-executes in its worker thread, the frameworks releasing the GIL. Threads: ``cpu_nthread``, else
+executes in its worker thread, the frameworks releasing the GIL. The first instance starts the
+loading of XGBoost's engine and the last one gone stops it, so a model refused at load, or failing
+after its instances were made, leaves no engine work running. Threads: ``cpu_nthread``, else
 the cores shared among the instances (``native.default_intra_op_threads``).
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,7 @@ from inferd.backends.fil.engine import (
     read_treelite,
 )
 from inferd.backends.fil.params import MODEL_FILES, FilSettings, fil_settings, ignored
+from inferd.backends.fil.shap import SHAP_MODEL_TYPES, SHAP_OUTPUT, shap_width
 from inferd.backends.native import (
     NativeBackend,
     NativeModel,
@@ -56,7 +62,7 @@ from inferd.backends.native import (
 )
 from inferd.backends.signature import GraphTensor, shape_text
 from inferd.core.request import InferRequest
-from inferd.core.tensor import Tensor
+from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError, UnavailableError
 
@@ -64,7 +70,6 @@ log = logging.getLogger("inferd.backends.fil")
 
 INPUT = "input__0"
 OUTPUT = "output__0"
-SHAP_OUTPUT = "treeshap_output"
 
 Array = np.ndarray[Any, Any]
 
@@ -120,11 +125,19 @@ def _row_dims(config: Any, io: Any) -> list[int]:
     return dims[1:]
 
 
-def check_config(
-    config: Any, settings: FilSettings, num_feature: int, num_class: int
-) -> tuple[int, tuple[int, ...]]:
-    """The config against the model: (output values a row, output__0's dims after the rows, those
-    of 1 dropped as the reference drops them); InvalidArgumentError naming what to change."""
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """What the config's outputs are, checked against the model: ``output__0``'s values a row and its
+    dims after the rows (those of 1 dropped as the reference drops them), ``treeshap_output``'s dims
+    (None when the config does not list it)."""
+
+    width: int
+    dims: tuple[int, ...]
+    shap_dims: tuple[int, ...] | None
+
+
+def check_config(config: Any, settings: FilSettings, num_feature: int, num_class: int) -> Outputs:
+    """The config against the model; InvalidArgumentError naming what to change."""
     if len(config.input) != 1:
         names = ", ".join(f"'{t.name}'" for t in config.input) or "none"
         raise _refuse(
@@ -138,10 +151,10 @@ def check_config(
             f"reads {num_feature} feature(s) a row: set its dims to [ {num_feature} ]",
         )
     for o in config.output:
-        if o.name == SHAP_OUTPUT:
-            raise _refuse(config, f"output '{SHAP_OUTPUT}' (SHAP values) is not served by the fil backend")
-        if o.name != OUTPUT:
-            raise _refuse(config, f"the fil backend answers output '{OUTPUT}' only, not '{o.name}'")
+        if o.name not in (OUTPUT, SHAP_OUTPUT):
+            raise _refuse(
+                config, f"the fil backend answers output '{OUTPUT}' and '{SHAP_OUTPUT}' only, not '{o.name}'"
+            )
     out = _row_dims(config, _one_tensor(config, config.output, "output", OUTPUT))
     widths = output_width(settings, num_class)
     width = math.prod(out) if all(d > 0 for d in out) else -1
@@ -153,7 +166,36 @@ def check_config(
             f"a row with predict_proba {str(settings.predict_proba).lower()} and output_class "
             f"{str(settings.output_class).lower()} ({num_class} class score(s)): set its dims to {say}",
         )
-    return width, tuple(d for d in out if d != 1)
+    shap = None
+    if any(o.name == SHAP_OUTPUT for o in config.output):
+        shap = _check_shap(config, settings, num_feature, num_class)
+    return Outputs(width, tuple(d for d in out if d != 1), shap)
+
+
+def _check_shap(config: Any, settings: FilSettings, num_feature: int, num_class: int) -> tuple[int, ...]:
+    """``treeshap_output``'s dims after the rows, those of 1 dropped (``shap.py``)."""
+    kind = settings.model_type
+    if kind not in SHAP_MODEL_TYPES:
+        raise _refuse(
+            config,
+            f"output '{SHAP_OUTPUT}' (SHAP values) is computed here by XGBoost or LightGBM, which read "
+            f"model_type {', '.join(SHAP_MODEL_TYPES)}, not '{kind}' (Treelite computes none): remove the "
+            "output"
+            + (
+                ", or save the model as XGBoost's JSON (model_type xgboost_json)" if kind == "xgboost" else ""
+            ),
+        )
+    row = _row_dims(config, _one_tensor(config, config.output, "output", SHAP_OUTPUT))
+    want = shap_width(num_feature, num_class)
+    if not all(d > 0 for d in row) or math.prod(row) != want:
+        say = f"[ {num_feature + 1} ]" if num_class == 1 else f"[ {num_class}, {num_feature + 1} ]"
+        raise _refuse(
+            config,
+            f"output '{SHAP_OUTPUT}' has dims {shape_text(row)} a row, but this model answers {want} SHAP "
+            f"value(s) a row ({num_class} class score(s) of {num_feature} feature(s) and the bias): set "
+            f"its dims to {say}",
+        )
+    return tuple(d for d in row if d != 1)
 
 
 class FilModel(NativeModel):
@@ -188,7 +230,9 @@ class FilModel(NativeModel):
         t0 = time.monotonic()
         self.forest = Forest(self.path, self.settings, self.threads, self.name)
         shape = self.forest.shape
-        self.width, self.out_dims = check_config(config, self.settings, shape.num_feature, shape.num_class)
+        self.outputs_checked = check_config(config, self.settings, shape.num_feature, shape.num_class)
+        if self.outputs_checked.shap_dims is not None:
+            self.forest.load_contributions()
         log.info(
             "model '%s' version %s: %s, %d tree(s), %d feature(s), %d class score(s); engine %s, "
             "%d thread(s) an instance; read in %.0f ms",
@@ -212,7 +256,8 @@ class FilModel(NativeModel):
         return FilInstance(self, spec.name)
 
     def unload(self) -> None:
-        """Nothing to release by hand: the forest goes with the model."""
+        """No more engine work (a loading of XGBoost's under way stops); the forest goes with the model."""
+        self.forest.stop()
 
 
 class FilBackend(NativeBackend):
@@ -248,9 +293,16 @@ class FilInstance(BatchedInstance):
         super().__init__(model, name)
         self._input = model.inputs[0]
         self._output = next(o for o in model.outputs if o.name == OUTPUT)
+        self._shap = next((o for o in model.outputs if o.name == SHAP_OUTPUT), None)
+        # a SHAP call costs hundreds of times a score's (a row of 6,000 trees: tens of ms): never on
+        # the loop, where small score-only calls would otherwise have put the model
+        self.inline_ok = self._shap is None
         self._features = model.forest.shape.num_feature
+        self._attached = True
+        model.forest.attach()  # the first instance starts XGBoost's engine loading
 
-    def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> Array:
+    def _group_inputs(self, requests: list[InferRequest], wanted: list[frozenset[str]]) -> tuple[Array, bool]:
+        """The rows, and whether a request asked for the SHAP values (they cost far more than scores)."""
         arr = self._stacked(requests, self._input)
         assert arr is not None  # input__0 is not optional: the core has checked it came
         if arr.ndim != 2 or arr.shape[1] != self._features:
@@ -260,17 +312,28 @@ class FilInstance(BatchedInstance):
             )
         if arr.dtype != np.float32 or not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr, dtype=np.float32)
-        return arr
+        return arr, self._shap is not None and any(SHAP_OUTPUT in w for w in wanted)
 
-    def _group_run(self, x: Array) -> Array:
-        model = self.model
-        out = fil_output(model.forest.scores(x), model.settings, model.width)
-        return out.reshape((x.shape[0], *model.out_dims))
+    def _group_run(self, prepared: tuple[Array, bool]) -> list[tuple[TensorSpec, Array]]:
+        x, shap = prepared
+        model, checked = self.model, self.model.outputs_checked
+        out = fil_output(model.forest.scores(x), model.settings, checked.width)
+        results = [(self._output, out.reshape((x.shape[0], *checked.dims)))]
+        if shap and self._shap is not None and checked.shap_dims is not None:
+            values = model.forest.contributions(x)
+            results.append((self._shap, values.reshape((x.shape[0], *checked.shap_dims))))
+        return results
 
     def _group_outputs(
-        self, requests: list[InferRequest], result: Array, wanted: list[frozenset[str]]
+        self,
+        requests: list[InferRequest],
+        result: list[tuple[TensorSpec, Array]],
+        wanted: list[frozenset[str]],
     ) -> list[list[Tensor]]:
-        return self._split_outputs(requests, ((self._output, result),), wanted)
+        return self._split_outputs(requests, result, wanted)
 
     def unload(self) -> None:
-        """The forest is the model's: nothing of the instance's own to drop."""
+        """The forest is the model's: the last instance gone stops its engine work (a failed load's)."""
+        if self._attached:
+            self._attached = False
+            self.model.forest.detach()

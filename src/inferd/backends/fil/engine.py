@@ -11,7 +11,8 @@ classes, trees) comes from one place whatever the format. What runs it was chose
   which :func:`_gtil` calls), then 0.08 us a row and tree. So a small call
   (rows x trees up to :data:`GTIL_MAX_WORK`) runs on GTIL, a larger one on XGBoost: 32 against
   212 us for one row, 0.7 against 8.2 ms for 1,024 rows. XGBoost (with scikit-learn, which it
-  imports: about a second) loads after READY, GTIL answering meanwhile (:class:`Forest`).
+  imports: about a second) loads after READY, GTIL answering meanwhile (:class:`Forest`), unless
+  the config asks for SHAP values, which only XGBoost computes: then before.
 - LightGBM's ``predict`` was faster than GTIL at every size measured (60 against 120 us for one
   row, 15 against 25 ms for 1,024): LightGBM runs LightGBM models.
 - legacy binary XGBoost (XGBoost 3 no longer reads it) and Treelite checkpoints (scikit-learn's
@@ -44,9 +45,15 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.fil.check_checkpoint import check_checkpoint
+from inferd.backends.fil.check_common import ModelFileError
+from inferd.backends.fil.check_forest import check_forest
+from inferd.backends.fil.check_lightgbm import check_lightgbm
+from inferd.backends.fil.check_xgboost import check_json, check_legacy, check_ubjson
 from inferd.backends.fil.params import FilSettings
+from inferd.backends.fil.shap import contributions
 from inferd.backends.native import import_lazily
-from inferd.errors import InternalError, UnknownError
+from inferd.errors import InternalError, UnavailableError, UnknownError
 
 log = logging.getLogger("inferd.backends.fil")
 
@@ -86,12 +93,31 @@ def treelite_text(e: Exception) -> str:
     return _TL_PREFIX.sub("", str(e)).strip()
 
 
+#: each model_type's checks before a native parser reads the file (issue 42: check_*.py)
+FILE_CHECKS: dict[str, Callable[[bytes], None]] = {
+    "xgboost": check_legacy,
+    "xgboost_json": check_json,
+    "xgboost_ubj": check_ubjson,
+    "lightgbm": check_lightgbm,
+    "treelite_checkpoint": check_checkpoint,
+}
+
+
 def read_treelite(path: Path, settings: FilSettings) -> Any:
-    """The model file as Treelite reads it for the reference; UnknownError with Treelite's words
-    (the reference's code) when it cannot."""
+    """The model file as Treelite reads it for the reference, checked before and after (a model file
+    is untrusted input: ``check_common.py``); UnknownError with Treelite's words (the reference's
+    code) when it cannot read it, with what is wrong when the checks refuse it. Nothing native reads
+    the file before its format's checks pass, and nothing runs the forest before the walk of every
+    tree passes (XGBoost and LightGBM read the file for their engines after this returns)."""
     passive_openmp()
     tl = import_lazily("treelite", "fil", "fil")
     kind = settings.model_type
+    try:
+        FILE_CHECKS[kind](path.read_bytes())
+    except ModelFileError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.what}") from None
+    except OSError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.strerror or e}") from None
     try:
         if kind == "xgboost":
             model = tl.frontend.load_xgboost_model_legacy_binary(str(path))
@@ -115,6 +141,10 @@ def read_treelite(path: Path, settings: FilSettings) -> Any:
         ) from e
     if int(model.get_header_accessor().get_field("num_target")[0]) != 1:
         raise UnknownError(f"failed to load '{path}': Multi-target model not supported")
+    try:
+        check_forest(model)
+    except ModelFileError as e:
+        raise UnknownError(f"failed to load '{path}' as model_type '{kind}': {e.what}") from None
     return model
 
 
@@ -176,11 +206,16 @@ def _gtil(model: Any, num_class: int) -> Engine:
     return run
 
 
-def _xgboost(path: Path, threads: int, num_class: int) -> Engine:
+def _xgboost_booster(path: Path, threads: int) -> Any:
+    """XGBoost's Booster of the file (importing XGBoost, and scikit-learn with it: about a second)."""
     passive_openmp()
     xgb = import_lazily("xgboost", "fil", "fil")
     booster = xgb.Booster(model_file=str(path))
     booster.set_param({"nthread": threads})
+    return booster
+
+
+def _xgboost(booster: Any, num_class: int) -> Engine:
     objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
     margin = objective == "multi:softmax"  # its predict answers labels: the scores are its softmax
 
@@ -197,11 +232,13 @@ def _xgboost(path: Path, threads: int, num_class: int) -> Engine:
     return run
 
 
-def _lightgbm(path: Path, num_class: int) -> Engine:
+def _lightgbm_booster(path: Path) -> Any:
     passive_openmp()
     lgb = import_lazily("lightgbm", "fil", "fil")
-    booster = lgb.Booster(model_file=str(path))
+    return lgb.Booster(model_file=str(path))
 
+
+def _lightgbm(booster: Any, num_class: int) -> Engine:
     def run(x: Array, threads: int) -> Array:
         out: Array = booster.predict(x, num_threads=threads)
         return out.reshape(x.shape[0], num_class).astype(np.float32, copy=False)
@@ -209,60 +246,135 @@ def _lightgbm(path: Path, num_class: int) -> Engine:
     return run
 
 
+XGBOOST_TYPES = ("xgboost_json", "xgboost_ubj")
+
+
 class Forest:
-    """A loaded forest: :meth:`scores` runs a batch on the engine its size calls for.
+    """A loaded forest: :meth:`scores` runs a batch on the engine its size calls for,
+    :meth:`contributions` its SHAP values.
 
     A LightGBM model is read by LightGBM before the model is READY (GTIL and LightGBM differ on NaN
     for a model trained with ``zero_as_missing``). XGBoost's engine is loaded in a thread of its own
-    after Treelite read the model: GTIL answers every call until it is there (they answer alike, NaN
-    included), so importing XGBoost (and scikit-learn, which it imports: about a second) does not
-    delay READY. ``native_loaded`` is set once it is there, or failed.
+    once the model's first instance is made (:meth:`attach`), so after every check of the config:
+    GTIL answers every call until it is there (they answer alike, NaN included), so importing
+    XGBoost (and scikit-learn, which it imports: about a second) does not delay READY, and a model
+    refused at load never starts it. When the last instance goes (:meth:`detach`: the model unloaded,
+    or its load failed after its instances were made), a loading under way stops at its next step and
+    drops what it read. ``native_loaded`` is set once it is there, failed or stopped.
+
+    A model whose config asks for SHAP values (:meth:`load_contributions`) reads its framework's
+    engine at load instead: the values are XGBoost's or LightGBM's own (``shap.py``).
     """
 
     def __init__(self, path: Path, settings: FilSettings, threads: int, model_name: str) -> None:
         self.model = read_treelite(path, settings)
         self.shape = forest_shape(self.model)
+        self.path = path
+        self.kind = settings.model_type
         self.threads = max(1, threads)
         self.name = model_name
         self._small: Engine = _gtil(self.model, self.shape.num_class)
         self._large: Engine = self._small
+        self._contributions: Engine | None = None
+        self._booster: Any = None  # the framework's, once read
         self.engine = "treelite-gtil"
         self.native_loaded = threading.Event()
-        kind = settings.model_type
-        if kind in ("xgboost_json", "xgboost_ubj"):
-            loader = threading.Thread(
-                target=self._load_native, args=(path, kind), name=f"fil-xgboost-{model_name}", daemon=True
-            )
-            loader.start()
-        elif kind == "lightgbm":
-            self._load_native(path, kind)
-        else:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._stopped = threading.Event()
+        self._loader: threading.Thread | None = None
+        if self.kind == "lightgbm":
+            self._load_native()
+        elif self.kind not in XGBOOST_TYPES:
             self.native_loaded.set()
 
-    def _load_native(self, path: Path, kind: str) -> None:
+    def attach(self) -> None:
+        """An instance of the model is made: the first starts XGBoost's engine loading."""
+        with self._lock:
+            self._users += 1
+            if self._loader is None and not self.native_loaded.is_set() and not self._stopped.is_set():
+                self._loader = threading.Thread(
+                    target=self._load_native, name=f"fil-xgboost-{self.name}", daemon=True
+                )
+                self._loader.start()
+
+    def detach(self) -> None:
+        """An instance is gone: with the last one, no more engine work (:meth:`stop`)."""
+        with self._lock:
+            self._users -= 1
+            last = self._users <= 0
+        if last:
+            self.stop()
+
+    def stop(self) -> None:
+        """No more engine work for this model: a loading not started never starts; one under way
+        (an import or a file read cannot be interrupted) drops what it read at its next step."""
+        with self._lock:
+            self._stopped.set()
+            if self._loader is None:
+                self.native_loaded.set()
+
+    def _load_native(self) -> None:
         t0 = time.monotonic()
+        kind = self.kind
         try:
             if kind == "lightgbm":
-                self._large = self._small = _lightgbm(path, self.shape.num_class)
+                self._booster = _lightgbm_booster(self.path)
+                self._large = self._small = _lightgbm(self._booster, self.shape.num_class)
                 self.engine = "lightgbm"
-            else:
-                self._large = _xgboost(path, self.threads, self.shape.num_class)
-                self.engine = "xgboost+treelite-gtil"
-                log.info(
-                    "model '%s': XGBoost's engine loaded in %.0f ms",
-                    self.name,
-                    (time.monotonic() - t0) * 1000,
-                )
+                return
+            if self._stopped.is_set():  # stopped before this thread ran
+                return
+            booster = _xgboost_booster(self.path, self.threads)
+            if self._stopped.is_set():  # refused or unloaded while XGBoost read it
+                log.info("model '%s': XGBoost's engine dropped (the model is gone)", self.name)
+                return
+            large = _xgboost(booster, self.shape.num_class)
+            self._booster, self._large = booster, large
+            self.engine = "xgboost+treelite-gtil"
+            log.info(
+                "model '%s': XGBoost's engine loaded in %.0f ms", self.name, (time.monotonic() - t0) * 1000
+            )
         except Exception as e:  # Treelite read it: serve it as the reference does, on GTIL
             log.warning(
                 "model '%s': %s could not read '%s' (%s); it runs on Treelite's GTIL, as in the reference",
                 self.name,
                 kind.split("_")[0],
-                path.name,
+                self.path.name,
                 e,
             )
         finally:
             self.native_loaded.set()
+
+    def load_contributions(self) -> None:
+        """The framework's engine, read now (before READY), for SHAP values; UnavailableError when
+        the framework cannot read the file (Treelite could)."""
+        what = "LightGBM" if self.kind == "lightgbm" else "XGBoost"
+        try:
+            if self.kind in XGBOOST_TYPES and self._booster is None:
+                self._booster = _xgboost_booster(self.path, self.threads)
+                self._large = _xgboost(self._booster, self.shape.num_class)
+                self.engine = "xgboost+treelite-gtil"
+                self.native_loaded.set()  # no thread to start: it is here
+            if self._booster is None:
+                raise RuntimeError(f"{what} did not read the file")
+            self._contributions = contributions(
+                self.kind, self._booster, self.shape.num_feature, self.shape.num_class
+            )
+        except Exception as e:
+            raise UnavailableError(
+                f"unable to load model '{self.name}': its SHAP values ('treeshap_output') are {what}'s, "
+                f"and {what} failed on '{self.path.name}': {treelite_text(e)}"
+            ) from e
+
+    def contributions(self, x: Array) -> Array:
+        """[rows, num_class * (num_feature + 1)] float32 SHAP values of ``x`` (after
+        :meth:`load_contributions`)."""
+        assert self._contributions is not None
+        try:
+            return self._contributions(x, self.threads)
+        except Exception as e:
+            raise InternalError(f"SHAP values failed: {treelite_text(e)}") from e
 
     def scores(self, x: Array) -> Array:
         """[rows, num_class] float32 scores of ``x`` ([rows, num_feature] float32)."""

@@ -15,8 +15,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
-from inferd.backends.python import pb_utils
-from inferd.backends.python.containment import IN_WORKER, execution_mode, runs_in_workers
+from inferd.backends.process import IN_WORKER
+from inferd.backends.python import pb_utils, recursion
+from inferd.backends.python.containment import execution_mode, runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
 from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
 from inferd.backends.python.modelloop import ModelLoop
@@ -37,7 +38,7 @@ from inferd.errors import (
 pb_utils.install()
 
 if TYPE_CHECKING:
-    from inferd.backends.python.process import ProcessModel
+    from inferd.backends.process.model import ProcessModel
 
 log = logging.getLogger("inferd.python")
 
@@ -69,6 +70,7 @@ class PythonBackend:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
             return
+        recursion.install()  # model.py runs here (in a worker process too for an uploaded model: it ends)
         path = model_file(config, version_dir)
         module = import_model(path, f"_inferd_autocomplete_{config.name}")
         cls = module.TritonPythonModel
@@ -94,8 +96,8 @@ class PythonBackend:
             raise InvalidArgumentError(f"auto_complete_config produced an invalid config: {e}") from e
 
     def load(self, ctx: LoadContext) -> BackendModel:
-        from inferd.backends.python.memory import memory_limit
-        from inferd.backends.python.process import ProcessModel
+        from inferd.backends.process.memory import memory_limit
+        from inferd.backends.process.model import ProcessModel
 
         mode = execution_mode(ctx)
         path = model_file(ctx.config, ctx.version_dir)
@@ -104,6 +106,8 @@ class PythonBackend:
             mode = "process"
         if mode == "process":  # model.py is imported in the worker processes only
             return ProcessModel(ctx)
+        if not ctx.backend_config.get(IN_WORKER):  # thread instances share the server's stack
+            recursion.install()
         if limited and mode == "thread" and not ctx.backend_config.get(IN_WORKER):
             log.warning(
                 "model '%s': memory_limit_bytes applies to worker processes only; its thread instances "
@@ -392,7 +396,8 @@ class PythonInstance:
     def _failed(self, e: BaseException, pb_requests: list[pb_utils.InferenceRequest]) -> InferdError:
         """The error of an execute that raised, for the requests it did not answer; those whose one
         response already went out only get their final flag (their client has its answer)."""
-        err = InternalError(self.error_prefix + format_exception(e))
+        ctx = self.model.ctx  # the model's files named from the repository's root, not the server's paths
+        err = InternalError(self.error_prefix + format_exception(e, ctx.model_dir, ctx.model_name))
         unanswered = 0
         flag_only = []
         with self.lock:

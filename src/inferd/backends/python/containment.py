@@ -7,7 +7,8 @@ or an ``os._exit``, ends the server and every other model with it. A worker proc
 thread for a small model (add_sub, HTTP, concurrency 8, this 2-core machine: 157-169 against
 77-84 us). So ``auto`` pays it only where the model's own code can crash: it calls into native code
 itself (``ctypes``, ``cffi``, an extension module in its own folder) or ends its process on purpose
-(``os._exit``, ``os.abort``). Packages a model imports (numpy, torch, tokenizers ...) are not counted:
+(``os._exit``, ``os.abort``); and a model that raises the recursion limit, which the server's process
+keeps at Python's default (recursion.py), gets it in a worker. Packages a model imports (numpy, torch, tokenizers ...) are not counted:
 their native code is what many users run every day, and moving every model that imports one would
 cost each of them its thread path.
 
@@ -24,6 +25,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferd.backends.process import IN_WORKER
+from inferd.backends.python.recursion import CAP as RECURSION_CAP
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -158,15 +161,16 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
-        if _called(node) in ("__import__", "import_module") and isinstance(first, str):
+        called = _called(node)
+        if called in ("__import__", "import_module") and isinstance(first, str):
             self._imports(first)
+        elif called == "setrecursionlimit" and not (isinstance(first, int) and first <= RECURSION_CAP):
+            self._note("it raises the recursion limit, which holds in a worker process only (recursion.py)")
         self.generic_visit(node)
 
 
 # -- the mode asked for -------------------------------------------------------------------------
 EXECUTION_MODES = ("auto", "thread", "process")
-#: set in the LoadContext of a worker process: there the instance is a thread, whatever the config says
-IN_WORKER = "inferd-in-worker"
 
 
 def execution_mode(ctx: LoadContext) -> str:

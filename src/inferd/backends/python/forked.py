@@ -24,16 +24,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import LoadContext, ResponseCallback, ServerLinks
+from inferd.backends.process.ipc import Channel, ChannelClosed, ShmNames
 from inferd.backends.python import pb_utils
-from inferd.backends.python.ipc import Channel, ChannelClosed, ShmNames
 from inferd.core.request import InferRequest
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from inferd.backends.process.relay import BlsRelay
+    from inferd.backends.process.worker import Worker
     from inferd.backends.python.hooks import InstanceHooks
-    from inferd.backends.python.relay import BlsRelay
-    from inferd.backends.python.worker import Worker
 
 _lock = threading.Lock()
 _listener: socket.socket | None = None
@@ -68,7 +68,7 @@ class _ChildLink:
         return self._worker(token).infer_async(request, callback, decoupled_error)
 
     def _worker(self, token: int) -> Worker:
-        from inferd.backends.python.worker import Worker
+        from inferd.backends.process.worker import Worker
 
         with self._lock:
             worker = self._workers.get(token)
@@ -150,7 +150,7 @@ def _relay_pool() -> ThreadPoolExecutor:
 
 def _serve_child(conn: socket.socket) -> None:
     """One child's requests, until it closes the connection (it ended)."""
-    from inferd.backends.python.relay import BlsRelay
+    from inferd.backends.process.relay import BlsRelay
 
     pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
     chan = Channel(conn)

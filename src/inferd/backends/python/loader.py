@@ -28,13 +28,22 @@ MODEL_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 _OWN_SOURCES = str(Path(__file__).resolve().parents[2]) + os.sep
 
 
-def format_exception(e: BaseException) -> str:
-    """``Type: message\\n\\nAt:\\n  file(line): function`` as Triton's stub prints a Python error."""
+def format_exception(e: BaseException, model_dir: Path | None = None, model_name: str = "") -> str:
+    """``Type: message\\n\\nAt:\\n  file(line): function`` as Triton's stub prints a Python error; a
+    file of the model's folder ``model_dir`` named from the repository's root (``m/1/model.py``: the
+    server's paths are the log's business, not a client's)."""
     # the model's frames only: Triton's stub calls into model.py from C++, and the server's own
     # files are nobody's business but the log's
     log.debug("a Python model raised", exc_info=e)
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_OWN_SOURCES)]
-    at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    folder = str(model_dir) + os.sep if model_dir is not None else None
+
+    def shown(filename: str) -> str:
+        if folder is not None and filename.startswith(folder):
+            return f"{model_name}{os.sep}{filename[len(folder) :]}"
+        return filename
+
+    at = "".join(f"  {shown(f.filename)}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(e).__name__}: {str(e) or '<EMPTY MESSAGE>'}\n\nAt:\n{at}"
 
 

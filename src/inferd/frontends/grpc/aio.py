@@ -18,6 +18,7 @@ import grpc
 import grpc.aio
 
 from inferd.errors import InternalError
+from inferd.frontends.address import grpc_target
 from inferd.frontends.grpc.service import (
     HEALTH_SERVICE,
     MAX_MESSAGE_BYTES,
@@ -154,7 +155,7 @@ class GrpcServer:
                 grpc.method_handlers_generic_handler(HEALTH_SERVICE, health_handlers(self.servicer)),
             )
         )
-        target = f"{self.address}:{self.port}"
+        target = grpc_target(self.address, self.port)
         creds = _credentials(self.options)
         try:
             bound = s.add_secure_port(target, creds) if creds is not None else s.add_insecure_port(target)

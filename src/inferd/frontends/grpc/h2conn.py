@@ -15,10 +15,12 @@ errors, the graceful GOAWAY and close) is ``h2life.H2Lifetime``, a mixin of ``H2
 
 Flow control both ways. Out: DATA never passes the client's windows, and while the transport holds
 more than its high-water mark (a client that does not read) no DATA is written and nothing is read
-(``frontends/flow.py``; over the listener's ``WriteBudget`` a connection opening a stream with
-anything unsent pauses too). In: a stream may send ``STREAM_WINDOW`` bytes ahead of what the server
-acknowledged; a subclass that stops taking a stream's data holds its acknowledgements
-(``hold_acks``) and gives them with ``ack`` once it took them.
+(``frontends/flow.py``). What waits for a window, in the streams' queues, and what the transport
+holds past its mark count in the process's ``UnsentBudget``; over it, a connection opening a stream
+with anything unsent pauses too (``holding`` tells a subclass whether it holds any), and a stream's
+queue is given back the moment the stream is reset or the connection lost. In: a stream may send
+``STREAM_WINDOW`` bytes ahead of what the server acknowledged; a subclass that stops taking a
+stream's data holds its acknowledgements (``hold_acks``) and gives them with ``ack`` once it took them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import struct
 import time
 from typing import Any, Generic, TypeVar
 
-from inferd.frontends.flow import Unsent, WriteBudget
+from inferd.core.unsent import UnsentBudget
+from inferd.frontends.flow import Unsent
 from inferd.frontends.grpc.h2life import H2Lifetime
 from inferd.frontends.grpc.h2wire import (
     ACK,
@@ -90,7 +93,7 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
         connections: set[Any],
         max_age: tuple[float | None, float | None] = (None, None),
         limits: H2Limits = H2Limits(),
-        budget: WriteBudget | None = None,
+        budget: UnsentBudget | None = None,
     ) -> None:
         self._connections = connections
         self._max_age = max_age
@@ -121,8 +124,9 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
         self._out: list[bytes] | None = None
         #: flow control: the transport holds more than its high-water mark
         self._write_paused = False
-        self._budget = budget if budget is not None else WriteBudget(0)
+        self._budget = budget if budget is not None else UnsentBudget(0)
         self._unsent = Unsent(self._budget)
+        self._queued = 0  # bytes in the streams' queues (``outq``), waiting for a send window
         self._init_lifetime()
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -151,7 +155,21 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
     def _reset(self, st: S) -> None:
         st.closed = True
         self._blocked.pop(st.id, None)
+        self._drop_queue(st)
         self.cancel_stream(st)
+
+    def _drop_queue(self, st: S) -> None:
+        """What ``st`` still had to send goes (and out of the budget): the stream is over."""
+        q = st.outq
+        st.outq = None
+        if q:
+            self._queued -= len(q)
+            self._budget.add(-len(q))
+
+    @property
+    def holding(self) -> bool:
+        """Whether answers of this connection wait for its client (past the mark, or for a window)."""
+        return self._queued > 0 or self._unsent.counted > 0
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -390,7 +408,7 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
         if self.going_away or len(self.streams) >= self._limits.max_concurrent_streams:
             self._write(frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
             return
-        if self._budget.over and self._transport is not None:  # the listener's bound: pause if owing
+        if self._budget.over and self._transport is not None:  # the process's bound: pause if owing
             self._unsent.tighten(self._transport)
         st = self.open_stream(sid, headers)
         self.streams[sid] = st
@@ -481,26 +499,32 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
             st.outq = bytearray(data)
         else:
             st.outq += data
-        self._flush(st)
+        self._flush(st, len(data))
 
     def end_stream(self, st: S, trailer: bytes) -> None:
         """End the stream with the header block ``trailer`` once its queued data went out."""
         st.trailer = trailer
         self._flush(st)
 
-    def _flush(self, st: S) -> None:
+    def _flush(self, st: S, added: int = 0) -> None:
+        """Send what the windows let out of ``st``'s queue (``added``: bytes just queued, not counted yet)."""
         if st.closed:
             return
         out = []
         q = st.outq
+        sent = 0
         while q and not self._write_paused:
             n = min(len(q), self._send_window, st.send_window, self._peer_max_frame)
             if n <= 0:
                 break
             out.append(frame(DATA, 0, st.id, bytes(q[:n])))
             del q[:n]
+            sent += n
             self._send_window -= n
             st.send_window -= n
+        if added != sent:  # what waits in the queue changed: the budget follows
+            self._queued += added - sent
+            self._budget.add(added - sent)
         done = not q and st.trailer is not None
         if done:
             assert st.trailer is not None

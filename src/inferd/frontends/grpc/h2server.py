@@ -8,7 +8,10 @@ header blocks and trailers (``grpc-status``, percent-encoded ``grpc-message``), 
 ``InferenceServicer`` as the grpc.aio server through its entry points: ``model_infer`` answers on
 the ResponseStream callback, with no task per request; ``call_unary`` and ``stream_infer`` run as
 tasks; ``health_check``. TLS is served here too (ALPN ``h2``); compressed responses stay on grpc.aio
-(``make_grpc_server`` picks). Limits and timeouts: see ``h2conn.H2Limits`` and ``_Handlers``.
+(``make_grpc_server`` picks). Limits and timeouts: see ``h2conn.H2Limits`` and ``_Handlers``. Over
+the process's ``UnsentBudget`` (``frontends/flow.py``), a connection that holds answers its client has
+not read gets UNAVAILABLE for a new ModelInfer or ModelStreamInfer call (not run) and for a unary
+answer larger than that (not kept); past twice the budget, every connection does for such an answer.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from typing import Any
 import grpc
 
 from inferd.core.response import ResponseStream
-from inferd.frontends.flow import WriteBudget
+from inferd.core.unsent import UnsentBudget
+from inferd.frontends.address import bind_host
+from inferd.frontends.flow import SMALL_ANSWER
 from inferd.frontends.grpc.h2conn import ENHANCE_YOUR_CALM, H2Connection, H2Limits, H2Stream
 from inferd.frontends.grpc.h2wire import (
     END_HEADERS,
@@ -61,6 +66,7 @@ _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
 _UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
 _RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
 _DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
+_UNAVAILABLE = _CODES[grpc.StatusCode.UNAVAILABLE]
 #: a unary answer's HEADERS and trailers frame headers, up to the stream id
 _HEADERS_FRAME = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
 _TRAILERS_FRAME = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
@@ -172,7 +178,7 @@ class _Call(H2Stream):
 class _Handlers:
     """The method table: ``:path`` -> what answers it, over one servicer."""
 
-    def __init__(self, servicer: InferenceServicer) -> None:
+    def __init__(self, servicer: InferenceServicer, budget: UnsentBudget | None = None) -> None:
         self.servicer = servicer
         #: ``:path`` -> the RPC's name, for every unary RPC but ModelInfer
         self.unary: dict[str, str] = {
@@ -191,8 +197,9 @@ class _Handlers:
             keepalive_timeout_s=options.grpc_keepalive_timeout / 1000,
         )
         self.max_connections = options.max_connections
-        #: the listener's bound on unsent answers (``frontends/flow.py``)
-        self.budget = WriteBudget(options.max_unsent_bytes)
+        #: the process's bound on unsent answers, shared with the other front ends (``frontends/flow.py``;
+        #: None: one of this server's own, without a limit)
+        self.budget = budget if budget is not None else UnsentBudget(0)
         age = options.grpc_max_connection_age
         grace = options.grpc_max_connection_age_grace
         #: seconds: connection age before GOAWAY, and the grace after it
@@ -239,6 +246,9 @@ class GrpcConnection(H2Connection[_Call]):
 
     def started(self, st: _Call) -> None:
         h = self._h
+        if self._budget.over and self.holding and (st.path == h.model_infer or st.path == h.stream_infer):
+            self.finish(st, _UNAVAILABLE, self._budget.refusal("the request was not run"))
+            return
         if st.timeout is not None:
             st.timer = asyncio.get_running_loop().call_later(st.timeout, self._deadline, st)
         if st.path == h.stream_infer:
@@ -409,8 +419,15 @@ class GrpcConnection(H2Connection[_Call]):
 
     # -- responses -------------------------------------------------------------------------------
     def answer(self, st: _Call, message: bytes) -> None:
-        """A unary call's response message and OK."""
+        """A unary call's response message and OK (UNAVAILABLE over the budget when this connection
+        holds answers already: the message is not kept)."""
         if st.answered:
+            return
+        budget = self._budget
+        if budget.over and len(message) > SMALL_ANSWER and (budget.full or self.holding):
+            self.finish(
+                st, _UNAVAILABLE, budget.refusal("this answer was not kept", self.holding, len(message))
+            )
             return
         st.answered = True
         if st.timer is not None:
@@ -487,12 +504,14 @@ class GrpcConnection(H2Connection[_Call]):
 class LeanGrpcServer:
     """The gRPC endpoint on the running loop, without grpcio's threads."""
 
-    def __init__(self, servicer: InferenceServicer, address: str, port: int) -> None:
+    def __init__(
+        self, servicer: InferenceServicer, address: str, port: int, budget: UnsentBudget | None = None
+    ) -> None:
         self.options = servicer.options
         self.servicer = servicer
         self.address = address
         self.port = port
-        self._handlers = _Handlers(self.servicer)
+        self._handlers = _Handlers(self.servicer, budget)
         self._connections: set[GrpcConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._deadline: float | None = None
@@ -509,7 +528,7 @@ class LeanGrpcServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: GrpcConnection(self._handlers, self._connections),
-            self.address or None,
+            bind_host(self.address),
             self.port,
             reuse_port=options.reuse_grpc_port or None,
             backlog=1024,
@@ -545,11 +564,12 @@ class LeanGrpcServer:
             c.close()
 
 
-def make_grpc_server(servicer: InferenceServicer) -> Any:
-    """The gRPC endpoint ``--grpc-server`` names for ``servicer``; compressed responses always on grpc.aio."""
+def make_grpc_server(servicer: InferenceServicer, budget: UnsentBudget | None = None) -> Any:
+    """The gRPC endpoint ``--grpc-server`` names for ``servicer``; compressed responses always on grpc.aio
+    (whose buffers are grpc's own: ``budget`` bounds the lean server's)."""
     options = servicer.options
     if options.grpc_server == "lean" and options.grpc_infer_response_compression_level == "none":
-        return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port)
+        return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port, budget)
     from inferd.frontends.grpc.aio import GrpcServer
 
     return GrpcServer(servicer, options.grpc_address, options.grpc_port)

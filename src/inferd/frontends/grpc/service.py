@@ -26,6 +26,7 @@ from inferd.core.facade import Core
 from inferd.core.model_control import load_parameters
 from inferd.core.request import parse_version
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.unsent import UnsentBudget
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.forward import compile_forward_pattern
@@ -44,7 +45,7 @@ from inferd.frontends.grpc.codec import (
 from inferd.frontends.grpc.infer_call import InferCall
 from inferd.frontends.grpc.log_settings import log_settings
 from inferd.frontends.grpc.request_cache import RequestCache
-from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out
+from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out, Waiting
 from inferd.frontends.request_log import (
     logged_health_check,
     logged_model_infer,
@@ -168,9 +169,12 @@ class InferenceServicer:
         access: AccessPolicy | None = None,
         logs: LogSettings | None = None,
         tracing: Tracing | None = None,
+        unsent: UnsentBudget | None = None,
     ) -> None:
         self.core = core
         self.options = options
+        #: the process's budget of answers held for clients, which a stream's waiting answers count in
+        self.unsent = unsent
         self.logs = logs
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
@@ -431,7 +435,8 @@ class InferenceServicer:
         error ends it with its status, as the reference does."""
         out: asyncio.Queue[Out] = asyncio.Queue()
         pending: set[ResponseStream] = set()
-        order = InOrder(out.put_nowait)
+        waiting = Waiting(self.unsent)  # the stream's own answers not written yet (the budget's)
+        order = InOrder(out.put_nowait, waiting)
         reading = True
         room = asyncio.Event()  # set while the reader may read on (flow control)
         room.set()
@@ -474,6 +479,7 @@ class InferenceServicer:
                     item[1].release(item[2])
                 else:
                     await context.write(item)
+                    waiting.add(-len(item))
                 if not room.is_set() and in_flight() < STREAM_IN_FLIGHT:
                     room.set()
             await reader
@@ -481,6 +487,11 @@ class InferenceServicer:
             reader.cancel()
             for s in pending:
                 s.cancel("the client closed the stream")
+            while not out.empty():  # decoupled answers never written: taken, so their windows let go
+                item = out.get_nowait()
+                if isinstance(item, tuple):
+                    item[1].release(item[2])
+            waiting.clear()
 
     def _stream_one(
         self,
@@ -525,11 +536,15 @@ class InferenceServicer:
                     put(r.error if grpc_error else stream_error(r.error.message, req.id, r.model_name, flag))
                 else:
                     try:
-                        put(stream_response(encode(r, flag, targets)))
+                        body = stream_response(encode(r, flag, targets))
                     except InferdError as e:
-                        put(stream_error(e.message, req.id, r.model_name, flag))
+                        body = stream_error(e.message, req.id, r.model_name, flag)
+                    why = None if decoupled else order.waiting.refusal(len(body))  # over the budget
+                    put(body if why is None else stream_error(why, req.id, r.model_name, flag))
             elif final and decoupled and call.empty_final:
-                out.put_nowait(stream_response(encode(InferResponse(req.model_name, "", req.id), FINAL_TRUE)))
+                body = stream_response(encode(InferResponse(req.model_name, "", req.id), FINAL_TRUE))
+                order.waiting.add(len(body))
+                out.put_nowait(body)
             if final:
                 pending.discard(stream)
                 finish_if_idle()

@@ -18,8 +18,6 @@ class HttpLimits:
     max_connections: int = 10000
     header_timeout_s: float = 30.0
     idle_timeout_s: float = 300.0
-    #: bytes of unsent answers over the connections past their own mark (``frontends/flow.py``)
-    max_unsent: int = 64 << 20
 
 
 def origin_form(target: str) -> str:

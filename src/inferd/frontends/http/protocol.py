@@ -12,8 +12,10 @@ nothing for ``idle_timeout_s`` while it has nothing to answer is closed. The clo
 
 Flow control (``frontends/flow.py``): a connection stops reading, and holds back the requests it read
 already, while its client leaves answers unread past the write buffer's high-water mark, while
-``_MAX_PIPELINE`` requests are under way, or, over the listener's ``max_unsent`` bound, while it has
-anything unsent; it reads again once its client took them.
+``_MAX_PIPELINE`` requests are under way, or, over the process's ``UnsentBudget``, while it holds
+anything unsent; it reads again once its client took them. Answers ready before the ones ahead of
+them count in the budget while they wait; over it, an answer for a connection that holds any is
+refused (503), and so is any over twice the budget.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from typing import Any
 import httptools
 import orjson
 
-from inferd.frontends.flow import Unsent, WriteBudget
+from inferd.core.unsent import UnsentBudget
+from inferd.frontends.address import bind_host
+from inferd.frontends.flow import SMALL_ANSWER, Unsent
 from inferd.frontends.http.head import METHODS, NAMES, Reject, too_large, too_many
 from inferd.frontends.http.head import HttpLimits as HttpLimits  # what the server takes, here too
 from inferd.frontends.http.head import origin_form as origin_form
@@ -46,6 +50,13 @@ _MAX_PIPELINE = 64  # requests of a connection under way (read, not answered) be
 _HEADS: dict[str, bytes] = {}
 
 App = Callable[[HttpRequest, Responder], Any]
+Body = bytes | list[bytes | memoryview]
+
+
+def _size(body: Body) -> int:
+    if isinstance(body, bytes):
+        return len(body)
+    return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -56,7 +67,7 @@ class HttpConnection(asyncio.Protocol):
         app: App,
         connections: set[HttpConnection],
         limits: HttpLimits = HttpLimits(),
-        budget: WriteBudget | None = None,
+        budget: UnsentBudget | None = None,
     ) -> None:
         self._app = app
         self._connections = connections
@@ -81,13 +92,14 @@ class HttpConnection(asyncio.Protocol):
         self.last_io = time.monotonic()
         self.reading_since: float | None = None
         self._headers_done = False
-        # answers ready before the ones ahead of them: written when their turn comes
-        self._pending: dict[Responder, tuple[int, bytes | list[bytes | memoryview], str, ExtraHeaders]] = {}
+        # answers ready before the ones ahead of them: written when their turn comes (with their size)
+        self._pending: dict[Responder, tuple[int, Body, str, ExtraHeaders, int]] = {}
+        self._pending_bytes = 0  # their bodies' bytes, counted in the budget
         self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
         #: flow control: requests read, held back (their responders are at the end of ``_queue``)
         self._backlog: collections.deque[tuple[HttpRequest, Responder]] = collections.deque()
         self._releasing = False
-        self._budget = budget if budget is not None else WriteBudget(0)
+        self._budget = budget if budget is not None else UnsentBudget(0)
         self._unsent = Unsent(self._budget)
         self._paused = False  # reading is paused (flow control)
         #: the server is stopping (``HttpServer.wind_down``): the next answer says ``Connection: close``
@@ -115,6 +127,9 @@ class HttpConnection(asyncio.Protocol):
         self._transport = None
         self.lost = True
         self._pending.clear()
+        if self._pending_bytes:
+            self._budget.add(-self._pending_bytes)
+            self._pending_bytes = 0
         self._backlog.clear()
         self._unsent.drained(None)
         queue, self._queue = self._queue, collections.deque()
@@ -328,10 +343,16 @@ class HttpConnection(asyncio.Protocol):
         """Flow control, for a request just read: handle it now if this connection may take more
         work, else keep it (and stop reading) until its client took enough of its answers."""
         transport = self._transport
-        if self._budget.over and not self._write_paused and transport is not None:
+        over = self._budget.over
+        if over and not self._write_paused and transport is not None:
             self._unsent.tighten(transport)  # pauses writing if it holds anything
         backlog = self._backlog
-        if self._write_paused or backlog or len(self._queue) > _MAX_PIPELINE:
+        if (
+            self._write_paused
+            or backlog
+            or len(self._queue) > _MAX_PIPELINE
+            or (over and self._pending_bytes)  # answers wait behind an earlier one: held
+        ):
             backlog.append((request, responder))
             self._pause_reading()
         else:
@@ -348,8 +369,10 @@ class HttpConnection(asyncio.Protocol):
                 if len(queue) - len(backlog) >= _MAX_PIPELINE:
                     break
                 transport = self._transport
-                if self._budget.over and transport is not None and self._unsent.tighten(transport):
-                    break
+                if self._budget.over and (
+                    self._pending_bytes or (transport is not None and self._unsent.tighten(transport))
+                ):
+                    break  # it holds answers: the rest waits until they went out
                 self._dispatch(*backlog.popleft())
         finally:
             self._releasing = False
@@ -359,11 +382,18 @@ class HttpConnection(asyncio.Protocol):
         self,
         responder: Responder,
         status: int,
-        body: bytes | list[bytes | memoryview],
+        body: Body,
         content_type: str,
         extra_headers: ExtraHeaders,
     ) -> None:
         queue = self._queue
+        budget = self._budget
+        if budget.over:  # it holds answers already, or the budget is full: a large one is not kept
+            holding = self._write_paused or self._pending_bytes > 0
+            size = _size(body)
+            if (holding or budget.full) and size > SMALL_ANSWER:
+                message = budget.refusal("this answer was not kept", holding, size)
+                status, body, content_type, extra_headers = 503, orjson.dumps({"error": message}), _JSON, None
         if queue and queue[0] is responder:
             queue.popleft()
             self._write(status, body, content_type, extra_headers, responder.keep_alive)
@@ -371,8 +401,11 @@ class HttpConnection(asyncio.Protocol):
                 self._advance()
             elif self._paused:
                 self._maybe_resume_reading()
-        else:
-            self._pending[responder] = (status, body, content_type, extra_headers)
+        elif not self.lost:  # (a lost connection's answers go nowhere, and out of the budget)
+            size = _size(body)
+            self._pending[responder] = (status, body, content_type, extra_headers, size)
+            self._pending_bytes += size
+            self._budget.add(size)
 
     def chunk(self, responder: Responder, data: bytes, end: bool) -> None:
         """Part of a chunked response: written now if its turn has come, else held back."""
@@ -400,7 +433,9 @@ class HttpConnection(asyncio.Protocol):
             r = queue[0]
             if r in pending:
                 queue.popleft()
-                st, b, ct, hdrs = pending.pop(r)
+                st, b, ct, hdrs, size = pending.pop(r)
+                self._pending_bytes -= size
+                self._budget.add(-size)
                 self._write(st, b, ct, hdrs, r.keep_alive)
                 continue
             held = r._chunks
@@ -425,7 +460,7 @@ class HttpConnection(asyncio.Protocol):
     def _write(
         self,
         status: int,
-        body: bytes | list[bytes | memoryview],
+        body: Body,
         content_type: str,
         extra_headers: ExtraHeaders,
         keep_alive: bool,
@@ -501,6 +536,7 @@ class HttpServer:
         limits: HttpLimits = HttpLimits(),
         ssl: ssl_module.SSLContext | None = None,
         reuse_port: bool = False,
+        budget: UnsentBudget | None = None,
     ) -> None:
         self.app = app
         self.host = host
@@ -514,14 +550,15 @@ class HttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         #: while winding down: when each idle connection was first seen idle
         self._idle_since: dict[HttpConnection, float] = {}
-        #: the listener's bound on unsent answers (``frontends/flow.py``)
-        self.budget = WriteBudget(limits.max_unsent)
+        #: the process's bound on unsent answers, shared with the other front ends (``frontends/flow.py``;
+        #: None: one of this listener's own, without a limit)
+        self.budget = budget if budget is not None else UnsentBudget(0)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: HttpConnection(self.app, self._connections, self.limits, self.budget),
-            self.host,
+            bind_host(self.host),
             self.port,
             reuse_address=True,
             reuse_port=self.reuse_port or None,

@@ -33,6 +33,9 @@ output [ {{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }} ]
 """
 
 
+RECURSION = "it raises the recursion limit, which holds in a worker process only (recursion.py)"
+
+
 def _risks(tmp_path: Path, source: str, **others: str) -> list[str]:
     (tmp_path / "model.py").write_text(source)
     for name, text in others.items():
@@ -50,6 +53,9 @@ def _risks(tmp_path: Path, source: str, **others: str) -> list[str]:
         ("import os\ndef execute(r):\n    os._exit(3)\n", "it calls os._exit"),
         ("import os\nos.abort()\n", "it calls os.abort"),
         ("from os import _exit\n", "it calls os._exit or os.abort"),
+        ("import sys\nsys.setrecursionlimit(10**7)\n", RECURSION),
+        ("import sys\nsys.setrecursionlimit(5000)\n", RECURSION),
+        ("from sys import setrecursionlimit as s\ndef f(n):\n    setrecursionlimit(n)\n", RECURSION),
     ],
 )
 def test_code_that_can_end_the_process(tmp_path: Path, source: str, reason: str) -> None:
@@ -58,6 +64,7 @@ def test_code_that_can_end_the_process(tmp_path: Path, source: str, reason: str)
 
 def test_plain_models_and_forked_children_are_not_risks(tmp_path: Path) -> None:
     assert _risks(tmp_path, "import os\nimport numpy as np\nimport json\nx = os.getpid()\n") == []
+    assert _risks(tmp_path, "import sys\nsys.setrecursionlimit(800)\n") == []  # within the server's cap
     # os._exit after os.fork ends the forked child: how multiprocessing ends its workers too
     forking = "import os\ndef execute(r):\n    if os.fork() == 0:\n        os._exit(0)\n"
     assert _risks(tmp_path, forking) == []

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.process.ipc import Channel
+from inferd.backends.process.worker import Worker
 from inferd.backends.python import forked
-from inferd.backends.python.ipc import Channel
-from inferd.backends.python.worker import Worker
 from inferd.core.request import InferRequest
 from inferd.core.tensor import Tensor
 from inferd.errors import ErrorCode

@@ -12,8 +12,8 @@ import pytest
 
 from inferd import Server
 from inferd.backends.base import LoadContext
-from inferd.backends.python.memory import memory_limit
-from inferd.backends.python.process import EVENTS
+from inferd.backends.process.instance import EVENTS
+from inferd.backends.process.memory import memory_limit
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.repository import ModelConfig
 

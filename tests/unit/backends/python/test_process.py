@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd import Server
-from inferd.backends.python.ipc import SHM_DIR
-from inferd.backends.python.process import EVENTS
+from inferd.backends.process.instance import EVENTS
+from inferd.backends.process.ipc import SHM_DIR
 from inferd.errors import InferdError, UnavailableError
 
 WORKER = """
@@ -180,7 +180,7 @@ def _pids() -> set[int]:
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"inferd.backends.python.worker" in f.read():
+                if b"inferd.backends.process.worker" in f.read():
                     out.add(int(pid))
         except OSError:
             pass

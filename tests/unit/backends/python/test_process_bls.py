@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from inferd import Server
-from inferd.backends.python.ipc import SHM_DIR
+from inferd.backends.process.ipc import SHM_DIR
 
 PROBE = "inferd_test_bls_probe"
 WAIT_S = 30.0

@@ -18,8 +18,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd import Server
-from inferd.backends.python import process, worker
-from inferd.backends.python.ipc import Channel, ReadRole, ShmNames, pack_request, unpack_response
+from inferd.backends.process import instance as process
+from inferd.backends.process import worker
+from inferd.backends.process.ipc import Channel, ReadRole, ShmNames, pack_request, unpack_response
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor

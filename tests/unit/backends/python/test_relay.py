@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from inferd.backends.base import LoadContext, ResponseCallback, ServerLinks
-from inferd.backends.python.ipc import (
+from inferd.backends.process.ipc import (
     INLINE_MAX,
     SHM_DIR,
     Channel,
@@ -26,8 +26,8 @@ from inferd.backends.python.ipc import (
     pack_response,
     unpack_response,
 )
-from inferd.backends.python.relay import WORKER_ENDED, BlsRelay
-from inferd.backends.python.worker import Worker
+from inferd.backends.process.relay import WORKER_ENDED, BlsRelay
+from inferd.backends.process.worker import Worker
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor

@@ -1,7 +1,9 @@
 """gRPC flow control. The lean server, driven by the ``h2`` package as in test_grpc_h2: no DATA and
 no reading while the transport is over its mark, a ModelStreamInfer call that does not take its
-requests holds their window, padding counts in a stream's window. ModelStreamInfer over a fake core:
-no more requests read while answers wait, a decoupled model's response taken once written."""
+requests holds their window, padding counts in a stream's window; data waiting for a window counts in
+the process's budget until sent, reset or lost, and over the budget a connection that holds answers
+gets UNAVAILABLE. ModelStreamInfer over a fake core: no more requests read while answers wait, a
+decoupled model's response taken once written."""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from test_grpc_h2 import FakeServicer, FakeTransport, Peer, frames, messages, ru
 from inferd.core.response import InferResponse
 from inferd.core.stream_flow import RESPONSE_OVERHEAD, StreamLimits
 from inferd.core.tensor import Tensor
+from inferd.core.unsent import UnsentBudget
 from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2conn import STREAM_WINDOW
+from inferd.frontends.grpc.h2server import GrpcConnection, _Handlers
 from inferd.frontends.grpc.h2wire import DATA, PADDED, WINDOW_UPDATE, frame, length_prefixed
 from inferd.frontends.grpc.service import STREAM_IN_FLIGHT, InferenceServicer
 from inferd.options import ServerOptions
@@ -41,6 +45,91 @@ def _peer(servicer: FakeServicer | None = None) -> Peer:
     p.transport = t
     p.conn._transport = t  # type: ignore[assignment]
     return p
+
+
+def _budget_peer(budget: UnsentBudget) -> Peer:
+    """A client that opens no window (SETTINGS_INITIAL_WINDOW_SIZE 0), on a connection of ``budget``."""
+    p = Peer(settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    p.conn = GrpcConnection(_Handlers(p.servicer, budget), set())
+    p.transport = FlowTransport()
+    p.conn.connection_made(p.transport)  # type: ignore[arg-type]
+    return p
+
+
+_BIG = length_prefixed(pb.ModelMetadataRequest(name="big").SerializeToString())  # a 200 KB answer
+_BIG_ANSWER = 5 + len(pb.ModelMetadataResponse(name="x" * 200_000).SerializeToString())
+
+
+def test_data_waiting_for_a_window_counts_until_sent_or_reset() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(0)
+        p = _budget_peer(budget)
+        await p.pump()
+        one, two = p.call("ModelMetadata", _BIG), p.call("ModelMetadata", _BIG)
+        await p.pump()
+        assert budget.used == 2 * _BIG_ANSWER  # both wait for a window
+        p.h2.reset_stream(one)
+        await p.pump()
+        assert budget.used == _BIG_ANSWER  # a reset stream's queue goes at once
+        p.h2.increment_flow_control_window(1 << 20)
+        p.h2.increment_flow_control_window(1 << 20, two)
+        await p.pump(6)
+        _, body, trailers, _ = p.stream(two)
+        assert trailers == {"grpc-status": "0"} and len(body) == _BIG_ANSWER
+        assert budget.used == 0 and budget.peak == 2 * _BIG_ANSWER
+
+    run(main())
+
+
+def test_a_lost_connection_gives_back_what_waited() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(0)
+        p = _budget_peer(budget)
+        await p.pump()
+        for _ in range(3):
+            p.call("ModelMetadata", _BIG)
+        await p.pump()
+        assert budget.used == 3 * _BIG_ANSWER
+        p.conn.connection_lost(None)
+        assert budget.used == 0 and not p.conn.streams
+
+    run(main())
+
+
+def test_over_the_budget_a_connection_that_holds_answers_gets_unavailable() -> None:
+    async def main() -> None:
+        budget = UnsentBudget(150_000)
+        p = _budget_peer(budget)
+        await p.pump()
+        first = p.call("ModelMetadata", _BIG)
+        await p.pump()
+        assert budget.over  # its answer waits for a window
+        second = p.call("ModelMetadata", _BIG)  # answered while it holds one: not kept
+        infer = p.call("ModelInfer", length_prefixed(b""))  # opened while it holds one: not run
+        live = p.call("ServerLive", length_prefixed(pb.ServerLiveRequest().SerializeToString()))
+        await p.pump()
+        for sid, what in ((second, "this answer was not kept"), (infer, "the request was not run")):
+            _, _, trailers, _ = p.stream(sid)
+            assert trailers is not None and trailers["grpc-status"] == "14", trailers  # UNAVAILABLE
+            assert what in trailers["grpc-message"] and "--max-unsent-bytes" in trailers["grpc-message"]
+        assert p.stream(first)[2] is None and p.stream(live)[2] is None  # kept: waiting for a window
+        held = budget.used
+        assert _BIG_ANSWER < held < _BIG_ANSWER + 100 and budget.refused == 2  # small answers are kept
+        other = _budget_peer(budget)  # a connection that holds nothing is served
+        await other.pump()
+        mine = other.call("ModelMetadata", _BIG)
+        await other.pump()
+        assert budget.used == held + _BIG_ANSWER and other.stream(mine)[2] is None  # waiting for its window
+        assert budget.full  # past twice the budget: a large answer is not kept on any connection
+        third = _budget_peer(budget)
+        await third.pump()
+        refused = third.call("ModelMetadata", _BIG)
+        await third.pump()
+        trailers = third.stream(refused)[2]
+        assert trailers is not None and trailers["grpc-status"] == "14"
+        assert "more than twice --max-unsent-bytes (150,000)" in trailers["grpc-message"]
+
+    run(main())
 
 
 def test_no_data_and_no_reading_while_the_client_takes_nothing() -> None:
@@ -216,5 +305,34 @@ def test_a_decoupled_stream_takes_a_response_once_it_is_written(core: Any) -> No
         done.set()
         assert await asyncio.wait_for(call, 5) is None
         assert len(ctx.written) == 10
+
+    asyncio.run(main())
+
+
+def test_a_streams_answers_count_until_written_and_over_the_budget_are_not_kept(core: Any) -> None:
+    async def main() -> None:
+        core.hold = True
+        budget = UnsentBudget(20_000)
+        servicer = InferenceServicer(core, ServerOptions(), unsent=budget)
+        ctx = BlockedContext()
+
+        async def requests() -> AsyncIterator[bytes]:
+            for i in range(3):
+                yield _request("identity_fp32", i)
+
+        call = asyncio.ensure_future(servicer.stream_infer(requests(), ctx))
+        await _until(lambda: len(core.streams) == 3)
+        big = [Tensor.from_array("OUTPUT0", np.zeros(3000, np.float32))]  # 12 KB answers
+        for s in core.streams:
+            s.deliver(InferResponse("identity_fp32", "1", outputs=big), True)
+        await asyncio.sleep(0)
+        # the first two wait for the client (over the budget after the second), the third is not kept
+        assert 24_000 < budget.used < 25_000 and budget.refused == 1  # (the refusal's message too)
+        ctx.open.set()
+        assert await asyncio.wait_for(call, 5) is None
+        answers = [pb.ModelStreamInferResponse.FromString(m) for m in ctx.written]
+        assert [a.error_message == "" for a in answers] == [True, True, False]
+        assert "this answer was not kept" in answers[2].error_message
+        assert budget.used == 0
 
     asyncio.run(main())

@@ -1,14 +1,17 @@
 """HttpConnection's flow control without sockets (frontends/flow.py): a client that takes nothing
-stops being read and its requests are held, the pipeline cap, the listener's budget; and two wire
+stops being read and its requests are held, the pipeline cap, the process's budget (what counts in
+it, who waits and what is refused over it, what a lost connection gives back); and two wire
 details: absolute-form request targets and the nosniff header on every answer."""
 
 from __future__ import annotations
 
 import asyncio
 
+import orjson
 from http_wire import parse_answers, request
 
-from inferd.frontends.flow import HIGH_WATER, WriteBudget
+from inferd.core.unsent import UnsentBudget
+from inferd.frontends.flow import HIGH_WATER
 from inferd.frontends.http.protocol import HttpConnection, HttpLimits, HttpRequest, Responder, origin_form
 
 
@@ -76,7 +79,7 @@ class FlowTransport:
         self.reading = True
 
 
-def _connect(app: object, budget: WriteBudget | None = None) -> tuple[HttpConnection, FlowTransport]:
+def _connect(app: object, budget: UnsentBudget | None = None) -> tuple[HttpConnection, FlowTransport]:
     conn = HttpConnection(app, set(), HttpLimits(), budget)  # type: ignore[arg-type]
     t = FlowTransport()
     t.protocol = conn
@@ -120,14 +123,14 @@ def test_requests_past_the_pipeline_cap_are_held_until_answers_go_out() -> None:
     assert t.reading
 
 
-def test_over_the_listeners_budget_a_connection_owing_answers_pauses_until_drained() -> None:
-    budget = WriteBudget(100)
+def test_over_the_budget_a_connection_owing_answers_pauses_until_drained() -> None:
+    budget = UnsentBudget(100)
     app = Recorder()
     owing, t = _connect(app, budget)
     clean, t2 = _connect(app, budget)
     owing.data_received(request("GET", "/a"))
     app.seen[0][1].send(200, b"first")  # written, not taken by the client
-    budget.add(1000)  # others hold more than the listener's bound
+    budget.add(1000)  # others hold more than the budget
     owing.data_received(request("GET", "/b"))
     assert len(app.seen) == 1 and not t.reading and t.high == 0  # held: its mark tightened to nothing
     clean.data_received(request("GET", "/c"))  # nothing unsent there: served
@@ -137,6 +140,80 @@ def test_over_the_listeners_budget_a_connection_owing_answers_pauses_until_drain
     assert t.high == HIGH_WATER and t.reading  # its mark back, reading again
     assert [req.path for req, _ in app.seen] == ["/a", "/c", "/b"]
     assert budget.used == 0
+
+
+def test_answers_waiting_behind_an_earlier_one_count_until_written() -> None:
+    budget = UnsentBudget(0)
+    app = Recorder()
+    conn, t = _connect(app, budget)
+    conn.data_received(request("GET", "/slow") + request("GET", "/a") + request("GET", "/b"))
+    app.seen[2][1].send(200, b"b" * 3000)
+    app.seen[1][1].send(200, b"a" * 2000)
+    assert budget.used == 5000  # held behind /slow
+    app.seen[0][1].send(200, b"slow")
+    assert budget.used == 0
+    assert [a.body[:1] for a in parse_answers(t.drain())] == [b"s", b"a", b"b"]
+
+
+def test_a_lost_connection_gives_back_what_it_held() -> None:
+    budget = UnsentBudget(0)
+    app = Recorder()
+    conn, t = _connect(app, budget)
+    conn.data_received(request("GET", "/slow") + request("GET", "/a") + request("GET", "/b"))
+    app.seen[1][1].send(200, b"a" * 2000)
+    app.seen[0][1].send(200, b"x" * (2 * HIGH_WATER))  # written, past the mark: counted
+    assert t.paused and budget.used > 2 * HIGH_WATER
+    conn.connection_lost(None)
+    assert budget.used == 0
+
+
+def test_over_the_budget_an_answer_for_a_connection_that_holds_answers_is_refused() -> None:
+    budget = UnsentBudget(100_000)
+    app = Recorder()
+    conn, t = _connect(app, budget)
+    clean, t2 = _connect(app, budget)
+    conn.data_received(request("GET", "/a") + request("GET", "/b") + request("GET", "/c"))
+    clean.data_received(request("GET", "/d"))
+    app.seen[0][1].send(200, b"a" * (2 * HIGH_WATER))  # its client reads nothing: over the budget
+    assert t.paused and budget.over
+    app.seen[1][1].send(200, b"b" * 5000)  # it holds answers: this one is not kept
+    app.seen[2][1].send(200, b"{}")  # small answers go as they are
+    app.seen[3][1].send(200, b"d" * 5000)  # a connection that holds nothing is served
+    answers = parse_answers(t.drain())
+    assert [a.status for a in answers] == [200, 503, 200]
+    error = orjson.loads(answers[1].body)["error"]
+    assert "--max-unsent-bytes (100,000)" in error and "this answer was not kept" in error
+    assert answers[2].body == b"{}"
+    assert parse_answers(t2.drain())[0].body == b"d" * 5000
+    assert budget.used == 0 and budget.refused == 1 and not budget.over
+
+
+def test_past_twice_the_budget_a_large_answer_is_refused_on_any_connection() -> None:
+    budget = UnsentBudget(1000)
+    app = Recorder()
+    clean, t = _connect(app, budget)
+    clean.data_received(request("GET", "/a") + request("GET", "/b"))
+    budget.add(2001)  # others hold more than twice the budget
+    app.seen[0][1].send(200, b"a" * 5000)
+    app.seen[1][1].send(200, b"[]")
+    answers = parse_answers(t.drain())
+    assert [a.status for a in answers] == [503, 200]
+    assert "more than twice --max-unsent-bytes (1,000)" in orjson.loads(answers[0].body)["error"]
+
+
+def test_over_the_budget_answers_waiting_behind_an_earlier_one_hold_the_next_requests() -> None:
+    budget = UnsentBudget(1000)
+    app = Recorder()
+    conn, t = _connect(app, budget)
+    conn.data_received(request("GET", "/slow") + request("GET", "/a"))
+    app.seen[1][1].send(200, b"a" * 2000)  # behind /slow: held, over the budget
+    assert budget.over
+    conn.data_received(request("GET", "/b"))
+    assert len(app.seen) == 2 and not t.reading  # it holds answers: the next request waits
+    app.seen[0][1].send(200, b"slow")
+    assert len(app.seen) == 3 and t.reading  # they went out: served again
+    app.seen[2][1].send(200, b"b")
+    assert [a.status for a in parse_answers(t.drain())] == [200, 200, 200]
 
 
 def test_absolute_form_targets() -> None:
@@ -175,3 +252,13 @@ def test_every_answer_says_nosniff() -> None:
         assert a.status == 503 and a.headers["x-content-type-options"] == "nosniff"
 
     asyncio.run(main())
+
+
+def test_an_answer_after_the_connection_was_lost_is_not_counted() -> None:
+    budget = UnsentBudget(0)
+    app = Recorder()
+    conn, _ = _connect(app, budget)
+    conn.data_received(request("GET", "/slow") + request("GET", "/a"))
+    conn.connection_lost(None)
+    app.seen[1][1].send(200, b"a" * 2000)  # the model answered after the client left
+    assert budget.used == 0

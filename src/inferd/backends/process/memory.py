@@ -22,7 +22,7 @@ from typing import Protocol
 from inferd.backends.base import LoadContext
 from inferd.errors import InvalidArgumentError
 
-log = logging.getLogger("inferd.python")
+log = logging.getLogger("inferd.process")
 
 #: how often the watch thread reads every limited worker's RSS
 CHECK_S = 0.1
@@ -59,10 +59,13 @@ def memory_limit(ctx: LoadContext) -> int:
     return value
 
 
-def over_limit(used: int, limit: int) -> str:
-    """Why a worker using ``used`` bytes is killed (the clients' error and the log say it)."""
+def over_limit(used: int, limit: int, name: str = "memory_limit_bytes", starting: bool = False) -> str:
+    """Why a worker using ``used`` bytes is killed (the clients' error and the log say it); ``name``:
+    the setting that set the limit; ``starting``: it had not answered yet (a load, not a request)."""
+    if starting:
+        return f"it used {used / _MIB:.1f} MiB of memory while it started, more than its {name} of {limit / _MIB:.1f} MiB"
     return (
-        f"it used {used / _MIB:.1f} MiB of memory, more than its memory_limit_bytes of {limit / _MIB:.1f} "
+        f"it used {used / _MIB:.1f} MiB of memory, more than its {name} of {limit / _MIB:.1f} "
         "MiB; it restarts on its next request"
     )
 

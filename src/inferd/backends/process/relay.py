@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from inferd.backends.base import LoadContext, MetricError
-from inferd.backends.python.ipc import (
+from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ShmNames,

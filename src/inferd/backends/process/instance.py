@@ -1,9 +1,11 @@
-"""Process instances: a Python model instance in its own worker process (``worker.py``).
+"""Process instances: a model instance, of any backend, in its own worker process (``worker.py``).
 
 Why: Python model instances that are threads share one interpreter lock, so a model whose
 ``execute`` is Python work uses one core whatever its ``instance_group`` asks; and a model that
-crashes (``os._exit``, a segfault in an extension) would take the server with it. In a worker
-process an instance has a core of its own, and its death fails only the requests it held.
+crashes (``os._exit``, a segfault in an extension, a native backend's parser meeting a hostile file)
+would take the server with it. In a worker process an instance has a core of its own, and its death
+fails only the requests it held. The worker loads the model with its own backend
+(``registry.get_backend``), so a process instance behaves as that backend's thread instance.
 
 The server side of one instance is a ``ProcessInstance``: ``execute`` (in the pool's worker thread)
 sends the batch and reads what the worker sends until the execute's end comes, so a batch crosses
@@ -20,12 +22,10 @@ Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), 
 flight fails with UNAVAILABLE naming the model, the instance and how the process ended, so do the
 requests still open in it, the event is logged and counted (``EVENTS``, exported on /metrics), and
 the next execute starts a new worker (``initialize`` again) before it runs; a worker that cannot
-start fails the batch with the reason and is tried again a second later. A worker whose
-``initialize`` takes longer than the load timeout is killed. Workers die with the server
-(``PR_SET_PDEATHSIG``), also when it is killed with SIGKILL. That signal is tied to the *thread*
-that started the process, not to the server process: every worker is started by one long-lived
-thread (``_SPAWNER``), never by a thread that ends (a load, a restart, ``execution_mode: auto``
-moving instances), or the workers would be killed when it did.
+start fails the batch with the reason and is tried again a second later. A worker whose start
+(``initialize``, reading the model) passes its deadline, or its memory limit, is killed
+(``spawn.Starting``). Workers die with the server (``PR_SET_PDEATHSIG``), also when it is killed
+with SIGKILL (``spawn.py`` says why one thread starts them all).
 """
 
 from __future__ import annotations
@@ -33,10 +33,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +43,7 @@ from functools import partial
 from typing import Any
 
 from inferd.backends.base import InstanceSpec, LoadContext
-from inferd.backends.python.ipc import (
+from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
@@ -55,19 +52,17 @@ from inferd.backends.python.ipc import (
     release_unmapped,
     unpack_response,
 )
-from inferd.backends.python.memory import WATCH, memory_limit, over_limit, rss_bytes
-from inferd.backends.python.relay import BlsRelay, answer, answer_call
-from inferd.backends.python.reschedule import release
+from inferd.backends.process.memory import WATCH, over_limit, rss_bytes
+from inferd.backends.process.relay import BlsRelay, answer, answer_call
+from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
 
-log = logging.getLogger("inferd.python")
+log = logging.getLogger("inferd.process")
 
 #: (model, version, "exited" | "restarted") -> count, read by the metrics collector
 EVENTS: collections.Counter[tuple[str, str, str]] = collections.Counter()
-#: starts every worker process: PR_SET_PDEATHSIG kills a child when the thread that forked it ends
-_SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="inferd-spawner")
 #: a worker that failed to start is not tried again sooner than this
 RESTART_BACKOFF_S = 1.0
 STOP_TIMEOUT_S = 5.0
@@ -86,33 +81,36 @@ class _Pending:
     error: InferdError | None = None
 
 
-def how_it_ended(code: int | None) -> str:
-    """How a process ended, from its return code: ``signal 11 (SIGSEGV)``, ``exit status 3``."""
-    if code is None:
-        return "it stopped answering"
-    if code < 0:
-        try:
-            return f"signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
-
-
-def _popen(cmd: list[str], fd: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL)
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a worker that is ending; kill it if it takes longer than ``STOP_TIMEOUT_S``."""
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class ProcessInstance:
     """One model instance in a worker process (a ``BackendInstance``)."""
 
     def __init__(
-        self, ctx: LoadContext, spec: InstanceSpec, start_timeout_s: float = 0.0, memory_limit: int = 0
+        self,
+        ctx: LoadContext,
+        spec: InstanceSpec,
+        start_timeout_s: float = 0.0,
+        memory_limit: int = 0,
+        limit_name: str = "memory_limit_bytes",
+        first_deadline: float | None = None,
     ) -> None:
+        """``start_timeout_s``: how long a worker may take to start (0: no limit); ``memory_limit``:
+        bytes of resident memory past which the worker is killed (memory.py; 0: no limit), set by
+        ``limit_name``; ``first_deadline``: when the first worker must have started (monotonic
+        seconds; its load's deadline), else ``start_timeout_s`` from now."""
         self._ctx = ctx
         self._spec = spec
         self._start_timeout_s = start_timeout_s
-        #: bytes of resident memory past which the worker is restarted (memory.py; 0: no limit)
         self._memory_limit = memory_limit
+        self._limit_name = limit_name
         self._lock = threading.Lock()
         self._shm = ShmNames(f"p{id(self):x}")
         self._keys = itertools.count(1)
@@ -145,7 +143,7 @@ class ProcessInstance:
         self.on_unload: Callable[[], None] | None = None
         #: takes back the requests the model releases for another execute (reschedule.py)
         self.rescheduler: Callable[[InferRequest], None] | None = None
-        self._start()
+        self._start(first_deadline if first_deadline is not None else self._deadline())
         if memory_limit:
             WATCH.add(self)
 
@@ -287,13 +285,13 @@ class ProcessInstance:
     def _who(self) -> str:
         return f"model '{self._ctx.model_name}' instance '{self._spec.name}'"
 
-    def _start(self) -> Channel:
+    def _deadline(self) -> float | None:
+        return time.monotonic() + self._start_timeout_s if self._start_timeout_s else None
+
+    def _start(self, deadline: float | None) -> Channel:
+        """A new worker, its instance created there (``initialize``) by ``deadline``."""
         ctx, spec = self._ctx, self._spec
-        ours, theirs = socket.socketpair()
-        cmd = [sys.executable, "-m", "inferd.backends.python.worker", str(theirs.fileno())]
-        proc = _SPAWNER.submit(_popen, cmd, theirs.fileno()).result()
-        theirs.close()
-        chan = Channel(ours)
+        proc, chan = start_worker()
         init = {
             "model_name": ctx.model_name,
             "version": ctx.version,
@@ -302,19 +300,28 @@ class ProcessInstance:
             "config": ctx.config.SerializeToString(),
             "spec": (spec.name, spec.kind, spec.device_id),
             "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
+            "backend_config": dict(ctx.backend_config),
+            "uploaded": ctx.uploaded,
         }
+        starting = Starting(proc, chan, deadline, self._memory_limit, self._limit_name)
         try:
-            chan.send(("init", init))
-            ours.settimeout(self._start_timeout_s or None)
-            reply = chan.recv()
-            while reply[0] == "call":  # initialize creating its metrics: no reader thread yet
-                chan.send(("call_resp", reply[1], answer_call(ctx, reply[2], reply[3])))
-                reply = chan.recv()
-            ours.settimeout(None)
+            with starting:
+                chan.send(("init", init))
+                reply = starting.recv()
+                while reply[0] == "call":  # initialize creating its metrics: no reader thread yet
+                    chan.send(("call_resp", reply[1], answer_call(ctx, reply[2], reply[3])))
+                    reply = starting.recv()
+            if reply[0] == "init_error":
+                chan.close()
+                _reap(proc)
+                code, message = reply[1]
+                raise error_for_code(ErrorCode[code], message)
         except (ChannelClosed, TimeoutError, OSError) as e:
             proc.kill()
             code = proc.wait()
             chan.close()
+            if starting.reason:
+                raise UnavailableError(f"the process of {self._who()} was killed: {starting.reason}") from e
             if isinstance(e, TimeoutError):
                 raise UnavailableError(
                     f"{self._who()}: initialize did not finish within {self._start_timeout_s:g} s"
@@ -322,11 +329,6 @@ class ProcessInstance:
             raise UnavailableError(
                 f"the process of {self._who()} ended while it started ({how_it_ended(code)})"
             ) from e
-        if reply[0] == "init_error":
-            proc.wait(STOP_TIMEOUT_S)
-            chan.close()
-            code, message = reply[1]
-            raise error_for_code(ErrorCode[code], message)
         self.pid = int(reply[1])
         self.has_is_ready = bool(reply[3])
         log.info("%s runs in process %d (started in %.0f ms)", self._who(), self.pid, reply[2] * 1000)
@@ -347,7 +349,7 @@ class ProcessInstance:
             if self._failure is not None and time.monotonic() - self._failed_at < RESTART_BACKOFF_S:
                 raise self._failure
         try:
-            chan = self._start()
+            chan = self._start(self._deadline())
         except InferdError as e:
             self._failed_at, self._failure = time.monotonic(), e
             raise UnavailableError(f"{self._who()} could not be restarted: {e.message}") from e
@@ -418,6 +420,8 @@ class ProcessInstance:
             with self._lock:
                 request = self._open.pop(msg[1], None)
             if request is not None:
+                from inferd.backends.python.reschedule import release  # (a Python model's only)
+
                 release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
             self._end(
@@ -515,68 +519,3 @@ class ProcessInstance:
         for r in open_requests:
             if r.stream is not None:
                 r.stream.send(InferResponse(r.model_name, str(self._ctx.version), r.id, error=error), True)
-
-
-#: model name -> its process instances not unloaded yet (their workers' memory: core/on_demand.py)
-_WORKERS: dict[str, set[ProcessInstance]] = {}
-
-
-def worker_pids(model_name: str) -> list[int]:
-    """The worker processes running now for ``model_name``'s instances."""
-    return [i.pid for i in list(_WORKERS.get(model_name, ())) if i.pid and i._proc is not None]
-
-
-class ProcessModel:
-    """A Python model whose instances are worker processes (``model.py`` never runs in the server)."""
-
-    def __init__(self, ctx: LoadContext) -> None:
-        self.ctx = ctx
-        #: ``memory_limit_bytes``: each worker restarted past it (memory.py; 0: none)
-        self.memory_limit = memory_limit(ctx)
-        self._lock = threading.Lock()
-        self._live = 0
-        self._instances: set[ProcessInstance] = set()
-
-    def create_instance(self, spec: InstanceSpec) -> ProcessInstance:
-        instance = ProcessInstance(self.ctx, spec, self.ctx.load_timeout_s, self.memory_limit)
-        instance.on_unload = partial(self._instance_unloaded, instance)
-        with self._lock:
-            self._live += 1
-            self._instances.add(instance)
-        _WORKERS.setdefault(self.ctx.model_name, set()).add(instance)
-        return instance
-
-    def is_ready(self) -> bool:
-        """Every live instance's ``is_ready()`` (core/readiness.py)."""
-        with self._lock:
-            instances = list(self._instances)
-        return all(i.is_ready() for i in instances)
-
-    def ready_check(self) -> Callable[[], bool] | None:
-        """The model's instances' ``is_ready()``, when the model defines one."""
-        with self._lock:
-            defined = any(i.has_is_ready for i in self._instances)
-        return self.is_ready if defined else None
-
-    @property
-    def live(self) -> int:
-        """Instances created and not unloaded."""
-        return self._live
-
-    def _instance_unloaded(self, instance: ProcessInstance) -> None:
-        """After the last instance, the custom metrics its processes created go (one owner for all)."""
-        with self._lock:
-            self._live -= 1
-            last = self._live == 0
-            self._instances.discard(instance)
-        _WORKERS.get(self.ctx.model_name, set()).discard(instance)
-        metrics = self.ctx.links.metrics
-        if last and metrics is not None:
-            metrics.release_owner(f"{self.ctx.model_name}:{self.ctx.version}")
-
-    def promotion(self) -> None:
-        """Already processes."""
-        return None
-
-    def unload(self) -> None:
-        """Nothing: each instance's ``unload`` stops its process."""

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from inferd.backends.python.ipc import (
+from inferd.backends.process.ipc import (
     INLINE_MAX,
     SHM_DIR,
     Channel,

@@ -1,9 +1,10 @@
-"""A Python model instance in its own process: ``python -m inferd.backends.python.worker <fd>``.
+"""A model instance in its own process: ``python -m inferd.backends.process.worker <fd>``.
 
-The server starts one per process instance (``process.py``) with one end of a socketpair as
-``<fd>``. The worker loads ``model.py`` with the same backend that runs it in-process
-(``PythonModel``, ``PythonInstance``, ``pb_utils``), so everything a model does behaves alike in
-both modes; only the edges differ:
+The server starts one per process instance (``instance.py``) with one end of a socketpair as
+``<fd>``. The worker loads the model with the backend its config names (``registry.get_backend``),
+the same code that runs it in the server's process (a Python model's ``PythonModel``,
+``PythonInstance``, ``pb_utils``; a native backend's session), so everything a model does behaves
+alike in both places; only the edges differ:
 
 - a request's responses (response senders, decoupled models) go to the server through a
   ``ProxyStream`` standing in for its ResponseStream;
@@ -12,6 +13,10 @@ both modes; only the edges differ:
   infer_async`` here, so ``hooks.py`` treats them as in a thread instance), and a request the
   model abandons is cancelled there (``relay.py`` is the server's half);
 - the server's ``cancel`` makes ``is_cancelled()`` true.
+
+A worker may instead be asked for one auto-complete (``("complete", ...)``: the backend's
+``auto_complete`` of a model whose files a client uploaded, which reads them or imports its code),
+answered with the completed config; then it exits.
 
 Two threads read the channel, one at a time (``ipc.ReadRole``), and an execute runs on the thread
 that read it: a request crosses no hand-off between threads here. While it runs, the other thread
@@ -51,9 +56,8 @@ from inferd.backends.base import (
     ResponseCallback,
     ServerLinks,
 )
-from inferd.backends.python.containment import IN_WORKER
-from inferd.backends.python.fork_signals import default_signals_in_forks
-from inferd.backends.python.ipc import (
+from inferd.backends.process import IN_WORKER
+from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
@@ -65,11 +69,12 @@ from inferd.backends.python.ipc import (
     unpack_request,
     unpack_response,
 )
+from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, error_for_code
 
-log = logging.getLogger("inferd.python.worker")
+log = logging.getLogger("inferd.process.worker")
 _PR_SET_PDEATHSIG = 1
 #: an execute running this long has the other thread read meanwhile (readiness checks, cancellations)
 TAKE_OVER_S = 0.25
@@ -175,7 +180,7 @@ class Worker:
 
     # -- start -------------------------------------------------------------------------------------
     def start(self, init: dict[str, Any]) -> None:
-        from inferd.backends.python.backend import PythonBackend
+        from inferd.backends.registry import get_backend
         from inferd.repository import ModelConfig
 
         config = ModelConfig.FromString(init["config"])
@@ -192,9 +197,13 @@ class Worker:
                 model_control=lambda *args: self.call("model_control", *args),
                 metrics=ForwardedMetrics(self.call),
             ),
-            {IN_WORKER: "1"},  # here the instance is a thread of this process
+            {
+                **init.get("backend_config", {}),
+                IN_WORKER: "1",
+            },  # here the instance is a thread of this process
+            uploaded=bool(init.get("uploaded")),
         )
-        model = PythonBackend().load(ctx)
+        model = get_backend(config.backend).load(ctx)
         self.instance = model.create_instance(InstanceSpec(*init["spec"]))
         if isinstance(self.instance, Reschedulable):  # the server reschedules (or refuses) them
             self.instance.rescheduler = self._rescheduled
@@ -409,6 +418,22 @@ class Worker:
                     self.streams.pop(s._key, None)
 
 
+def complete(request: dict[str, Any]) -> bytes:
+    """One auto-complete: the backend's ``auto_complete`` of the config, serialised."""
+    from inferd.backends.registry import get_backend
+    from inferd.repository import ModelConfig
+
+    config = ModelConfig.FromString(request["config"])
+    version_dir = request["version_dir"]
+    get_backend(config.backend).auto_complete(
+        config,
+        Path(request["model_dir"]),
+        None if version_dir is None else Path(version_dir),
+        default_max_batch_size=request["default_max_batch_size"],
+    )
+    return bytes(config.SerializeToString())
+
+
 def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -431,10 +456,16 @@ def main(argv: list[str]) -> int:
     default_signals_in_forks()  # not in the processes its model forks: a pool's workers end with SIGTERM
     channel = Channel(socket.socket(fileno=fd))
     try:
-        init = channel.recv()[1]
+        kind, init = channel.recv()
         from inferd.logs import LogSettings
 
         LogSettings(verbose=init.get("log_verbose", 0))
+        if kind == "complete":
+            try:
+                channel.send(("completed", complete(init)))
+            except BaseException as e:
+                channel.send(("init_error", pack_error(e)))
+            return 0
         worker = Worker(channel)
         t0 = time.monotonic()
         try:
