@@ -37,12 +37,11 @@ from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_TRITON_CODE
 from inferd.errors import ErrorCode, InferdError, error_for_code
-from inferd.logs import VERBOSE1
 
 log = logging.getLogger("inferd.tritonc")
 
-#: TRITONSERVER_LogLevel -> logging level
-_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, VERBOSE1)
+#: TRITONSERVER_LogLevel -> logging level (VERBOSE: inferd.logs' VERBOSE1, logging.DEBUG)
+_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)
 _CODES = tuple(ErrorCode)  # TRITONSERVER_Error_Code order: UNKNOWN, INTERNAL, NOT_FOUND, ...
 
 _lock = threading.Lock()
