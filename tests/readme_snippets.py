@@ -19,7 +19,8 @@ reader (``examples/models``, the served repository; ``examples/python_models``, 
   free ports (added to its flags) and waited for until ready; the blocks after it talk to it, and it is
   stopped (SIGTERM, exit 0) at the next one or at the page's end. Before it, blocks talk to the server
   ``make run`` starts;
-- `` ```python ``: run in a process of its own (``python -c``); `` ```bash ``: run under ``bash -e``;
+- `` ```python ``: run in a process of its own (``python -c``); `` ```bash ``: run under ``bash -e``, its
+  stderr with its stdout as a terminal shows them;
 - any other fence (``text``, ``protobuf``, ``yaml``: output or a file's content shown) is not code.
 
 Every block is run as written except for the ports, when the server's are not the page's
@@ -309,10 +310,11 @@ def run_bash(snippet: Snippet, cwd: Path, http: int, grpc: int, timeout: float, 
     lines = snippet.with_ports(http, grpc, metrics).splitlines()
     for row in reversed(command_lines(snippet)):
         lines.insert(row - 1, "printf '\\n@@\\n'")
-    done = subprocess.run(
+    done = subprocess.run(  # stderr with stdout, as a terminal shows them (inferd check reports on stderr)
         ["bash", "-e", "-c", "\n".join(lines)],
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         timeout=timeout,
         env=_env(),
@@ -320,7 +322,7 @@ def run_bash(snippet: Snippet, cwd: Path, http: int, grpc: int, timeout: float, 
     outputs = done.stdout.split("\n@@\n")[1:]
     starts = command_lines(snippet)
     problem = "" if len(outputs) == len(starts) else f"\n{len(outputs)} commands ran, not {len(starts)}"
-    return Run(done.returncode, done.stdout + done.stderr + problem, dict(zip(starts, outputs, strict=False)))
+    return Run(done.returncode, done.stdout + problem, dict(zip(starts, outputs, strict=False)))
 
 
 # -- running a page --------------------------------------------------------------------------------------
