@@ -376,6 +376,9 @@ def run_page(page: Path, home: Path, ports: Ports, serve: Serve, timeout: float)
                     yield Outcome(snippet, "serve", [f"{snippet.where}: the server did not start: {e}"])
                     return
                 yield Outcome(snippet, f"serving on {ports}")
+            elif kind == "bash" and any(_SERVE.match(line) for line in snippet.code.splitlines()[1:]):
+                yield Outcome(snippet, "not run", [f"{snippet.where}: a server's command is a block of its own"])
+                return
             else:
                 http, grpc, metrics = ports
                 if kind == "python":
