@@ -105,7 +105,8 @@ def cli_markdown(command: str) -> str:
             usage = formatter._format_action_invocation(action)
             out.append(f"### {names} {{#{anchor(command, action)}}}\n")
             out.append(f"`{usage}`\n")
-            out.append(f"{text(formatter._expand_help(action))}\n")
+            help = formatter._expand_help(action)
+            out.append(f"{text(help[:1].upper() + help[1:])}\n")
             if command != "check" and action.dest in _option_fields():
                 out.append(f"In Python: `inferd.Server(..., {action.dest}=...)`.\n")
     return "\n".join(out)
@@ -171,7 +172,10 @@ def _docstring(obj: Any) -> str:
 def api_markdown(qualname: str) -> str:
     module, _, name = qualname.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    out = [f"## `{qualname}` {{#{_slug(qualname)}}}\n", f"```python\n{_signature(qualname, cls.__init__)}\n```\n"]
+    out = [
+        f"## `{qualname}` {{#{_slug(qualname)}}}\n",
+        f"```python\n{_signature(qualname, cls.__init__)}\n```\n",
+    ]
     out.append(_docstring(cls) + "\n")
     for attr, value in cls.__dict__.items():
         if attr.startswith("_"):
@@ -282,7 +286,9 @@ def expand(markdown: str, where: str) -> str:
     def one(m: re.Match[str]) -> str:
         kind, arg = m.group(1), m.group(2)
         if kind not in GENERATORS:
-            raise ValueError(f"{where}: unknown marker <!-- inferd:{kind} --> (known: {', '.join(GENERATORS)})")
+            raise ValueError(
+                f"{where}: unknown marker <!-- inferd:{kind} --> (known: {', '.join(GENERATORS)})"
+            )
         return GENERATORS[kind](arg) if arg else GENERATORS[kind]()
 
     return MARKER.sub(one, markdown)

@@ -92,7 +92,7 @@ class Snippet:
 
     @property
     def kind(self) -> str:
-        """"skip", "file", "serve", "python", "bash", or "" (not code: output, a config shown)."""
+        """One of skip, file, serve, python, bash, or "" (not code: output, a config shown)."""
         if self.skip:
             return "skip"
         if self.title:
@@ -286,7 +286,13 @@ def _env() -> dict[str, str]:
 
 
 def run_python(
-    snippet: Snippet, cwd: Path, http: int, grpc: int, timeout: float, python: str = sys.executable, metrics: int = 8002
+    snippet: Snippet,
+    cwd: Path,
+    http: int,
+    grpc: int,
+    timeout: float,
+    python: str = sys.executable,
+    metrics: int = 8002,
 ) -> Run:
     code = snippet.with_ports(http, grpc, metrics)
     name = str(snippet.page.name)
@@ -377,7 +383,9 @@ def run_page(page: Path, home: Path, ports: Ports, serve: Serve, timeout: float)
                     return
                 yield Outcome(snippet, f"serving on {ports}")
             elif kind == "bash" and any(_SERVE.match(line) for line in snippet.code.splitlines()[1:]):
-                yield Outcome(snippet, "not run", [f"{snippet.where}: a server's command is a block of its own"])
+                yield Outcome(
+                    snippet, "not run", [f"{snippet.where}: a server's command is a block of its own"]
+                )
                 return
             else:
                 http, grpc, metrics = ports
@@ -440,7 +448,9 @@ def _ready(port: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run the pages' code blocks against a running server.")
-    ap.add_argument("pages", nargs="*", type=Path, help="pages (default: README.md, the quickstart, the tutorials)")
+    ap.add_argument(
+        "pages", nargs="*", type=Path, help="pages (default: README.md, the quickstart, the tutorials)"
+    )
     ap.add_argument("--http-port", type=int, default=PAGE_PORTS["http"])
     ap.add_argument("--grpc-port", type=int, default=PAGE_PORTS["grpc"])
     ap.add_argument("--metrics-port", type=int, default=PAGE_PORTS["metrics"])
