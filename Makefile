@@ -41,8 +41,10 @@ install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-# the documentation site's tools alone (make install has them: the dev extra includes docs)
-$(DOCS_STAMP): $(RUN_STAMP)
+# the documentation site's tools and inferd itself, whose code writes the reference (make install has them:
+# the dev extra includes docs); not the examples' heavy packages
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --progress-bar on -e '.[docs]'
 	touch $(DOCS_STAMP)
 
@@ -64,8 +66,8 @@ run: install-run models
 	$(BIN)/inferd serve --model-repository $(MODELS) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples reliability docs
-	$(BIN)/ruff format --check src tests benchmarks examples reliability docs
+	$(BIN)/ruff check src tests benchmarks examples reliability docs/hooks.py
+	$(BIN)/ruff format --check src tests benchmarks examples reliability docs/hooks.py
 
 typecheck: install
 	$(BIN)/mypy

@@ -202,7 +202,7 @@ def options_markdown() -> str:
     for f in dataclasses.fields(ServerOptions):
         hint = hints[f.name]
         kind = hint.__name__ if isinstance(hint, type) else str(hint)
-        kind = re.sub(r"\b(typing|pathlib)\.", "", kind).replace("NoneType", "None").replace("|", "\\|")
+        kind = re.sub(r"\b(typing|pathlib)\.", "", kind).replace("NoneType", "None")
         flag = "(none: `--backend-config` sets it)" if f.metadata.get("cli") is False else ""
         if not flag:
             first = (f.metadata.get("flags") or ("--" + f.name.replace("_", "-"),))[0]
