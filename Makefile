@@ -1,4 +1,4 @@
-# inferd: two commands on a fresh machine: `make run` and `make test`.
+# inferd: two commands on a fresh machine: `make run` and `make test` (and `make docs`: the documentation site).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +12,18 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run native run test test-stress azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
+.PHONY: install install-run native run test test-stress smoke docs docs-build azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
+
+# make test's phases: a line when each starts and one when it ends, with its time (scripts/phase.sh);
+# pytest unbuffered (python -u: what a tail shows is where it is) and -rs (every skip with its reason)
+PHASE := scripts/phase.sh
+PYTEST := $(BIN)/python -u -m pytest -q -rs -n 2
+# unit (tests/unit, tests/deploy, tests/docs), then e2e whatever unit says: the status is the worse one
+PYTEST_PHASES = $(PHASE) unit $(PYTEST) --ignore=tests/e2e tests; unit=$$?; \
+	$(PHASE) e2e $(PYTEST) tests/e2e; e2e=$$?; [ $$unit = 0 ] && [ $$e2e = 0 ]
+# Material prints a banner on every build about MkDocs 2.0; the site's warnings are MkDocs' own
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+DOCS_STAMP := $(VENV)/.installed-docs
 
 # (re)install only when the project's metadata changed; pip shows its progress (the first install
 # downloads torch and the ONNX tools: a few minutes)
@@ -38,6 +49,22 @@ install-run: $(RUN_STAMP) native
 
 install: $(STAMP) native
 
+# the documentation site's tools and inferd itself, whose code writes the reference (make install has them:
+# the dev extra includes docs); not the examples' heavy packages
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --progress-bar on -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# the site at http://127.0.0.1:8080, rebuilt as the pages change (DOCS_ADDRESS=host:port for another)
+DOCS_ADDRESS ?= 127.0.0.1:8080
+docs: $(DOCS_STAMP)
+	$(MKDOCS) serve -a $(DOCS_ADDRESS)
+
+# the site into site/, strict: a warning (a broken link or anchor, a page outside the nav) fails it
+docs-build: $(DOCS_STAMP)
+	$(MKDOCS) build --strict
+
 # incremental: a model is written again only when what it is made from (its source, the packages'
 # versions) or its files changed (examples/build_models.py); each one built is printed with its time
 models: $(RUN_STAMP)
@@ -47,8 +74,8 @@ run: install-run models
 	$(BIN)/inferd serve --model-repository $(MODELS) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples reliability
-	$(BIN)/ruff format --check src tests benchmarks examples reliability
+	$(BIN)/ruff check src tests benchmarks examples reliability docs/hooks.py
+	$(BIN)/ruff format --check src tests benchmarks examples reliability docs/hooks.py
 
 typecheck: install
 	$(BIN)/mypy
@@ -65,26 +92,41 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
 	  echo "no Chromium here: the status page's browser test will skip"
 
-test: lint typecheck azurite browser
-	$(BIN)/pytest -q -n 2
+test:
+	@$(PHASE) install $(MAKE) --no-print-directory install azurite browser
+	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@$(PHASE) types $(MAKE) --no-print-directory typecheck
+	@$(PYTEST_PHASES)
+
+# a first check that an install works, in under 2 minutes on 2 cores once installed: no ruff or mypy;
+# the docs site's strict build and search index, one end-to-end server round trip, the quickstart's
+# code against a server of its own
+SMOKE := tests/docs/test_docs_site.py::test_the_search_index_answers_how_to_serve_a_repository \
+	tests/e2e/test_e2e_http_client.py::test_live_ready_and_metadata \
+	"tests/e2e/test_e2e_readme_snippets.py::test_page[docs/quickstart.md]"
+smoke: install
+	@$(PHASE) smoke $(BIN)/python -u -m pytest -q -rs -n 1 $(SMOKE)
 
 # make test on a busy machine: the same suite with BURNERS processes (default 2) spinning on the CPU
 # beside it, the load a shared 2-core machine has; run it before a stop. The burners are killed at
 # the end whatever happens (a failure, Ctrl-C); the exit status is pytest's.
 BURNERS ?= 2
-test-stress: lint typecheck azurite browser
+test-stress:
+	@$(PHASE) install $(MAKE) --no-print-directory install azurite browser
+	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@$(PHASE) types $(MAKE) --no-print-directory typecheck
 	@burners=""; \
 	trap 'kill $$burners 2>/dev/null' EXIT; \
 	trap 'exit 130' INT TERM; \
 	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while True: pass' & burners="$$burners $$!"; done; \
 	echo "test-stress: $(BURNERS) CPU burners (pids$$burners) beside pytest"; \
-	$(BIN)/pytest -q -n 2
+	$(PYTEST_PHASES)
 
 unit: install
-	$(BIN)/pytest -q -n 2 tests/unit
+	@$(PHASE) unit $(PYTEST) --ignore=tests/e2e tests
 
 e2e: install azurite browser
-	$(BIN)/pytest -q -n 2 tests/e2e
+	@$(PHASE) e2e $(PYTEST) tests/e2e
 
 # three rounds of every row (about 30 minutes on 2 cores); ARGS passes options (benchmarks/run.py --help)
 bench: install models
@@ -119,4 +161,4 @@ soak: install
 	$(BIN)/python -m reliability.reload $(RELOAD_ARGS)
 
 clean:
-	rm -rf $(VENV) $(MODELS) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(MODELS) .mypy_cache .ruff_cache .pytest_cache site

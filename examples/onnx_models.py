@@ -93,7 +93,7 @@ def tiny_mlp_model(seed: int = SEED) -> Any:
 
 
 def tiny_mlp_reference(x: np.ndarray[Any, Any], seed: int = SEED) -> np.ndarray[Any, Any]:
-    """What tiny_mlp computes, in numpy (for tests and the README)."""
+    """What tiny_mlp computes, in numpy (for tests and the docs)."""
     from onnx import numpy_helper
 
     init = {t.name: numpy_helper.to_array(t) for t in tiny_mlp_model(seed).graph.initializer}

@@ -29,6 +29,12 @@ T = TypeVar("T")
 class Server:
     """An inference server embedded in this process.
 
+    ``model_repository``: one repository or a list (folders, or s3://, as:// and gs:// URLs). A port
+    given serves that protocol from this process too (0: a free port; the properties below say which),
+    on ``http_address`` / ``grpc_address`` (127.0.0.1 unless given); no port, no listener. Every other
+    keyword is a field of :class:`ServerOptions`, named as its ``inferd serve`` flag with underscores
+    (``model_control_mode="explicit"``). As a context manager it starts on entry and stops on exit.
+
     >>> with inferd.Server(model_repository="models") as server:
     ...     out = server.infer("add_sub", {"INPUT0": a, "INPUT1": b})
     """
@@ -139,12 +145,15 @@ class Server:
 
     # -- queries ---------------------------------------------------------------------------------
     def live(self) -> bool:
+        """Whether the server is live (``GET /v2/health/live``)."""
         return self._core.live()
 
     def ready(self) -> bool:
+        """Whether the server is ready (``GET /v2/health/ready``; ``strict_readiness``: every model loaded)."""
         return self._core.ready()
 
     def metadata(self) -> dict[str, Any]:
+        """The server metadata (``GET /v2``): name, version, extensions."""
         return self._core.metadata()
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -154,15 +163,19 @@ class Server:
         return self._run(self._core.model_ready_checked(name, version))
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """A model's metadata (``GET /v2/models/{name}``): versions, inputs and outputs."""
         return self._core.model_metadata(name, version)
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        """A model's configuration as JSON, completed and normalised (``GET /v2/models/{name}/config``)."""
         return self._core.model_config(name, version)
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The statistics extension's answer for a model, or every model (``name`` empty)."""
         return self._core.statistics(name, version)
 
     def repository_index(self, ready: bool = False) -> list[dict[str, Any]]:
+        """The repositories' models with their states (``POST /v2/repository/index``)."""
         return self._core.repository_index(ready)
 
     def load_model(

@@ -6,7 +6,7 @@ Two kinds:
 - **ignored**: what the flag sizes or switches does not exist here (a CUDA pool without a GPU, the
   SageMaker and Vertex AI front ends' settings). The flag
   is parsed with the reference's type, so a malformed value still stops the start, and each one
-  given is logged once at start as ignored, with why (``IGNORED``: README.md's table lists the same).
+  given is logged once at start as ignored, with why (``IGNORED``: docs/how-to/moving-from-triton.md's table is written from it).
   ``--allow-sagemaker=true`` and ``--allow-vertex-ai=true`` ask for a front end inferd does not
   serve: they stop the start with why, rather than leave a platform's health checks unanswered;
 - **deprecated trace flags** (``--trace-file``, ``--trace-level``, ``--trace-rate``, ``--trace-count``,
@@ -47,7 +47,7 @@ class CompatFlag:
 _NO_GPU = "inferd runs on the CPU: "
 _FRONTEND = "inferd does not serve the {} API (Triton's HTTP and gRPC APIs are served)"
 
-#: flags accepted and ignored, with why (README.md, "Flags that change nothing here", lists them)
+#: flags accepted and ignored, with why (docs/how-to/moving-from-triton.md, "Flags that change nothing here", lists them)
 IGNORED: tuple[CompatFlag, ...] = (
     CompatFlag(
         "--repoagent-directory",

@@ -2,7 +2,7 @@
 by hadolint: its command line parses with inferd's CLI parser, the health check and exposed ports are
 the server's, it runs as the chart's unprivileged user, and the build installs extras that exist from
 files the build context keeps. This machine cannot pull base images or run docker: the image itself
-is not built here (README, "Deploying on Kubernetes")."""
+is not built here (docs/how-to/kubernetes.md)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ NO_AUTOSCALING: dict[str, Any] = {
     "serviceAccount": {"create": False, "name": "existing"},
     "preStopSleepSeconds": 0,
 }
-#: a pod on a GPU node: the device plugin's resource, the GPU nodes' taint and label (docs/scaling.md)
+#: a pod on a GPU node: the device plugin's resource, the GPU nodes' taint and label (docs/how-to/kubernetes.md)
 GPU: dict[str, Any] = {
     **MINIMAL,
     "image": {"tag": "0.1.0-gpu"},

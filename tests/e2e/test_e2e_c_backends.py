@@ -343,7 +343,11 @@ def test_a_backends_custom_metrics_are_on_metrics(server: InferdProcess) -> None
     before = _input_bytes_metric(server, "c_identity_bytes")
     doc = {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "BYTES", "data": ["ab", "cde"]}]}
     assert server.infer("c_identity_bytes", doc).status == 200
-    # two elements: a 4-byte length and the bytes each
+    # two elements: a 4-byte length and the bytes each; the backend counts them after it sent the
+    # response (identity.c), so the counter may move a moment after the answer
+    deadline = time.monotonic() + 10
+    while _input_bytes_metric(server, "c_identity_bytes") == before and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert _input_bytes_metric(server, "c_identity_bytes") - before == 4 + 2 + 4 + 3
 
 

@@ -3,7 +3,7 @@
 Triton's Helm chart gets this from prometheus-adapter, as
 ``delta(nv_inference_queue_duration_us[30s]) / (1 + delta(nv_inference_request_success[30s]))``;
 inferd exports it ready-made as ``inferd_queue_time_per_request_us{model,version}``, so a
-HorizontalPodAutoscaler needs only a pass-through adapter rule (README, "Scaling on queue time").
+HorizontalPodAutoscaler needs only a pass-through adapter rule (docs/how-to/kubernetes.md, "The HPA on queue time").
 Each scrape remembers (time, queue microseconds, requests) in the version's ModelStats and answers
 over the oldest sample still within ``WINDOW_S``; before a second scrape, over the version's life.
 """
