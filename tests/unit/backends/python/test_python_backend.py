@@ -259,7 +259,7 @@ def test_execute_exception_is_internal_with_the_traceback(tmp_path: Path) -> Non
     inst = _instance(model_dir)
     with pytest.raises(InternalError) as info:
         in_worker(lambda: inst.execute([_request("boom")]))
-    path = model_dir / "1" / "model.py"
+    path = "boom/1/model.py"  # from the repository's root: a client learns no server path
     line = _line_of(source, "boom")
     assert info.value.message == (
         f"Failed to process the request(s) for model 'boom_0', message: ValueError: boom\n\nAt:\n"
@@ -281,7 +281,7 @@ def test_traceback_lists_the_innermost_frame_first(tmp_path: Path) -> None:
     inst = _instance(model_dir)
     with pytest.raises(InternalError) as info:
         in_worker(lambda: inst.execute([_request("deep")]))
-    path = model_dir / "1" / "model.py"
+    path = "deep/1/model.py"
     assert info.value.message.endswith(
         f"message: KeyError: 'k'\n\nAt:\n  {path}({_line_of(source, 'raise KeyError')}): helper\n"
         f"  {path}({_line_of(source, 'return self.helper()')}): execute\n"
