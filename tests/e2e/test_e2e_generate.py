@@ -232,7 +232,7 @@ def test_generate_stream_model_exceptions(server: InferdProcess) -> None:
     assert events == [
         {
             "error": "Failed to process the request(s) for model 'dec_ctl_0_0', message: TritonModelException: raised "
-            f"in execute\n\nAt:\n  {server.repository}/dec_ctl/1/model.py({line}): execute\n"
+            f"in execute\n\nAt:\n  dec_ctl/1/model.py({line}): execute\n"  # from the repository's root
         }
     ]
     status, _, events = _generate(server, "dec_ctl", {"IN": 1, "raise_after": True}, stream=True)

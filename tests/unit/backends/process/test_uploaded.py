@@ -195,7 +195,8 @@ def test_an_uploaded_load_past_its_deadline_is_stopped(tmp_path: Path) -> None:
         with pytest.raises(InferdError) as info:
             _upload(server, "hangs", HANGS)
         took = time.monotonic() - t0
-        assert "loading did not finish within 2 s (--model-load-timeout-secs)" in info.value.message
+        # the load's deadline, or the instance's own initialize bound (the same 2 s): whichever fires first
+        assert "did not finish within 2 s" in info.value.message
         assert took < 2 + 10, took
 
 
