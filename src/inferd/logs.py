@@ -52,6 +52,9 @@ class RequestLogging:
 REQUESTS = RequestLogging()
 #: the reference's environment variable: 0 writes messages unescaped (the json format always escapes)
 ESCAPE_ENV = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
+#: the switches of the server in this process (the last ``LogSettings`` made): its worker processes
+#: (backends/process/) start with them
+_current: LogSettings | None = None
 
 
 def _severity(record: logging.LogRecord) -> str:
@@ -193,8 +196,13 @@ class LogSettings:
         self.set_format(log_format)
         self.set_verbose(verbose)
         self.set_severities(info=info, warning=warning, error=error)
+        global _current
+        _current = self
 
     def close(self) -> None:
+        global _current
+        if _current is self:
+            _current = None
         if self.log_file:  # the file this opened (a StreamHandler's close leaves its stream open)
             self.handler.close()
             self.handler.stream.close()
@@ -243,6 +251,27 @@ class LogSettings:
             "log_verbose_level": self.verbose_level,
             "log_format": self.format,
         }
+
+
+def for_workers() -> dict[str, Any]:
+    """What a worker process needs to log as the server does (``in_worker``): the file, the format,
+    the severities and the verbose level of the server's switches when it starts."""
+    s = _current
+    return {} if s is None else s.settings()
+
+
+def in_worker(
+    settings: dict[str, Any], verbose: int = 0, logger: logging.Logger | None = None
+) -> LogSettings:
+    """A worker process's log (on ``logger``, default the root), with the server's switches
+    (``for_workers``; empty: the defaults with ``verbose``)."""
+    try:
+        logs = LogSettings(log_file=settings.get("log_file") or None, verbose=verbose, logger=logger)
+    except OSError:  # the file went (the server's own handle still writes): stderr rather than no log
+        logs = LogSettings(verbose=verbose, logger=logger)
+    if settings:
+        logs.apply(settings)
+    return logs
 
 
 def verbose(level: int, logger: logging.Logger = logging.getLogger("inferd")) -> bool:

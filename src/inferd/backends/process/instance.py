@@ -58,6 +58,7 @@ from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
+from inferd.logs import for_workers
 
 log = logging.getLogger("inferd.process")
 
@@ -300,6 +301,7 @@ class ProcessInstance:
             "config": ctx.config.SerializeToString(),
             "spec": (spec.name, spec.kind, spec.device_id),
             "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
+            "log": for_workers(),
             "backend_config": dict(ctx.backend_config),
             "uploaded": ctx.uploaded,
         }

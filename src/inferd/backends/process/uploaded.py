@@ -37,6 +37,7 @@ from inferd.backends.process.ipc import ChannelClosed
 from inferd.backends.process.model import ProcessModel
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
 from inferd.errors import ErrorCode, InvalidArgumentError, UnavailableError, error_for_code
+from inferd.logs import for_workers
 
 log = logging.getLogger("inferd.process")
 
@@ -155,6 +156,7 @@ def complete_in_worker(
         "version_dir": None if version_dir is None else str(version_dir),
         "default_max_batch_size": default_max_batch_size,
         "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
+        "log": for_workers(),
     }
     starting = Starting(
         proc, chan, time.monotonic() + limits.load_timeout_s, limits.memory_limit, MEMORY_LIMIT_SETTING

@@ -457,9 +457,9 @@ def main(argv: list[str]) -> int:
     channel = Channel(socket.socket(fileno=fd))
     try:
         kind, init = channel.recv()
-        from inferd.logs import LogSettings
+        from inferd.logs import in_worker
 
-        LogSettings(verbose=init.get("log_verbose", 0))
+        in_worker(init.get("log", {}), init.get("log_verbose", 0))  # the server's file and format
         if kind == "complete":
             try:
                 channel.send(("completed", complete(init)))

@@ -80,6 +80,9 @@ def _message(func: str, message: Any) -> None:
 class Logger:
     """Writes to the server log at the caller's file and line, as Triton's Logger.
 
+    The message goes as it is: the log's formatter quotes and escapes it once, as the reference's
+    does (``model.py:10] "py_add initialized"``), or leaves it bare where escaping is off.
+
     Levels are ``Logger.LogLevel`` values (also ``Logger.INFO`` ...); anything else is refused as
     the reference refuses it.
     """
@@ -99,27 +102,27 @@ class Logger:
                 (message, level),
                 {},
             )
-        _log.log(_LEVELS[int(level)], '"%s"', message, stacklevel=2)
+        _log.log(_LEVELS[int(level)], "%s", message, stacklevel=2)
 
     @staticmethod
     def log_info(message: Any) -> None:
         _message("log_info", message)
-        _log.info('"%s"', message, stacklevel=2)
+        _log.info("%s", message, stacklevel=2)
 
     @staticmethod
     def log_warn(message: Any) -> None:
         _message("log_warn", message)
-        _log.warning('"%s"', message, stacklevel=2)
+        _log.warning("%s", message, stacklevel=2)
 
     @staticmethod
     def log_error(message: Any) -> None:
         _message("log_error", message)
-        _log.error('"%s"', message, stacklevel=2)
+        _log.error("%s", message, stacklevel=2)
 
     @staticmethod
     def log_verbose(message: Any) -> None:
         _message("log_verbose", message)
-        _log.debug('"%s"', message, stacklevel=2)
+        _log.debug("%s", message, stacklevel=2)
 
 
 # -- a model config's parts (pb_utils exports them) ------------------------------------------

@@ -354,7 +354,7 @@ def test_logger_writes_at_the_callers_line(method: str, level: int, caplog: pyte
     getattr(pb_utils.Logger, method)("hello")
     (record,) = [r for r in caplog.records if r.name == "inferd.model"]
     assert record.levelno == level
-    assert record.getMessage() == '"hello"'  # quoted, as Triton's log shows it
+    assert record.getMessage() == "hello"  # as it is: the log's formatter quotes it once
     assert record.pathname == __file__
     assert record.lineno == line
     assert record.funcName == "test_logger_writes_at_the_callers_line"
