@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -19,7 +18,14 @@ from inferd.backends.process import IN_WORKER
 from inferd.backends.python import pb_utils, recursion
 from inferd.backends.python.containment import execution_mode, runs_in_workers
 from inferd.backends.python.hooks import InstanceHooks, send_to
-from inferd.backends.python.loader import MODEL_ERRORS, format_exception, import_model, loading, model_file
+from inferd.backends.python.loader import (
+    MODEL_ERRORS,
+    format_exception,
+    import_model,
+    loading,
+    model_file,
+    release,
+)
 from inferd.backends.python.modelloop import ModelLoop
 from inferd.backends.python.reschedule import reschedule, take_rescheduled
 from inferd.core.request import InferRequest
@@ -73,8 +79,13 @@ class PythonBackend:
         recursion.install()  # model.py runs here (in a worker process too for an uploaded model: it ends)
         path = model_file(config, version_dir)
         module = import_model(path, f"_inferd_autocomplete_{config.name}")
-        cls = module.TritonPythonModel
-        hook = getattr(cls, "auto_complete_config", None)
+        try:
+            self._complete(module, config)
+        finally:
+            release(module)  # the model loads afresh (its own modules too)
+
+    def _complete(self, module: ModuleType, config: Any) -> None:
+        hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
         if hook is None:
             return
         from google.protobuf import json_format
@@ -199,7 +210,7 @@ class PythonModel:
 
     def unload(self) -> None:
         """Forget the module; the custom metrics the model's objects held go from ``/metrics``."""
-        sys.modules.pop(self.module.__name__, None)
+        release(self.module)
         metrics = self.ctx.links.metrics
         # execution_mode auto moved the instances to processes: they hold the same owner's metrics
         # (created again by their initialize), released when the last of them unloads
@@ -298,6 +309,7 @@ class PythonInstance:
             )
             self._close_loop()
             pb_utils._remove_fallback(self.hooks)
+            self.hooks.gone = True  # the threads the model started act for nobody now
             self.model.instance_unloaded(self)
 
     def is_ready(self) -> bool:

@@ -1,5 +1,6 @@
-"""Loading a ``model.py``: its import as Triton's stub does it (its folder on ``sys.path``, ``import
-model`` answering with the calling model's module), and a model's errors as the stub prints them."""
+"""Loading a ``model.py``: its import as Triton's stub does it (its helper modules importing from its
+own folders, own_imports.py; ``import model`` answering with the calling model's module), and a
+model's errors as the stub prints them."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import importlib.util
 import logging
 import os
 import sys
-import threading
 import traceback
 import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backends.python import pb_utils
+from inferd.backends.python import own_imports, pb_utils
+from inferd.backends.python.own_imports import loading as loading
 from inferd.errors import InternalError, InvalidArgumentError
 
 log = logging.getLogger("inferd.python")
@@ -52,9 +53,6 @@ def model_file(config: Any, version_dir: Path) -> Path:
 
 
 # -- ``import model`` ------------------------------------------------------------------------------
-loading = threading.local()  # the module a thread is importing or initializing
-
-
 class _ModelModule(types.ModuleType):
     """What ``import model`` gives a model's code: that model's own module.
 
@@ -90,17 +88,21 @@ _model_folders: set[str] = set()
 
 
 def import_model(path: Path, module_name: str) -> ModuleType:
+    """Import the model file ``path`` as ``module_name``; ``release`` forgets it and its own modules."""
     if not path.is_file():
         raise InvalidArgumentError(f"unable to find '{path}': the Python model file is missing")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise InvalidArgumentError(f"unable to load '{path}' as a Python module")
     module = importlib.util.module_from_spec(spec)
-    folder = str(path.parent)
-    _model_folders.add(folder)
+    # the version folder, then the model's folder, as the reference's stub appends them
+    folders = [str(path.parent), str(path.parent.parent)]
+    _model_folders.update(folders)
     _install_model_alias(_model_folders)
-    if folder not in sys.path:
-        sys.path.append(folder)  # as Triton's stub does: helper modules beside model.py import
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)  # for what imports past own_imports (a process the model spawns)
+    own_imports.register(module, folders, path.stem)
     loading.module = module
     # importable by name, as a module should be: pickle finds the model's functions through it
     # (multiprocessing.Pool in a model, qa/L0_backend_python bls)
@@ -108,10 +110,18 @@ def import_model(path: Path, module_name: str) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except MODEL_ERRORS as e:
-        sys.modules.pop(module_name, None)
+        release(module)
         raise InternalError(f"Failed to load model file '{path}': {format_exception(e)}") from e
     finally:
         loading.module = None
     if not hasattr(module, "TritonPythonModel"):
+        release(module)
         raise InvalidArgumentError(f"'{path}' does not define class TritonPythonModel")
     return module
+
+
+def release(module: ModuleType) -> None:
+    """Forget a model's module and its own modules (it unloaded, or failed to load)."""
+    if sys.modules.get(module.__name__) is module:
+        del sys.modules[module.__name__]
+    own_imports.release(module)

@@ -4,19 +4,19 @@ A ``model.py`` written for Triton imports this module under its Triton name; ten
 numpy arrays shared with the server (no shared-memory copy), so ``as_numpy()`` costs nothing.
 Calls check their arguments as the reference's pybind11 bindings do, with its texts (``pb_args``).
 What a call needs from the server (response senders, BLS, metrics, the model's folder) it asks
-the hooks of the instance it runs for: set per thread by the backend for the threads it runs,
-else those of the instance loaded last (a thread the model started itself).
+the hooks of the instance it runs for (pb_context.py): set per thread by the backend for the threads
+it runs, inherited by the threads the model starts.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import threading
 import weakref
 from collections.abc import Coroutine
 from typing import Any
 
+from inferd.backends.python import pb_context as _context
 from inferd.backends.python.pb_args import REQUIRED, bind, incompatible, is_int, is_sequence, is_str_list
 from inferd.backends.python.pb_bls import ResponseIterator as ResponseIterator
 from inferd.backends.python.pb_config import Logger as Logger
@@ -26,12 +26,20 @@ from inferd.backends.python.pb_config import get_output_config_by_name as get_ou
 from inferd.backends.python.pb_config import (
     using_decoupled_model_transaction_policy as using_decoupled_model_transaction_policy,
 )
+from inferd.backends.python.pb_context import _add_fallback as _add_fallback
+from inferd.backends.python.pb_context import _default_hooks as _default_hooks
+from inferd.backends.python.pb_context import _fallback as _fallback
+from inferd.backends.python.pb_context import _Hooks as _Hooks
+from inferd.backends.python.pb_context import _hooks as _hooks
+from inferd.backends.python.pb_context import _local as _local
+from inferd.backends.python.pb_context import _remove_fallback as _remove_fallback
+from inferd.backends.python.pb_context import _set_thread_hooks as _set_thread_hooks
 from inferd.backends.python.pb_errors import TritonError as TritonError
 from inferd.backends.python.pb_errors import TritonModelException as TritonModelException
 from inferd.backends.python.pb_metrics import Metric as Metric
 from inferd.backends.python.pb_metrics import MetricFamily as MetricFamily
 from inferd.backends.python.pb_metrics import MetricKind as MetricKind
-from inferd.backends.python.pb_metrics import MetricsTarget
+from inferd.backends.python.pb_metrics import MetricsTarget as MetricsTarget
 from inferd.backends.python.pb_tensor import BF16_AS_NUMPY as BF16_AS_NUMPY
 from inferd.backends.python.pb_tensor import TRITON_STRING_TO_NUMPY as TRITON_STRING_TO_NUMPY
 from inferd.backends.python.pb_tensor import Tensor as Tensor
@@ -512,83 +520,8 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     _hooks().control("Failed to unload model: ", "unload", model_name, "", None, unload_dependents)
 
 
-# -- the server side ---------------------------------------------------------------------------
-class _Hooks:
-    """What the hosting backend provides to this module (per instance)."""
-
-    #: a request of the instance got release flags (``set_release_flags``) since the backend looked
-    marked = False
-    #: inputs in GPU memory reach the model there (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``)
-    gpu_inputs = False
-
-    def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None:
-        raise TritonModelException("response senders are not available outside a model instance")
-
-    def released(self, request: InferenceRequest) -> None:
-        """``request`` is gone and its sender never sent the final flag."""
-
-    def bls(self, request: InferenceRequest, decoupled: bool) -> Any:
-        raise TritonModelException("BLS is not available outside a model instance")
-
-    def bls_async(self, request: InferenceRequest, decoupled: bool) -> Coroutine[Any, Any, Any]:
-        async def refuse() -> Any:
-            return self.bls(request, decoupled)
-
-        return refuse()
-
-    def metrics(self) -> MetricsTarget:
-        raise TritonModelException("custom metrics are not available outside a model instance")
-
-    def model_dir(self) -> str:
-        raise TritonModelException("the model directory is not known outside a model instance")
-
-    def model_ready(self, model_name: str, model_version: str) -> bool:
-        raise TritonModelException("model readiness is not known outside a model instance")
-
-    def control(
-        self,
-        prefix: str,
-        action: str,
-        name: str,
-        config: str,
-        files: dict[str, bytes] | None,
-        dependents: bool,
-    ) -> None:
-        raise TritonModelException(f"{prefix}model control is not available outside a model instance")
-
-    def module(self) -> Any:
-        """The model's own module (``import model`` in its code), None when unknown."""
-        return None
-
-
-_local = threading.local()
-_default_hooks = _Hooks()
-#: the hooks of the instance created last and not unloaded: what a thread the model started uses
-_fallback: list[_Hooks] = []
-
-
-def _hooks() -> _Hooks:
-    h: _Hooks | None = getattr(_local, "hooks", None)
-    if h is not None:
-        return h
-    return _fallback[-1] if _fallback else _default_hooks
-
-
-def _set_thread_hooks(hooks: _Hooks) -> None:
-    _local.hooks = hooks
-
-
-def _add_fallback(hooks: _Hooks) -> None:
-    _fallback.append(hooks)
-
-
-def _remove_fallback(hooks: _Hooks) -> None:
-    try:
-        _fallback.remove(hooks)
-    except ValueError:
-        pass
-
-
 def install() -> None:
-    """Make ``import triton_python_backend_utils`` resolve to this module."""
+    """Make ``import triton_python_backend_utils`` resolve to this module; the threads a model starts
+    act for its instance."""
     sys.modules.setdefault("triton_python_backend_utils", sys.modules[__name__])
+    _context.install()
