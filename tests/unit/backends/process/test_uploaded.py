@@ -172,7 +172,13 @@ def test_an_uploaded_model_is_completed_loaded_and_run_in_workers(tmp_path: Path
         assert (
             int(where.read_text()) != os.getpid()
         )  # neither the auto-complete nor the load imported it here
-        assert not any(m.startswith("_inferd_") and "up" in m for m in __import__("sys").modules)
+        # neither the model's module nor its auto-complete's (other tests' models may be there)
+        here = [
+            m
+            for m in __import__("sys").modules
+            if m.startswith(("_inferd_model_up_", "_inferd_autocomplete_up"))
+        ]
+        assert here == []
 
 
 HANGS = """
