@@ -349,16 +349,18 @@ def hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
+_STRICT_DEPRECATED = (
+    "'--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     command_line = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if any(a.split("=", 1)[0] == "--strict-model-config" for a in command_line):  # the reference's words
-        print(
-            "Warning: '--strict-model-config' has been deprecated! Please use "
-            "'--disable-auto-complete-config' instead.",
-            file=sys.stderr,
-        )
+    deprecated = any(a.split("=", 1)[0] == "--strict-model-config" for a in command_line)
+    if deprecated and getattr(args, "log_format", "default") != "json":  # the reference's words, at once
+        print(f"Warning: {_STRICT_DEPRECATED}", file=sys.stderr)
     if args.command == "check":
         from inferd.check import run
 
@@ -400,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     if place is not None:
         die_with_supervisor()
     logs = from_options(options)
+    if deprecated and options.log_format == "json":  # every line JSON: through the log
+        log.warning("%s", _STRICT_DEPRECATED)
     for note in compat_notes:
         log.warning("%s", note)
     # A short GIL switch interval: the event loop and instance threads hand work back and forth.

@@ -192,13 +192,14 @@ def test_json_format_writes_every_start_line_as_json_the_model_table_included(
 ) -> None:
     """With --log-format json a log collector reads every line: the model table is one line a
     model version with its fields as keys, not the ASCII table."""
-    server = start_server("--log-format=json")
+    server = start_server("--log-format=json", "--strict-model-config=false")
     server.assert_serving()
     lines = [line for line in server.log().splitlines() if line.strip()]
     docs = [json.loads(line) for line in lines]  # raises on any line that is not JSON
     table = {(d["model"], d["version"]): d["status"] for d in docs if "model" in d and "status" in d}
     assert table[("identity_fp32", "1")] == "READY"
     assert not any(line.startswith("+--") for line in lines)
+    assert any("'--strict-model-config' has been deprecated" in d["message"] for d in docs)
 
 
 def test_the_start_prints_the_references_options_table_and_at_verbose_1_every_option(
