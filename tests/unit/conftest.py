@@ -229,6 +229,17 @@ class FakeCore:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
 
+    async def register_repository(self, path: str, mapping: dict[str, str], label: str = "") -> None:
+        raise UnsupportedError("repository registration is not allowed if model control mode is not EXPLICIT")
+
+    async def unregister_repository(self, path: str) -> None:
+        raise UnsupportedError(
+            "repository unregistration is not allowed if model control mode is not EXPLICIT"
+        )
+
+    def registrations(self) -> list[tuple[str, str, dict[str, str]]]:
+        return []
+
 
 @pytest.fixture
 def core() -> FakeCore:

@@ -59,7 +59,7 @@ from inferd.core.repository_manager import (
     status_text,
     without_paths,
 )
-from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.repository import DuplicateModel, ModelDir, fingerprint, select_versions
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet, Unreadable
@@ -231,6 +231,39 @@ class ModelControl:
             self._check_mode()
         async with self._lock:
             await self._unload(name, unload_dependents)
+
+    # -- registered repositories (SageMaker's multi-model endpoints) ---------------------------------
+    async def register_repository(self, path: Path, mapping: dict[str, str], label: str = "") -> None:
+        """Serve the models of folder ``path`` too, those named in ``mapping`` (model name ->
+        subfolder) under those names (repository/registered.py); explicit mode only, as the reference."""
+        if self.mode != "explicit":
+            raise UnsupportedError(
+                "repository registration is not allowed if model control mode is not EXPLICIT"
+            )
+        async with self._lock:
+            await asyncio.to_thread(self._sources.registered.add, path, mapping, label)
+
+    async def unregister_repository(self, path: Path) -> None:
+        if self.mode != "explicit":
+            raise UnsupportedError(
+                "repository unregistration is not allowed if model control mode is not EXPLICIT"
+            )
+        async with self._lock:
+            registered = self._sources.registered
+            reg = next((r for r in registered.all() if str(r.path) == str(path)), None)
+            served = set() if reg is None else set(reg.mapping) | set(registered.unmapped(reg))
+            registered.remove(path)
+            # what the folder served and nothing serves now leaves the index, as the reference's
+            still = set(self._sources.names())
+            for name in served - still:
+                versions = self._registry.models.get(name, {})
+                if not any(m.scheduler is not None for m in versions.values()):
+                    self._registry.models.pop(name, None)
+                    self._registry.failed.pop(name, None)
+
+    def registrations(self) -> list[tuple[str, str, dict[str, str]]]:
+        """The registered folders, oldest first: (label, path, mapping)."""
+        return [(r.label, str(r.path), dict(r.mapping)) for r in self._sources.registered.all()]
 
     # -- from a model (pb_utils.load_model / unload_model) -------------------------------------------
     async def load_from_model(

@@ -153,6 +153,8 @@ def prepare_config(
     limits for uploaded models (backends/process/uploaded.py).
     FoundAtLoad for what the backend's auto-complete refuses, InferdError for the rest."""
     cfg = override if override is not None else load_model_config(md.path, config_name=config_name)[0]
+    if md.mapped:  # served under a registration's name (repository/registered.py), as the reference
+        cfg.name = md.name
     check_limits(cfg)  # before the backend reads a file or imports code the config names
     agents = load_agents(cfg, md.name, md.path)  # a checksum refused, a model decrypted elsewhere
     if agents is not None and agents.location is not None and agents.location != md.path:

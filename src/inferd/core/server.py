@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
@@ -609,3 +610,19 @@ class ServerCore:
         if self.control is None:
             raise UnavailableError("the server has not started")
         await self.control.unload(name, unload_dependents)
+
+    async def register_repository(self, path: str, mapping: dict[str, str], label: str = "") -> None:
+        """Serve the models of folder ``path`` too (SageMaker's multi-model loads): ``mapping``
+        model name -> subfolder (repository/registered.py); ``label`` the caller's name for it."""
+        if self.control is None:
+            raise UnavailableError("the server has not started")
+        await self.control.register_repository(Path(path), mapping, label)
+
+    async def unregister_repository(self, path: str) -> None:
+        if self.control is None:
+            raise UnavailableError("the server has not started")
+        await self.control.unregister_repository(Path(path))
+
+    def registrations(self) -> list[tuple[str, str, dict[str, str]]]:
+        """The folders registered now, oldest first: (label, path, mapping)."""
+        return self.control.registrations() if self.control is not None else []

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.repository.cache import ModelCache, StoredObject, safe_relative
+from inferd.repository.registered import Registrations
 from inferd.repository.scan import (
     NAMESPACED_DUPLICATE_REASON,
     DuplicateModel,
@@ -243,6 +244,8 @@ class RepositorySet:
                 self.remote.append(RemoteRepository(url, cache))
         #: repository URL -> why its last listing failed (cleared when one succeeds)
         self.failures: dict[str, str] = {}
+        #: folders registered while the server runs (SageMaker's multi-model endpoints)
+        self.registered = Registrations()
 
     def _list(self, repo: RemoteRepository) -> dict[str, list[StoredObject]] | None:
         try:
@@ -311,7 +314,11 @@ class RepositorySet:
     def find(self, name: str) -> Entry | None:
         """The one model ``name`` (fetched if remote), a duplicate, why it cannot be read, or None
         when no repository holds it."""
+        mapped = self.registered.mapped(name)  # a mapping wins over every folder's name
+        if mapped is not None:
+            return mapped
         local = scan_repositories(self.local)  # cheap; of the remote models only this one is fetched
+        local = self.registered.merged(local)
         listings = [self._list(repo) for repo in self.remote]
         holders = self._holders(local, listings).get(name, [])
         if len(holders) > 1:
@@ -331,6 +338,7 @@ class RepositorySet:
             names = set(scan_repositories(self.local))
         except InferdError:
             names = set()
+        names.update(self.registered.names())
         for repo in self.remote:
             names.update(repo.last or {})
         return sorted(names)

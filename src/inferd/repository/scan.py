@@ -51,6 +51,9 @@ class ModelDir:
     #: its files came from a client (a load's ``file:`` overrides), not from a repository: untrusted
     #: input, which backends load and run contained (a worker process)
     uploaded: bool = False
+    #: served under a name a registration maps to it (repository/registered.py): its config's
+    #: ``name`` is set to that name, as the reference does, instead of having to equal it
+    mapped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

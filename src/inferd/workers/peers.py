@@ -123,6 +123,14 @@ class PeerServer:
         if op == "unload":
             await core.unload_model(*args)
             return None
+        if op == "register_repository":
+            await core.register_repository(*args)
+            return None
+        if op == "unregister_repository":
+            await core.unregister_repository(*args)
+            return None
+        if op == "registrations":
+            return core.registrations()
         for registry in (self.shm, self.shm.sibling):  # system and CUDA shared memory (shm/registry.py)
             if registry is not None and op in registry.OPS:
                 (registry.register if op == registry.OPS[0] else registry.unregister)(*args)
@@ -244,6 +252,14 @@ class WorkersCore:
                 break
         if not models:
             return
+        for answer in await self._peers.ask_all("registrations"):  # before the models they hold
+            if isinstance(answer, list):
+                for label, path, mapping in answer:
+                    try:
+                        await self._core.register_repository(path, mapping, label)
+                    except InferdError as e:
+                        log.warning("could not register '%s', which the other workers hold: %s", path, e)
+                break
         here = {e["name"] for e in self._core.repository_index(True)}
         for answer in await self._peers.ask_all("index"):
             if isinstance(answer, list):
@@ -263,3 +279,11 @@ class WorkersCore:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         await self._core.unload_model(name, unload_dependents)
         await self._peers.everywhere("unload", name, unload_dependents)
+
+    async def register_repository(self, path: str, mapping: dict[str, str], label: str = "") -> None:
+        await self._core.register_repository(path, mapping, label)
+        await self._peers.everywhere("register_repository", path, mapping, label)
+
+    async def unregister_repository(self, path: str) -> None:
+        await self._core.unregister_repository(path)
+        await self._peers.everywhere("unregister_repository", path)
