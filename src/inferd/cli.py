@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage=_USAGE,
     )
     _add_server_options(s)
+    _cloud_defaults(s, os.environ)
     r = sub.add_parser(
         "serve-ray",
         help="deploy model repositories as a Ray Serve application (inferd[ray])",
@@ -155,6 +156,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(c)
     return p
+
+
+def _cloud_defaults(parser: argparse.ArgumentParser, environ: typing.Mapping[str, str]) -> None:
+    """What Vertex AI's environment changes, as tritonserver reads it (frontends/cloud.py):
+    AIP_MODE=PREDICTION's defaults, AIP_HTTP_PORT, and AIP_STORAGE_URI as the repository when no
+    --model-repository is given (``main`` adds it)."""
+    from inferd.frontends.cloud import env_defaults
+
+    try:
+        parser.set_defaults(**env_defaults(environ))
+    except ValueError as e:
+        parser.set_defaults(cloud_env_error=f"AIP_HTTP_PORT: {e}")
+    if environ.get("AIP_STORAGE_URI"):
+        for action in parser._actions:
+            if action.dest == "model_repository":
+                action.required = False
+
+
+def _cloud_checks(parser: argparse.ArgumentParser, args: argparse.Namespace, options: ServerOptions) -> None:
+    """The environment's and the ports' refusals, with the reference's texts (frontends/cloud.py)."""
+    from inferd.frontends.cloud import port_conflict
+
+    if getattr(args, "cloud_env_error", None):
+        parser.error(args.cloud_env_error)
+    try:
+        conflict = port_conflict(options)
+    except ValueError as e:
+        parser.error(f'Bad option: "--sagemaker-safe-port-range". {e}')
+    if conflict is not None:
+        parser.error(conflict)
 
 
 def options_from_args(a: argparse.Namespace) -> ServerOptions:
@@ -369,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         compat_notes = compat_flags.apply(args)
     except ValueError as e:
         parser.error(str(e))
+    if args.command != "check" and not args.model_repository and os.environ.get("AIP_STORAGE_URI"):
+        args.model_repository = [Path(os.environ["AIP_STORAGE_URI"])]  # as tritonserver reads it
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
     from inferd.core.on_demand import budget_from_options
@@ -394,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         # model that parses arguments (or calls unittest.main()) would read inferd's flags and exit
         sys.argv[:] = [""]
     options = options_from_args(args)
+    _cloud_checks(parser, args, options)
     place = WorkerPlace.from_env()
     if place is None and options.workers != 1:
         from inferd.workers.supervisor import supervise

@@ -4,11 +4,9 @@ for Triton (launch scripts, container entrypoints, Helm charts) start inferd unc
 Two kinds:
 
 - **ignored**: what the flag sizes or switches does not exist here (a CUDA pool without a GPU, the
-  SageMaker and Vertex AI front ends' settings). The flag
-  is parsed with the reference's type, so a malformed value still stops the start, and each one
-  given is logged once at start as ignored, with why (``IGNORED``: docs/how-to/moving-from-triton.md's table is written from it).
-  ``--allow-sagemaker=true`` and ``--allow-vertex-ai=true`` ask for a front end inferd does not
-  serve: they stop the start with why, rather than leave a platform's health checks unanswered;
+  thread pools of front ends served on the event loop). The flag is parsed with the reference's type,
+  so a malformed value still stops the start, and each one given is logged once at start as ignored,
+  with why (``IGNORED``: docs/how-to/moving-from-triton.md's table is written from it);
 - **deprecated trace flags** (``--trace-file``, ``--trace-level``, ``--trace-rate``, ``--trace-count``,
   ``--trace-log-frequency``): they mean what the reference's do, a ``--trace-config`` setting each,
   which a ``--trace-config`` of the same setting overrides (levels are OR-ed), as the reference.
@@ -36,8 +34,6 @@ class CompatFlag:
     kind: type
     why: str
     repeatable: bool = False
-    #: ``--flag=true`` stops the start (a front end that is not served); false is accepted
-    refuse_true: bool = False
 
     @property
     def dest(self) -> str:
@@ -45,7 +41,6 @@ class CompatFlag:
 
 
 _NO_GPU = "inferd runs on the CPU: "
-_FRONTEND = "inferd does not serve the {} API (Triton's HTTP and gRPC APIs are served)"
 
 #: flags accepted and ignored, with why (docs/how-to/moving-from-triton.md, "Flags that change nothing here", lists them)
 IGNORED: tuple[CompatFlag, ...] = (
@@ -70,14 +65,12 @@ IGNORED: tuple[CompatFlag, ...] = (
     ),
     CompatFlag("--http-thread-count", int, "HTTP is served on the event loop: no thread pool to size"),
     CompatFlag("--grpc-infer-allocation-pool-size", int, "no pool of gRPC response allocations to size"),
-    CompatFlag("--allow-sagemaker", bool, _FRONTEND.format("SageMaker"), refuse_true=True),
-    CompatFlag("--sagemaker-port", int, _FRONTEND.format("SageMaker")),
-    CompatFlag("--sagemaker-safe-port-range", str, _FRONTEND.format("SageMaker")),
-    CompatFlag("--sagemaker-thread-count", int, _FRONTEND.format("SageMaker")),
-    CompatFlag("--allow-vertex-ai", bool, _FRONTEND.format("Vertex AI"), refuse_true=True),
-    CompatFlag("--vertex-ai-port", int, _FRONTEND.format("Vertex AI")),
-    CompatFlag("--vertex-ai-thread-count", int, _FRONTEND.format("Vertex AI")),
-    CompatFlag("--vertex-ai-default-model", str, _FRONTEND.format("Vertex AI")),
+    CompatFlag(
+        "--sagemaker-thread-count", int, "SageMaker's API is served on the event loop: no thread pool to size"
+    ),
+    CompatFlag(
+        "--vertex-ai-thread-count", int, "Vertex AI's API is served on the event loop: no thread pool to size"
+    ),
 )
 
 #: the reference's deprecated trace flags and the ``--trace-config`` setting each stands for
@@ -117,11 +110,7 @@ def _add(group: Any, f: CompatFlag, help: str, parse_bool: Callable[[str], bool]
 
 def apply(args: argparse.Namespace) -> list[str]:
     """Fold the deprecated trace flags given into ``args.trace_config`` (before the ``--trace-config``
-    settings, which override them) and return the log lines (warnings) of the compat flags given.
-    A front end asked for that inferd does not serve raises ValueError with why."""
-    for f in IGNORED:
-        if f.refuse_true and getattr(args, f.dest, False):
-            raise ValueError(f"{f.flag}=true: {f.why}; leave it out or set it to false")
+    settings, which override them) and return the log lines (warnings) of the compat flags given."""
     settings: list[str] = []
     lines: list[str] = []
     for f in DEPRECATED_TRACE:

@@ -14,6 +14,9 @@ from typing import Any
 
 from inferd.gpu.devices import MIN_COMPUTE_CAPABILITY
 
+#: where SageMaker puts a multi-model endpoint's models
+SAGEMAKER_MODELS = Path("/opt/ml/models")
+
 
 def option(default: Any, help: str, **cli: Any) -> Any:
     """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices``, ``metavar``,
@@ -329,6 +332,31 @@ class ServerOptions:
         "responses always use it)",
         choices=("lean", "aio"),
     )
+    # the cloud platforms' container APIs (frontends/sagemaker.py, frontends/vertex.py)
+    allow_sagemaker: bool = option(
+        False, "serve Amazon SageMaker's container API (/ping, /invocations, multi-model /models)"
+    )
+    sagemaker_port: int = option(8080, "port of the SageMaker API")
+    sagemaker_safe_port_range: str | None = option(
+        None, "<first>-<last>: the ports every other API must listen on", metavar="RANGE"
+    )
+    sagemaker_models_root: Path = field(
+        default=SAGEMAKER_MODELS,
+        metadata={
+            "help": "multi-model loads read only <root>/<hash>/model[/<subfolder>] folders under this one "
+            "(beyond the reference, which loads any folder a client names)"
+        },
+    )
+    allow_vertex_ai: bool = option(
+        False,
+        "serve Google Vertex AI's prediction API (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE); AIP_MODE=PREDICTION "
+        "also turns HTTP and gRPC off unless their flags say otherwise",
+        default_text="true if AIP_MODE=PREDICTION, else false",
+    )
+    vertex_ai_port: int = option(8080, "port of the Vertex AI API", default_text="AIP_HTTP_PORT, else 8080")
+    vertex_ai_default_model: str = option(
+        "", "the model AIP_PREDICT_ROUTE serves", default_text="the repository's only model", metavar="MODEL"
+    )
     allow_metrics: bool = option(True, "serve Prometheus metrics")
     metrics_address: str = option(
         "", "address of the metrics endpoint", default_text="--http-address", metavar="ADDRESS"
@@ -441,6 +469,19 @@ FLAG_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "grpc_http2_max_ping_strikes",
             "grpc_max_connection_age",
             "grpc_max_connection_age_grace",
+        ),
+    ),
+    (
+        "SageMaker and Vertex AI",
+        "the cloud platforms' container APIs, each on a port of its own (environment: SAGEMAKER_TRITON_*, AIP_*)",
+        (
+            "allow_sagemaker",
+            "sagemaker_port",
+            "sagemaker_safe_port_range",
+            "sagemaker_models_root",
+            "allow_vertex_ai",
+            "vertex_ai_port",
+            "vertex_ai_default_model",
         ),
     ),
     (

@@ -156,6 +156,8 @@ class Runtime:
             exempt,
         )
         self.http: Any = None
+        #: the SageMaker and Vertex AI ports (frontends/cloud.py), when asked for
+        self.clouds: Any = None
         self.grpc: Any = None
         self.metrics: Any = None
         self._trimming: asyncio.Task[None] | None = None  # memory held for clients, given back
@@ -192,6 +194,10 @@ class Runtime:
             await self._start_gpu_metrics()
             if options.allow_metrics:  # before HTTP: a client that finds HTTP live finds metrics too
                 await self._start_metrics()
+            if options.allow_sagemaker or options.allow_vertex_ai:
+                from inferd.frontends.cloud import start_cloud_frontends
+
+                self.clouds = await start_cloud_frontends(self)
             if options.allow_http:
                 from inferd.frontends.http.protocol import HttpServer
 
@@ -233,9 +239,10 @@ class Runtime:
             self.unsent,
         )
 
-    def http_app(self, core: Core | None = None) -> HttpApp:
+    def http_app(self, core: Core | None = None, access: AccessPolicy | None = None) -> HttpApp:
         """The HTTP routes over this server's core (or ``core``, a view of it), transport-free: the
-        HTTP front end serves it, and so does a Ray Serve replica (``inferd.rayserve``)."""
+        HTTP front end serves it, and so does a Ray Serve replica (``inferd.rayserve``); ``access``
+        instead of the HTTP port's rules (the SageMaker and Vertex AI ports')."""
         from inferd.frontends.http.app import HttpApp
         from inferd.frontends.http.openai_schema import OpenAILimits
 
@@ -245,7 +252,7 @@ class Runtime:
             self.shm,
             self.cuda_shm,
             max_input_size=options.http_max_input_size,
-            access=self.http_access,
+            access=self.http_access if access is None else access,
             logs=self.logs,
             tracing=self.tracing,
             header_forward=compile_forward_pattern(
@@ -338,6 +345,8 @@ class Runtime:
             b.drain()
         if self.http is not None:
             self.http.stop_listening()
+        if self.clouds is not None:
+            self.clouds.stop_listening()
         grpc_stopping: asyncio.Task[None] | None = None
         if self.grpc is not None:
             if hasattr(self.grpc, "stop_listening"):
@@ -352,6 +361,8 @@ class Runtime:
             if not live:  # nothing the server serves needs the open connections any more
                 if self.http is not None:
                     connections = self.http.wind_down(_IDLE_GRACE_S)
+                if self.clouds is not None:
+                    connections += self.clouds.wind_down(_IDLE_GRACE_S)
                 if self.grpc is not None and grpc_stopping is None:
                     grpc_stopping = loop.create_task(self.grpc.stop(max(0.0, drain_deadline - now)))
             inflight = core.inflight()
@@ -384,6 +395,8 @@ class Runtime:
             await asyncio.sleep(0)  # their answers are written before the connections close
         if self.http is not None:  # what comes on a connection still open is answered and closes it
             self.http.wind_down(_IDLE_GRACE_S)
+        if self.clouds is not None:
+            self.clouds.wind_down(_IDLE_GRACE_S)
         if self.grpc is not None and grpc_stopping is None:
             grpc_stopping = loop.create_task(self.grpc.stop(0.0))
         unloading = loop.create_task(core.stop(max(0.0, deadline - time.monotonic())))
@@ -402,6 +415,8 @@ class Runtime:
             await self.http.stop()
         if self._trimming is not None:
             self._trimming.cancel()
+        if self.clouds is not None:
+            await self.clouds.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         if self.core.gpu_metrics is not None:

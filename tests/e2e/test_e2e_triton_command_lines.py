@@ -134,7 +134,6 @@ LINES = {
 IGNORED_IN_LAUNCH_SCRIPT = (
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
-    "--allow-sagemaker",
     "--buffer-manager-thread-count",
 )
 
@@ -281,14 +280,23 @@ def test_a_launch_script_with_gpu_and_pool_flags_starts_and_logs_each_ignored_fl
         assert f"ignoring {flag}" not in log
 
 
-def test_a_front_end_inferd_does_not_serve_stops_the_start_with_why(tmp_path: Path) -> None:
+def test_a_cloud_front_end_on_a_taken_port_stops_the_start_with_the_reference_reason(tmp_path: Path) -> None:
+    """--allow-sagemaker is served now (test_e2e_clouds_*.py); its port must differ from the others'."""
     import subprocess
 
     r = subprocess.run(
-        [str(TRITONSERVER), f"--model-repository={tmp_path}", "--allow-sagemaker=true"],
+        [
+            str(TRITONSERVER),
+            f"--model-repository={tmp_path}",
+            "--allow-sagemaker=true",
+            "--sagemaker-port=8000",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert r.returncode == 2
-    assert "--allow-sagemaker=true: inferd does not serve the SageMaker API" in r.stderr
+    assert (
+        "The server cannot listen to HTTP requests and SageMaker requests at the same address and port "
+        "0.0.0.0:8000" in r.stderr
+    )

@@ -1,7 +1,7 @@
 """tritonserver 2.51's flags without a ServerOptions field: every one of the reference's flags parses;
 the ignored ones are noted once each with why, the deprecated trace flags become --trace-config
-settings (which a --trace-config of the same setting overrides), a front end inferd does not serve
-stops the start, and the ``tritonserver`` command runs ``inferd serve``."""
+settings (which a --trace-config of the same setting overrides), the SageMaker and Vertex AI flags are
+options, and the ``tritonserver`` command runs ``inferd serve``."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
         "--cuda-memory-pool-byte-size=0:67108864",
         "--cuda-memory-pool-byte-size=1:67108864",
         "--repoagent-directory=/opt/tritonserver/repoagents",
-        "--allow-sagemaker=false",
+        "--sagemaker-thread-count=8",
         "--buffer-manager-thread-count",
         "4",
         "--enable-peer-access",
@@ -108,8 +108,8 @@ def test_ignored_flags_change_nothing_and_are_each_noted_once_with_why() -> None
         "ignoring --enable-peer-access=True: inferd runs on the CPU: no GPU peer access",
         "ignoring --host-policy=gpu0,numa-node=0: NUMA host policies are not applied (pin the process with "
         "numactl, taskset or Kubernetes' CPU manager)",
-        "ignoring --allow-sagemaker=False: inferd does not serve the SageMaker API (Triton's HTTP and gRPC "
-        "APIs are served)",
+        "ignoring --sagemaker-thread-count=8: SageMaker's API is served on the event loop: no thread pool to "
+        "size",
     ]
 
 
@@ -147,14 +147,27 @@ def test_a_malformed_value_still_stops_the_start(argv: list[str], capsys: pytest
     assert argv[0].split("=")[0] in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--allow-sagemaker", "--allow-vertex-ai"])
-def test_a_front_end_inferd_does_not_serve_stops_the_start(
-    flag: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as e:
-        cli.main(["serve", "--model-repository=/m", f"{flag}=true"])
-    assert e.value.code == 2
-    assert f"{flag}=true: inferd does not serve the" in capsys.readouterr().err
+def test_the_sagemaker_and_vertex_ai_flags_are_options() -> None:
+    """Their front ends are served (frontends/sagemaker.py, vertex.py); only the thread counts are ignored."""
+    options, notes = parsed(
+        "--allow-sagemaker=true",
+        "--sagemaker-port=9000",
+        "--sagemaker-safe-port-range=8000-9000",
+        "--allow-vertex-ai",
+        "--vertex-ai-port=9001",
+        "--vertex-ai-default-model=m",
+    )
+    assert notes == []
+    assert (options.allow_sagemaker, options.sagemaker_port, options.sagemaker_safe_port_range) == (
+        True,
+        9000,
+        "8000-9000",
+    )
+    assert (options.allow_vertex_ai, options.vertex_ai_port, options.vertex_ai_default_model) == (
+        True,
+        9001,
+        "m",
+    )
 
 
 def test_deprecated_trace_flags_are_trace_config_settings() -> None:

@@ -67,6 +67,8 @@ def _refusal(options: ServerOptions) -> str | None:
         ("--http-port", options.http_port, options.allow_http),
         ("--grpc-port", options.grpc_port, options.allow_grpc),
         ("--metrics-port", options.metrics_port, options.allow_metrics),
+        ("--sagemaker-port", options.sagemaker_port, options.allow_sagemaker),
+        ("--vertex-ai-port", options.vertex_ai_port, options.allow_vertex_ai),
     ]
     for flag, port, used in ports:
         if used and port == 0:
@@ -118,6 +120,8 @@ def _claim_ports(options: ServerOptions) -> list[socket.socket]:
             options.metrics_port,
             options.allow_metrics,
         ),
+        ("Sagemaker service", "0.0.0.0", options.sagemaker_port, options.allow_sagemaker),
+        ("Vertex AI service", "0.0.0.0", options.vertex_ai_port, options.allow_vertex_ai),
         ("HTTP service", options.http_address, options.http_port, options.allow_http),
     ]
     for what, address, port, used in wanted:

@@ -24,10 +24,11 @@ from inferd.errors import InferdError, InternalError, InvalidArgumentError, Unav
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
 from inferd.frontends.http.bodies import apply_log_settings, cuda_region, system_region
+from inferd.frontends.http.dialect import InferDialect
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_body, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
-from inferd.frontends.http.errors import refused, send_error
+from inferd.frontends.http.errors import error_body, refused, send_error
 from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
 from inferd.frontends.http.jsonparse import parse_json
@@ -316,6 +317,10 @@ class HttpApp:
         body = lambda: inflate(req.body, _encoding(req), self.max_input_size)  # noqa: E731
         trace_settings(self.core, self.tracing, req, resp, model, body)
 
+    def generate(self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool) -> None:
+        """``/generate`` (``streaming``: ``/generate_stream``) of a model: 405 unless POST."""
+        self._generate_route(req, resp, name, version, streaming)
+
     def _generate_route(
         self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool
     ) -> None:
@@ -421,12 +426,20 @@ class HttpApp:
             _error(resp, e)
 
     # -- inference -------------------------------------------------------------------------------
-    def infer(self, req: HttpRequest, resp: Responder, name: str, version: str) -> None:
+    def infer(
+        self, req: HttpRequest, resp: Responder, name: str, version: str, dialect: InferDialect | None = None
+    ) -> None:
+        """One inference request; ``dialect``: a cloud front end's reading of it (http/dialect.py)."""
         at = received(resp) if self.tracing.on else None  # all that tracing costs while it is off
-        if "content-encoding" in req.headers and _encoding(req) in WBITS and len(req.body) > OFF_LOOP_MIN:
+        if (
+            dialect is None
+            and "content-encoding" in req.headers
+            and _encoding(req) in WBITS
+            and len(req.body) > OFF_LOOP_MIN
+        ):
             self._spawn(self._inflate_then_infer(req, resp, name, version, at), resp)
             return
-        self._infer(req, resp, name, version, None, at)
+        self._infer(req, resp, name, version, None, at, dialect)
 
     async def _inflate_then_infer(
         self, req: HttpRequest, resp: Responder, name: str, version: str, at: tuple[int, int] | None
@@ -448,20 +461,24 @@ class HttpApp:
         version: str,
         body: bytes | InferdError | None,
         at: tuple[int, int] | None = None,
+        dialect: InferDialect | None = None,
     ) -> None:
         if REQUESTS.on:  # --log-verbose 1: a line once answered, with the request's id
             if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
                 resp = LoggedResponder(resp, req.method, req.path, req.query)  # type: ignore[assignment]
-            call: _InferCall = _LoggedInferCall(self, req, resp, body, at)
+            call: _InferCall = _LoggedInferCall(self, req, resp, body, at, dialect)
         else:
-            call = _InferCall(self, req, resp, body, at)
+            call = _InferCall(self, req, resp, body, at, dialect)
         try:
             if version:
                 call.version = version = parse_version(version)
             stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
         except InferdError as e:
-            text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
-            _error(resp, e, _TEXT if text else _JSON)
+            if dialect is not None and dialect.status_of is not None:  # a multi-model invoke
+                resp.send(dialect.status_of(e), error_body(e), _JSON)
+            else:
+                text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
+                _error(resp, e, _TEXT if text else _JSON)
             if call.trace is not None:  # sampled, then refused: never written
                 call.trace.finish()
             return
@@ -472,7 +489,19 @@ class HttpApp:
 class _InferCall:
     """One /infer request: decodes its body once the core found the model, answers its response."""
 
-    __slots__ = ("app", "at", "body", "decoding", "enc", "req", "request", "resp", "trace", "version")
+    __slots__ = (
+        "app",
+        "at",
+        "body",
+        "decoding",
+        "dialect",
+        "enc",
+        "req",
+        "request",
+        "resp",
+        "trace",
+        "version",
+    )
 
     def __init__(
         self,
@@ -481,8 +510,10 @@ class _InferCall:
         resp: Responder,
         body: bytes | InferdError | None,
         at: tuple[int, int] | None = None,
+        dialect: InferDialect | None = None,
     ) -> None:
         self.app = app
+        self.dialect = dialect
         self.at = at  # when it was received, while tracing is on
         self.trace: Trace | None = None
         self.body = body  # the body inflated already (or why it could not be), None: not yet
@@ -495,9 +526,14 @@ class _InferCall:
 
     def decode(self, model: Model) -> InferRequest:
         """The core's ``Decoder``: the body read as the model's request (errors from here on are JSON)."""
-        self.decoding = True
         req = self.req
         headers = req.headers
+        dialect = self.dialect
+        if dialect is not None:  # a cloud front end: the size in the Content-Type, no compression
+            header_length = dialect.header_length(headers.get("content-type"), len(req.body))
+            self.decoding = True
+            return self._read(model, req.body, header_length)
+        self.decoding = True
         hl_text = headers.get("inference-header-content-length")
         if hl_text is None:
             header_length = None
@@ -512,30 +548,42 @@ class _InferCall:
                 body = inflate(body, _encoding(req), self.app.max_input_size)
         elif isinstance(body, InferdError):
             raise body
-        self.request, self.enc = self.app.headers.decode(model, self.version, body, header_length)
+        return self._read(model, body, header_length)
+
+    def _read(self, model: Model, body: bytes, header_length: int | None) -> InferRequest:
+        req = self.req
+        self.request, self.enc = request, _ = self.app.headers.decode(
+            model, self.version, body, header_length
+        )
         forward = self.app.header_forward
         if forward is not None:  # a new dict: a cached header's parameters are shared with its template
-            self.request.parameters = {**self.request.parameters, **forwarded(req.headers, forward)}
+            request.parameters = {**request.parameters, **forwarded(req.headers, forward)}
         if self.at is not None:
-            self.trace = trace = start_trace(self.app.tracing, model.name, self.request, req, self.at)
+            self.trace = trace = start_trace(self.app.tracing, model.name, request, req, self.at)
             if trace is not None:
                 self.resp = TracedResponder(self.resp, trace)  # type: ignore[assignment]
-        return self.request
+        return request
 
     def answer(self, r: InferResponse | None, final: bool) -> None:
         """The stream's callback: the response encoded, or its error (text/plain, as the reference)."""
         resp = self.resp
         if self.trace is not None:  # (Trace.stamp, inline)
             self.trace.stamps += ("INFER_RESPONSE_COMPLETE", time.monotonic_ns())
-        if r is None:
-            _error(resp, InternalError("model produced no response"), _TEXT)
-            return
-        if r.error is not None:
-            _error(resp, r.error, _TEXT)
+        dialect = self.dialect
+        if r is None or r.error is not None:
+            e = (
+                r.error
+                if r is not None and r.error is not None
+                else InternalError("model produced no response")
+            )
+            if dialect is not None and dialect.status_of is not None:  # a multi-model invoke
+                resp.send(dialect.status_of(e), error_body(e), _TEXT)
+            else:
+                _error(resp, e, _TEXT)
             return
         assert self.enc is not None
         req = self.req
-        compress = "accept-encoding" in req.headers
+        compress = dialect is None and "accept-encoding" in req.headers
         try:
             if compress:
                 head, parts, hlen = encode_infer_response(r, self.enc, self.request)
@@ -549,7 +597,16 @@ class _InferCall:
             log.exception("encoding the response of model '%s' failed", r.model_name)
             _error(resp, InternalError(f"failed to encode the response: {e}"))
             return
-        headers = b"\r\nInference-Header-Content-Length: %d" % hlen if hlen >= 0 else b""
+        content_type = _JSON
+        headers = b""
+        if hlen >= 0:
+            if dialect is None:
+                content_type, headers = (
+                    "application/octet-stream",
+                    b"\r\nInference-Header-Content-Length: %d" % hlen,
+                )
+            else:
+                content_type, headers = dialect.binary_headers(hlen)
         if compress:
             assert isinstance(body, list)
             body, encoding = _compress(req, body)
@@ -557,7 +614,7 @@ class _InferCall:
                 headers += b"\r\nContent-Encoding: %b" % encoding.encode()
             if len(body) == 1 and isinstance(body[0], bytes):
                 body = body[0]
-        resp.send(200, body, "application/octet-stream" if hlen >= 0 else _JSON, headers)
+        resp.send(200, body, content_type, headers)
 
 
 class _LoggedInferCall(_InferCall):

@@ -7,7 +7,7 @@ import logging
 import orjson
 
 from inferd.errors import InferdError
-from inferd.frontends.access import AccessPolicy, Denial
+from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.routes import route_category
 from inferd.logs import VERBOSE1
@@ -39,10 +39,16 @@ def refused(access: AccessPolicy, req: HttpRequest, resp: Responder) -> bool:
     category = route_category(req.path)
     if category is None:
         return False
-    denied = access.check(category, req.headers)
-    if denied is None:
+    return denied(access, category, req, resp)
+
+
+def denied(access: AccessPolicy, category: Category, req: HttpRequest, resp: Responder) -> bool:
+    """Whether ``access`` refuses ``req`` the APIs of ``category``, which is then answered (as
+    ``refused``): for ports whose routes are not the HTTP API's (SageMaker, Vertex AI)."""
+    why_not = access.check(category, req.headers)
+    if why_not is None:
         return False
-    why, header = denied
+    why, header = why_not
     if why is Denial.RESTRICTED:  # the reference's answer
         body = orjson.dumps({"error": f"This API is restricted, expecting header '{header}'"})
         resp.send(403, body, TEXT)
