@@ -28,6 +28,9 @@ CHART = ROOT / "deploy" / "helm" / "inferd"
 KSERVE = ROOT / "deploy" / "kserve"
 ADAPTER_VALUES = ROOT / "deploy" / "helm" / "prometheus-adapter-values.yaml"
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
+#: the SageMaker and Vertex AI images, built on inferd's
+SAGEMAKER_DOCKERFILE = ROOT / "deploy" / "sagemaker" / "Dockerfile"
+VERTEX_DOCKERFILE = ROOT / "deploy" / "vertex-ai" / "Dockerfile"
 DOCKERIGNORE = ROOT / "deploy" / "docker" / "Dockerfile.dockerignore"
 PYPROJECT = ROOT / "pyproject.toml"
 MISSING = "not installed: pip install -e '.[deploy]' (make install)"
@@ -76,10 +79,10 @@ def container_port(c: dict[str, Any], name: str) -> int:
     return int(next(p["containerPort"] for p in c["ports"] if p["name"] == name))
 
 
-def dockerfile() -> tuple[Any, ...]:
-    """The Dockerfile's instructions, as BuildKit's parser reads them."""
+def dockerfile(path: Path = DOCKERFILE) -> tuple[Any, ...]:
+    """A Dockerfile's instructions (inferd's image by default), as BuildKit's parser reads them."""
     parser = pytest.importorskip("dockerfile", reason=f"dockerfile {MISSING}")
-    return tuple(parser.parse_file(str(DOCKERFILE)))
+    return tuple(parser.parse_file(str(path)))
 
 
 def final_stage(commands: tuple[Any, ...]) -> list[Any]:

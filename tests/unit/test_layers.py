@@ -264,6 +264,7 @@ def test_scheduling_imports_only_errors_core_data_backend_seams_and_itself() -> 
 TOP = (
     "inferd.frontends",
     "inferd.cli",
+    "inferd.sagemaker_serve",
     "inferd.api",
     "inferd.rayserve",
     "inferd.runtime",
