@@ -262,8 +262,7 @@ def compat_markdown() -> str:
 
     rows = ["| flag | what inferd does with it |", "| --- | --- |"]
     for f in IGNORED:
-        refuse = "; `=true` stops the start with that reason" if f.refuse_true else ""
-        rows.append(f"| `{f.flag}` | ignored: {text(f.why)}{refuse} |")
+        rows.append(f"| `{f.flag}` | ignored: {text(f.why)} |")
     for f in DEPRECATED_TRACE:
         rows.append(f"| `{f.flag}` | deprecated: read as `--trace-config {f.why}VALUE` |")
     return "\n".join(rows) + "\n"
