@@ -403,13 +403,16 @@ def test_a_replica_started_while_s3_is_down_waits_for_it(application: Cluster) -
     server is not ready), so Serve keeps starting others; once S3 is back, one loads and serves."""
     victims = replica_actors()
     application.moto.stop()
-    for victim in victims:
-        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
-    wait_for(lambda: NOT_READY in deployment_message(), "a replica failing its start", timeout=180)
-    assert "failed to read model repository 's3://models/repo'" in deployment_message()
-    assert running_replicas() == 0
-    application.moto = start_moto(application.moto.port)  # in memory: empty again
-    application.upload()
+    try:
+        for victim in victims:
+            ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        wait_for(lambda: NOT_READY in deployment_message(), "a replica failing its start", timeout=180)
+        assert "failed to read model repository 's3://models/repo'" in deployment_message()
+        # a replica Serve just started counts RUNNING until its first health check fails
+        wait_for(lambda: running_replicas() == 0, "no replica running while S3 is down", timeout=60)
+    finally:  # the tests after this one need the store back, whatever happened here
+        application.moto = start_moto(application.moto.port)  # in memory: empty again
+        application.upload()
 
     last_error: list[str] = []
 

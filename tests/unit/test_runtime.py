@@ -9,6 +9,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,11 +68,22 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path / "repo"
 
 
-def _gate(repo: Path) -> tuple[threading.Event, threading.Event]:
-    """The events of the model's gate module (imported by the model at load, so already loaded)."""
+def _gates(repo: Path) -> list[Any]:
+    """The model's gate modules (imported by the model at load, so already loaded): one a server,
+    each under the name its server gives it (every loaded model's helper modules are its own)."""
     [path] = (repo / "slow_identity" / "1").glob("gate_*.py")
-    module = sys.modules[path.stem]
+    return [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path)]
+
+
+def _gate(repo: Path) -> tuple[threading.Event, threading.Event]:
+    """The events of the one server's model's gate module."""
+    [module] = _gates(repo)
     return module.GATE, module.STARTED
+
+
+def _open_gates(repo: Path) -> None:
+    for module in _gates(repo):
+        module.GATE.set()
 
 
 def test_the_in_process_api_serves_grpc_and_metrics_too(repo: Path) -> None:
@@ -117,7 +129,7 @@ def test_a_port_in_use_stops_what_started(repo: Path) -> None:
             ServerOptions(model_repository=[repo], http_port=taken, grpc_port=0, allow_metrics=False)
         )
         await second.load()
-        _gate(repo)[0].set()
+        _open_gates(repo)
         with pytest.raises(FrontendError, match=f"failed to start HTTP service at 0.0.0.0:{taken}"):
             await second.start_frontends()
         assert second.grpc is not None and second.core.live() is False  # gRPC started, then stopped
@@ -145,7 +157,7 @@ def test_reuse_http_port_lets_two_servers_share_the_http_port(repo: Path) -> Non
         shared = first.http.port
         second = Runtime(options(shared))
         await second.load()
-        _gate(repo)[0].set()
+        _open_gates(repo)
         await second.start_frontends()  # no "address in use"
         assert second.http.port == shared
         await second.stop(0)
