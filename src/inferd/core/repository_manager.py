@@ -204,10 +204,16 @@ def _complete(
 def _policy(cfg: Any) -> BatchPolicy:
     if cfg.max_batch_size > 0 and cfg.HasField("dynamic_batching"):
         db = cfg.dynamic_batching
+        mbs = int(cfg.max_batch_size)
+        preferred = tuple(int(x) for x in db.preferred_batch_size)
+        # normalisation fills [max_batch_size] where none was given: batches then fill up to it,
+        # exactly as without preferred sizes, on the cheaper path (queue.form_batch)
+        if preferred == (mbs,):
+            preferred = ()
         return BatchPolicy(
-            max_batch_size=int(cfg.max_batch_size),
+            max_batch_size=mbs,
             max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
-            preferred_batch_size=tuple(int(x) for x in db.preferred_batch_size),
+            preferred_batch_size=preferred,
             preserve_ordering=bool(db.preserve_ordering),
         )
     return BatchPolicy()

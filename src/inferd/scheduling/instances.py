@@ -279,7 +279,7 @@ class InstancePool(PoolMembers):
                     index, self._lock, lambda: bool(queue) and not self._stopping
                 ):
                     continue  # no work was left once its turn came
-                batch, total = form_batch(queue, policy, self._clock() if policy.preferred_batch_size else 0)
+                batch, total = form_batch(queue, policy, self._clock)
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)
@@ -326,9 +326,7 @@ class InstancePool(PoolMembers):
             if (
                 not self._executing and self._queue
             ):  # else a worker finishing its last threaded batch reschedules us
-                batch, total = form_batch(
-                    self._queue, self._policy, self._clock() if self._policy.preferred_batch_size else 0
-                )
+                batch, total = form_batch(self._queue, self._policy, self._clock)
                 if self._ordered is not None:
                     self._ordered.reserve(batch)
                 self._executing += len(batch)

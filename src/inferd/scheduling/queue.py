@@ -23,7 +23,7 @@ queue costs a deadline per request and a lookup per level.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -106,16 +106,23 @@ def next_batch(queue: RequestQueue, policy: BatchPolicy, delay_exceeded: bool) -
     return count, stopped or total >= top
 
 
-def form_batch(queue: RequestQueue, policy: BatchPolicy, now_ns: int = 0) -> tuple[list[InferRequest], int]:
+def form_batch(
+    queue: RequestQueue, policy: BatchPolicy, clock: Callable[[], int] | None = None
+) -> tuple[list[InferRequest], int]:
     """Pop the next batch off ``queue`` (not empty): requests and their summed batch size. With
-    preferred sizes, the batch is cut where ``next_batch`` says (``now_ns``: whether the oldest
-    request waited its queue delay); without, it takes what fits ``max_batch_size``."""
-    if policy.preferred_batch_size:
+    preferred sizes, the batch is cut where ``next_batch`` says (``clock``: now, to tell whether
+    the oldest request waited its queue delay); without, it takes what fits ``max_batch_size``."""
+    if policy.preferred_batch_size and len(queue) > 1:
         delay = policy.max_queue_delay_ns
-        exceeded = delay > 0 and now_ns - queue[0].t_queue_ns >= delay
+        exceeded = delay > 0 and clock is not None and clock() - queue[0].t_queue_ns >= delay
         count = next_batch(queue, policy, exceeded)[0]
-        batch = [queue.popleft() for _ in range(count)]
-        return batch, sum(r.batch_size for r in batch)
+        batch: list[InferRequest] = []
+        total = 0
+        for _ in range(count):
+            r = queue.popleft()
+            batch.append(r)
+            total += r.batch_size
+        return batch, total
     first = queue.popleft()
     batch = [first]
     total = first.batch_size

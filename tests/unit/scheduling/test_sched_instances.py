@@ -92,9 +92,9 @@ def test_without_preferred_sizes_a_batch_is_complete_at_max_batch_size() -> None
 def test_form_batch_cuts_at_the_preferred_size_until_the_delay_passed() -> None:
     policy = BatchPolicy(max_batch_size=16, max_queue_delay_ns=1000, preferred_batch_size=(4, 8))
     q = _queue(*[1] * 11)  # queued at t=0
-    _, total = form_batch(q, policy, now_ns=10)
+    _, total = form_batch(q, policy, lambda: 10)
     assert total == 8 and len(q) == 3
-    _, total = form_batch(q, policy, now_ns=5000)  # the delay passed: what is left goes
+    _, total = form_batch(q, policy, lambda: 5000)  # the delay passed: what is left goes
     assert total == 3 and not q
 
 
