@@ -233,5 +233,6 @@ def release(module: types.ModuleType) -> None:
         for key in [k for k, v in _registry.items() if v is own]:
             del _registry[key]
         prefix = own.name + "."
-        for key in [k for k in sys.modules if k == own.name or k.startswith(prefix)]:
+        # list() copies the keys in one step: other threads import while a comprehension would iterate
+        for key in [k for k in list(sys.modules) if k == own.name or k.startswith(prefix)]:
             sys.modules.pop(key, None)
