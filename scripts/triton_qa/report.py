@@ -1,6 +1,7 @@
 """Compare the two servers' runs of Triton's QA files (run.sh's cases.tsv files) as a markdown table.
 
-  python scripts/triton_qa/report.py [RESULTS]      RESULTS: $QA_DIR/results (the default)
+  python scripts/triton_qa/report.py [RESULTS]      RESULTS: $QA_DIR/results (the default, slice 1)
+                                                    or $QA_DIR/results/slice2
 
 Prints the per-file counts, the cases the reference passes and inferd does not (each with inferd's
 message, and the reason where the difference is deliberate), and the reverse; writes the same text
@@ -36,6 +37,20 @@ FILES = [
     ("input_validation.", "L0_input_validation/input_validation_test.py"),
     ("parameters.", "L0_parameters/parameters_test.py (x4 server configs)"),
     ("shared_memory.", "L0_shared_memory/shared_memory_test.py (x http/grpc)"),
+    # slice 2 (run.sh SERVER slice2; results/slice2)
+    ("model_update.", "L0_model_update/instance_update_test.py (x3 rate-limit modes)"),
+    ("metrics_queue_size", "L0_metrics/metrics_queue_size_test.py"),
+    ("grpc_client_plugin", "L0_grpc/grpc_client_plugin_test.py"),
+    ("bp_io", "L0_backend_python/io/io_test.py"),
+    ("bp_logging.", "L0_backend_python/logging/logging_test.py (x3 log settings)"),
+    ("bp_model_control", "L0_backend_python/model_control/model_control_test.py"),
+    (
+        "bp_request_rescheduling.",
+        "L0_backend_python/request_rescheduling (test_infer_shm_leak.py, grpc_endpoint_test.py)",
+    ),
+    ("nan_inf", "L0_nan_inf/nan_inf_test.py"),
+    ("optional_input.", "L0_optional_input/optional_input_test.py"),
+    ("model_namespacing.", "L0_model_namespacing/test.py (x POLL/EXPLICIT)"),
 ]
 
 # differences inferd keeps on purpose: (file, case) -> why
