@@ -3,7 +3,8 @@
 # build.  Mode comes from the model name:
 #   simple*, simple_int8 : OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1
 #   anything else        : OUTPUTi = INPUTi (identity, cast to the output type); an optional input
-#                          left out leaves its output out, as the identity backend does
+#                          left out gives zeros of the first given input's shape (what
+#                          L0_optional_input's pipeline expects of the identity backend)
 # A parameter execute_delay_ms (the identity backend's) sleeps that long per execute.
 import json
 import time
@@ -49,8 +50,10 @@ class TritonPythonModel:
                     outs.append(pb_utils.Tensor(n, v.astype(dt)))
             else:
                 for k, (n, dt) in enumerate(self.outputs):
-                    if k < len(arrs) and arrs[k] is None:
-                        continue  # an optional input not given: no output for it
+                    if k < len(arrs) and arrs[k] is None:  # an optional input not given
+                        given = next(a for a in arrs if a is not None)
+                        outs.append(pb_utils.Tensor(n, np.zeros(given.shape, dtype=dt)))
+                        continue
                     src = (
                         arrs[k]
                         if k < len(arrs) and arrs[k] is not None
