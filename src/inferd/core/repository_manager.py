@@ -175,6 +175,7 @@ def _policy(cfg: Any) -> BatchPolicy:
             max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
             preferred_batch_size=tuple(int(x) for x in db.preferred_batch_size),
             preserve_ordering=bool(db.preserve_ordering),
+            optional_inputs=any(i.optional for i in cfg.input),
         )
     return BatchPolicy()
 
