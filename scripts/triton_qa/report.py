@@ -1,6 +1,7 @@
 """Compare the two servers' runs of Triton's QA files (run.sh's cases.tsv files) as a markdown table.
 
-  python scripts/triton_qa/report.py [RESULTS]      RESULTS: $QA_DIR/results (the default)
+  python scripts/triton_qa/report.py [RESULTS]      RESULTS: $QA_DIR/results (the default, slice 1)
+                                                    or $QA_DIR/results/slice2
 
 Prints the per-file counts, the cases the reference passes and inferd does not (each with inferd's
 message, and the reason where the difference is deliberate), and the reverse; writes the same text
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 # run ids (run.sh) -> the QA file they run; a prefix ending in "." covers one file run several times
@@ -36,6 +38,20 @@ FILES = [
     ("input_validation.", "L0_input_validation/input_validation_test.py"),
     ("parameters.", "L0_parameters/parameters_test.py (x4 server configs)"),
     ("shared_memory.", "L0_shared_memory/shared_memory_test.py (x http/grpc)"),
+    # slice 2 (run.sh SERVER slice2; results/slice2)
+    ("model_update.", "L0_model_update/instance_update_test.py (x3 rate-limit modes)"),
+    ("metrics_queue_size", "L0_metrics/metrics_queue_size_test.py"),
+    ("grpc_client_plugin", "L0_grpc/grpc_client_plugin_test.py"),
+    ("bp_io", "L0_backend_python/io/io_test.py"),
+    ("bp_logging.", "L0_backend_python/logging/logging_test.py (x3 log settings)"),
+    ("bp_model_control", "L0_backend_python/model_control/model_control_test.py"),
+    (
+        "bp_request_rescheduling.",
+        "L0_backend_python/request_rescheduling (test_infer_shm_leak.py, grpc_endpoint_test.py)",
+    ),
+    ("nan_inf", "L0_nan_inf/nan_inf_test.py"),
+    ("optional_input.", "L0_optional_input/optional_input_test.py"),
+    ("model_namespacing.", "L0_model_namespacing/test.py (x POLL/EXPLICIT)"),
 ]
 
 # differences inferd keeps on purpose: (file, case) -> why
@@ -45,6 +61,14 @@ DELIBERATE = {
         "inferd refuses a body over --http-max-input-size (64 MiB by default) with 413 before reading it, "
         "and its Python backend has no shared-memory pool to grow"
     ),
+    **{
+        ("L0_model_namespacing/test.py", case): (
+            "inferd keys models by name: with --model-namespacing a name two repositories hold is "
+            "UNAVAILABLE with a reason that says so (README), where the reference serves each copy in "
+            "its repository's namespace"
+        )
+        for case in ("test_duplication", "test_dynamic_resolution", "test_ensemble_duplication")
+    },
 }
 
 Cases = dict[tuple[str, str], tuple[str, str]]
@@ -58,14 +82,17 @@ def file_of(run_id: str) -> str:
 
 
 def load(path: Path) -> Cases:
-    """(file, case) -> (outcome, message); a case run under several configs is named config::case."""
+    """(file, case) -> (outcome, message); a case run under several configs is named config::case, and
+    a test name two classes of one run share is qualified with its class (Class.test)."""
     out: Cases = {}
     if not path.exists():
         return out
-    for line in path.read_text().splitlines():
-        parts = [*line.split("\t"), "", "", ""][:4]
-        run_id, case, outcome, msg = parts
+    rows = [([*line.split("\t"), "", "", ""])[:4] for line in path.read_text().splitlines()]
+    seen = Counter((run_id, case.split("::")[-1]) for run_id, case, _, _ in rows)
+    for run_id, case, outcome, msg in rows:
         short = case.split("::")[-1]
+        if seen[(run_id, short)] > 1:
+            short = f"{case.split('::')[0].rsplit('.', 1)[-1]}.{short}"
         sub = run_id.split(".", 1)[1] if "." in run_id else ""
         out[(file_of(run_id), f"{sub}::{short}" if sub else short)] = (outcome, msg)
     return out
@@ -110,7 +137,7 @@ def report(results: Path) -> str:
         if i_out == "passed":
             continue
         gaps += 1
-        why = DELIBERATE.get((name.split(" ")[0], case.split("::")[-1]))
+        why = DELIBERATE.get((name.split(" ")[0], case.split("::")[-1].rsplit(".", 1)[-1]))
         lines.append(f"- `{name.split(' ')[0]}::{case}`: {i_out}: {i_msg[:240]}")
         if why:
             lines.append(f"  - deliberate: {why}")

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Run Triton 2.51's own QA unittest files against one server and record every case's result.
 #
-#   bash scripts/triton_qa/run.sh reference|inferd [SUITE ...]      (after setup.sh)
+#   bash scripts/triton_qa/run.sh reference|inferd [slice2] [SUITE ...]      (after setup.sh)
 #
-# SUITE (default: all, in this order):
+# SUITE (default: all of the slice, in this order), slice 1:
 #   bp_python bp_lifecycle bp_decoupled bp_response_sender bp_async_execute bp_ensemble
 #   bp_bls bp_bls_parameters bp_argument_validation bp_custom_metrics
 #   http_test generate_endpoint http_aio grpc_aio input_validation parameters shared_memory
+# slice 2 (lib/slice2.sh; results in $QA_DIR/results/slice2/<server>):
+#   model_update metrics_queue_size grpc_client_plugin bp_io bp_logging bp_model_control
+#   bp_request_rescheduling nan_inf optional_input model_namespacing
 #
 # Each suite reproduces its qa/*/test.sh: the same models copied, renamed and edited into a fresh
 # repository (under $QA_DIR/work/<server>/qa, a copy of the qa/ tree setup.sh extracted), the same
@@ -19,8 +22,10 @@
 # ahead of the editable install); INFERD_SRC=live runs the working tree as it is.
 # RETRY=0 turns off the second attempt; T_FILE is the per-file timeout (900 s).
 set -u
-SERVER_KIND=${1:?usage: run.sh reference|inferd [suite...]}
+SERVER_KIND=${1:?usage: run.sh reference|inferd [slice2] [suite...]}
 shift
+SLICE=1
+[ "${1:-}" = slice2 ] && { SLICE=2; shift; }
 case "$SERVER_KIND" in reference|inferd) ;; *) echo "server must be reference or inferd" >&2; exit 2 ;; esac
 export SERVER_KIND
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/paths.sh"
@@ -31,11 +36,14 @@ EXAMPLES=$QA_DIR/src/docs/examples/model_repository
 WORKROOT=$QA_DIR/work/$SERVER_KIND
 WORK=$WORKROOT/qa
 RES=$QA_DIR/results/$SERVER_KIND
+[ $SLICE = 2 ] && RES=$QA_DIR/results/slice2/$SERVER_KIND
 PY=$REPO_ROOT/.venv/bin/python
 T_FILE=${T_FILE:-900}          # per test file timeout (s)
 source "$QA_LIB/server.sh"
+source "$QA_LIB/slice2.sh"
 
 ALL="bp_python bp_lifecycle bp_decoupled bp_response_sender bp_async_execute bp_ensemble bp_bls bp_bls_parameters bp_argument_validation bp_custom_metrics http_test generate_endpoint http_aio grpc_aio input_validation parameters shared_memory"
+[ $SLICE = 2 ] && ALL=$ALL2
 SUITES=${*:-$ALL}
 for s in $SUITES; do
   case " $ALL " in *" $s "*) ;; *) echo "unknown suite: $s (one of: $ALL)" >&2; exit 2 ;; esac
@@ -46,7 +54,8 @@ mkdir -p "$RES" "$WORKROOT"
 if [ ! -d "$WORK" ] || [ -z "${KEEP_WORK:-}" ]; then
   rm -rf "$WORK"; cp -r "$SRC" "$WORK"
 fi
-trap 'stop_server' EXIT INT TERM
+trap 'stop_server' EXIT
+trap 'exit 130' INT TERM   # the EXIT trap stops the server; the run does not go on
 
 # inferd under test: a snapshot of the checkout's committed HEAD (so that edits in progress do not
 # change a run half-way); INFERD_SRC=live runs the editable install's working tree instead.
@@ -121,8 +130,11 @@ import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
 sys.exit(1 if any(c.tag in ('failure', 'error') for tc in r.iter('testcase') for c in tc) else 0)" "$1"
 }
+# PRE_START (evaluated before each server start: a retry starts from the same files) and PRE_TEST
+# (evaluated once the server is up, before the test: what test.sh does with curl in between)
 _run_one() {
   local id=$1 dir=$2 repo=$3 sargs=$4; shift 4
+  [ -n "${PRE_START:-}" ] && eval "$PRE_START"
   # shellcheck disable=SC2086
   start_server "$RES/$id.server.log" "$repo" $sargs
   if [ $? -ne 0 ] && [ -z "$SERVER_PGID" ]; then   # died during start-up: retry once (flaky under load)
@@ -133,6 +145,7 @@ _run_one() {
   export SERVER_LOG=$RES/$id.server.log
   # some tests open the log test.sh wrote under a fixed name in their folder
   [ -n "${LOGLINK:-}" ] && ln -sfn "$RES/$id.server.log" "$dir/$LOGLINK"
+  [ -n "${PRE_TEST:-}" ] && eval "$PRE_TEST"
   run_pytest "$id" "$dir" "$@"
   stop_server
   cp "$RES/$id.server.log" "$RES/$id.server.log.final" 2>/dev/null || true

@@ -26,13 +26,14 @@ mkdir -p "$QA_DIR/src"
 
 # 1. Triton's QA tree at the tag (only what the suites read; the docs' example configs for the
 #    stand-in models of L0_http, L0_grpc and L0_shared_memory)
-if [ ! -d "$QA_DIR/src/qa/common" ]; then
-  for p in qa/L0_backend_python qa/L0_http qa/L0_grpc qa/L0_input_validation qa/L0_parameters \
-           qa/L0_shared_memory qa/common qa/python_models docs/examples/model_repository; do
-    git -C "$SERVER_REPO" archive "$TAG" "$p" | tar -x -C "$QA_DIR/src"
-  done
-  echo "$TAG $(git -C "$SERVER_REPO" rev-parse "$TAG^{commit}")" >"$QA_DIR/src/QA_VERSION"
-fi
+#    Per folder, so that a work folder set up for slice 1 gains the slice-2 folders (L0_model_update ...)
+for p in qa/L0_backend_python qa/L0_http qa/L0_grpc qa/L0_input_validation qa/L0_parameters \
+         qa/L0_shared_memory qa/common qa/python_models docs/examples/model_repository \
+         qa/L0_model_update qa/L0_metrics qa/L0_nan_inf qa/L0_optional_input qa/L0_model_namespacing \
+         qa/L0_string_io; do
+  [ -d "$QA_DIR/src/$p" ] || git -C "$SERVER_REPO" archive "$TAG" "$p" | tar -x -C "$QA_DIR/src"
+done
+echo "$TAG $(git -C "$SERVER_REPO" rev-parse "$TAG^{commit}")" >"$QA_DIR/src/QA_VERSION"
 # 2. python_backend's examples (decoupled/square_model.py is the QA's square_int32)
 if [ ! -d "$QA_DIR/src/python_backend/examples" ]; then
   mkdir -p "$QA_DIR/src/python_backend"
@@ -58,11 +59,16 @@ if [ -x "$TRITON_VENV/bin/python" ]; then
   if [ ! -x "$QA_DIR/venv-refstub/bin/python3" ]; then
     base=$(sed -n 's/^home = //p' "$TRITON_VENV/pyvenv.cfg")
     "$base/python3" -m venv --without-pip "$QA_DIR/venv-refstub"
-    tsite=$("$TRITON_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    ssite=$("$QA_DIR/venv-refstub/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    printf 'import site; site.addsitedir("%s"); site.addsitedir("%s/refdeps")\n' "$tsite" "$QA_DIR" \
-      >"$ssite/qa_harness.pth"
   fi
+  # The stub's embedded interpreter ignores PYTHONDONTWRITEBYTECODE, which L0_model_update's test.sh
+  # sets: a __pycache__ the stub writes into a model's folder makes the reference see the model's
+  # files changed, and reload it whole where the test expects an instance update. The .pth honours it.
+  tsite=$("$TRITON_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  ssite=$("$QA_DIR/venv-refstub/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf 'import site; site.addsitedir("%s"); site.addsitedir("%s/refdeps")\n' "$tsite" "$QA_DIR" \
+    >"$ssite/qa_harness.pth"
+  printf 'import os, sys; sys.dont_write_bytecode = sys.dont_write_bytecode or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))\n' \
+    >>"$ssite/qa_harness.pth"
   "$QA_DIR/venv-refstub/bin/python3" -c "import numpy, torch, requests; print('reference stub env: numpy', numpy.__version__, 'torch', torch.__version__)"
 else
   echo "no reference install at $TRITON_VENV (scripts/reference/setup.sh): only 'run.sh inferd' will work" >&2

@@ -73,6 +73,8 @@ def _add_option(group: argparse._ActionsContainer, f: dataclasses.Field[Any], hi
         kwargs["default"] = f.default
     if "choices" in meta:
         kwargs["choices"] = meta["choices"]
+    if meta.get("any_case"):
+        kwargs["type"] = str.lower
     base = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
     kind = base[0] if len(base) == 1 else hint
     if typing.get_origin(hint) is list:  # repeatable flags

@@ -19,8 +19,8 @@ SAGEMAKER_MODELS = Path("/opt/ml/models")
 
 
 def option(default: Any, help: str, **cli: Any) -> Any:
-    """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices``, ``metavar``,
-    ``default_text`` and ``cli=False``."""
+    """A field with its CLI help; ``cli`` may hold ``flags`` (aliases), ``choices`` (``any_case``:
+    matched in any case), ``metavar``, ``default_text`` and ``cli=False``."""
     return field(default=default, metadata={"help": help, **cli})
 
 
@@ -43,6 +43,7 @@ class ServerOptions:
         "how models are loaded: 'none' every model at start; 'explicit' those of --load-model, then "
         "the repository API loads and unloads; 'poll' every model, then the repository's changes",
         choices=("none", "poll", "explicit"),
+        any_case=True,  # as tritonserver, which lowers it (Triton's qa passes POLL and EXPLICIT)
     )
     load_model: list[str] = field(
         default_factory=list,

@@ -64,6 +64,9 @@ def test_repeated_model_repository_and_its_alias() -> None:
         (["--model-config-name=h100"], "model_config_name", "h100"),
         (["--log-verbose=1"], "log_verbose", 1),
         (["--model-control-mode=none"], "model_control_mode", "none"),
+        # any case, as tritonserver (Triton's qa L0_model_namespacing passes POLL and EXPLICIT)
+        (["--model-control-mode=POLL"], "model_control_mode", "poll"),
+        (["--model-control-mode=Explicit"], "model_control_mode", "explicit"),
     ],
 )
 def test_flag_forms(argv: list[str], field: str, value: object) -> None:

@@ -1,7 +1,9 @@
 # Sourced by run.sh: start and stop ONE server (the reference tritonserver 2.51 or inferd) on
 # ports 8000/8001/8002 (the QA files hard-code them), in its own process group.
 #
-#   start_server LOG REPO [tritonserver-style args...]   sets SERVER_PGID; 0 ready, 1 not ready or died
+#   start_server LOG REPO [tritonserver-style args...]   sets SERVER_PGID; 0 ready, 1 not ready or died;
+#                                                        ports 8000-8002 taken by another process for
+#                                                        PORT_WAIT seconds: the run exits (3)
 #   stop_server                                          SIGTERM the group, SIGKILL after 40 s, wait for the ports
 #
 # The server and its model processes inherit the caller's exported variables (BLS_KIND, TRITON_DIR ...).
@@ -13,6 +15,7 @@
 # SHM_LIMIT=1g runs the server in a private mount namespace with a /dev/shm of that size (needs root).
 
 READY_TIMEOUT=${READY_TIMEOUT:-240}
+PORT_WAIT=${PORT_WAIT:-300}   # seconds to wait for 8000-8002 to be free before a start
 SERVER_PGID=
 
 _ports_busy() {
@@ -22,9 +25,11 @@ _ports_busy() {
 start_server() {
   local log=$1 repo=$2; shift 2
   if _ports_busy; then
-    echo "[harness] ports 8000-8002 busy before start; waiting" >&2
-    for _ in $(seq 1 60); do _ports_busy || break; sleep 1; done
-    if _ports_busy; then echo "[harness] ports still busy, refusing to start" >&2; return 2; fi
+    echo "[harness] ports 8000-8002 busy before start; waiting up to ${PORT_WAIT}s:" >&2
+    ss -ltnpH 2>/dev/null | grep -E ':(8000|8001|8002) ' >&2
+    for _ in $(seq 1 "$PORT_WAIT"); do _ports_busy || break; sleep 1; done
+    # the tests would otherwise run against whatever listens there: the whole run stops
+    if _ports_busy; then echo "[harness] ports still busy: the run stops" >&2; exit 3; fi
   fi
   local args=() wrap=()
   if [ -n "${SHM_LIMIT:-}" ]; then

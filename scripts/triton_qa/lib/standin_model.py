@@ -2,8 +2,12 @@
 # (TensorFlow / ONNX Runtime / PyTorch / identity) is not in the reference's CPU
 # build.  Mode comes from the model name:
 #   simple*, simple_int8 : OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1
-#   anything else        : OUTPUTi = INPUTi (identity, cast to the output type)
+#   anything else        : OUTPUTi = INPUTi (identity, cast to the output type); an optional input
+#                          left out gives zeros of the first given input's shape (what
+#                          L0_optional_input's pipeline expects of the identity backend)
+# A parameter execute_delay_ms (the identity backend's) sleeps that long per execute.
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -18,8 +22,12 @@ class TritonPythonModel:
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in cfg.get("output", [])
         ]
         self.add_sub = self.name in ("simple", "simple_int8", "simple_string")
+        delay = cfg.get("parameters", {}).get("execute_delay_ms", {}).get("string_value", "0")
+        self.delay_s = int(delay) / 1000.0
 
     def execute(self, requests):
+        if self.delay_s:
+            time.sleep(self.delay_s)
         responses = []
         for request in requests:
             arrs = []
@@ -42,6 +50,10 @@ class TritonPythonModel:
                     outs.append(pb_utils.Tensor(n, v.astype(dt)))
             else:
                 for k, (n, dt) in enumerate(self.outputs):
+                    if k < len(arrs) and arrs[k] is None:  # an optional input not given
+                        given = next(a for a in arrs if a is not None)
+                        outs.append(pb_utils.Tensor(n, np.zeros(given.shape, dtype=dt)))
+                        continue
                     src = (
                         arrs[k]
                         if k < len(arrs) and arrs[k] is not None

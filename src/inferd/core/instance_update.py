@@ -16,10 +16,14 @@ where it serves (``UpdateInstanceGroup``) instead of loading it again:
   ones finish theirs, finalize, and then the load answers;
 - new instances are made by the version's own backend model, so a Python model's
   ``args["model_config"]`` is the one it was loaded with (as the reference's backend keeps it), and
-  run the config's warmup.
+  run the config's warmup;
+- with ``--rate-limit execution_count``, new instances register with the rate limiter once made, as
+  the reference's do: counts that cannot fit them refuse the update (they initialized, and finalize
+  then), the version serving on as it was; each warms up holding its resources. Removed ones leave
+  the limiter once unloaded. A group whose ``rate_limiter`` changed is another signature: its
+  instances are replaced.
 
-Left to a full reload: ensembles, file overrides, and servers with ``--rate-limit execution_count``
-(the limiter's registrations are per load).
+Left to a full reload: ensembles and file overrides.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, instance_devices
 from inferd.core.warmup import warm_up
+from inferd.scheduling.rate_limiter import Gate, RateLimiter, admit, group_limits
 
 if TYPE_CHECKING:
     from inferd.core.model import Model
@@ -105,33 +110,54 @@ def create_instances(
     model_dir: Path,
     loop: asyncio.AbstractEventLoop,
     as_process: bool = False,
-) -> list[tuple[str, BackendInstance]]:
-    """New instances of a loaded version (in this thread), warmed up; none are left on a failure.
+    limiter: RateLimiter | None = None,
+    limits: list[Any] | None = None,
+) -> tuple[list[tuple[str, BackendInstance]], Gate | None]:
+    """New instances of a loaded version (in this thread), warmed up, and their rate limiter slots
+    (``limiter``; ``limits``: each one's group's ``rate_limiter``); none are left on a failure.
     ``as_process``: made as ``execution_mode: auto`` moves them (the others moved)."""
     promotion = bmodel.promotion() if as_process else None
     make = promotion if promotion is not None else bmodel.create_instance
     made: list[tuple[str, BackendInstance]] = []
+    gate: Gate | None = None
     try:
         for spec in specs:
             made.append((spec.name, make(spec)))
-        warm_up(cfg, model_dir, made, loop)
+        gate = admit(
+            limiter,
+            [(s.name, s.device_id, lim) for s, lim in zip(specs, limits or [None] * len(specs), strict=True)],
+        )
+        warm_up(cfg, model_dir, made, loop, gate)
     except BaseException:
         for _, inst in made:
             inst.unload()
+        if gate is not None:
+            gate.close()
         raise
-    return made
+    return made, gate
 
 
-async def update_instances(model: Model, cfg: Any, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+async def update_instances(
+    model: Model,
+    cfg: Any,
+    loop: asyncio.AbstractEventLoop,
+    timeout_s: float,
+    limiter: RateLimiter | None = None,
+) -> None:
     """Make ``model``'s instances those of ``cfg`` in place (see the module docstring); the removed
-    ones are unloaded when this returns. Raises the creation's error, the instances unchanged."""
+    ones are unloaded when this returns. Raises the creation's error (or the rate limiter's refusal),
+    the instances unchanged."""
     scheduler: Resizable = model.scheduler  # type: ignore[assignment]
     bmodel = model.backend_model
     assert bmodel is not None and scheduler is not None
-    kept, fresh, removed = plan(model.members, wanted_instances(cfg))
+    wanted = wanted_instances(cfg)
+    kept, fresh, removed = plan(model.members, wanted)
     created: list[tuple[str, BackendInstance]] = []
+    gate: Gate | None = None
     if fresh:
-        created = await asyncio.to_thread(
+        # each new instance's group's rate_limiter (wanted and group_limits list them in one order)
+        limits = {id(spec): lim for (spec, _), lim in zip(wanted, group_limits(cfg), strict=True)}
+        created, gate = await asyncio.to_thread(
             create_instances,
             bmodel,
             [spec for spec, _ in fresh],
@@ -139,8 +165,10 @@ async def update_instances(model: Model, cfg: Any, loop: asyncio.AbstractEventLo
             model.model_dir,
             loop,
             scheduler.promoted,
+            limiter,
+            [limits[id(spec)] for spec, _ in fresh],
         )
-    indices = scheduler.add_instances(created) if created else []
+    indices = scheduler.add_instances(created, gate) if created else []
     model.members = kept + [Member(spec, sig, i) for (spec, sig), i in zip(fresh, indices, strict=True)]
     model.set_config(cfg)
     log.info(

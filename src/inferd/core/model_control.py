@@ -520,7 +520,9 @@ class ModelControl:
             self._fail(name, new, src, files)
         for version, model in updated.items():
             try:
-                await update_instances(model, cfg, settings.loop, self._drain_timeout_s)
+                await update_instances(
+                    model, cfg, settings.loop, self._drain_timeout_s, settings.rate_limiter
+                )
             except Exception as e:  # the version serves on as it was; the new ones go (the reference's)
                 for m in new:
                     await self._stop(m)
@@ -565,7 +567,6 @@ class ModelControl:
             model.ready
             and model.backend_model is not None
             and bool(model.members)
-            and self._settings.rate_limiter is None
             and was is not None
             and mark is not None
             and version_files(was, version) == version_files(mark, version)

@@ -215,6 +215,7 @@ def _policy(cfg: Any) -> BatchPolicy:
             max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
             preferred_batch_size=preferred,
             preserve_ordering=bool(db.preserve_ordering),
+            optional_inputs=any(i.optional for i in cfg.input),
         )
     return BatchPolicy()
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
+
+if TYPE_CHECKING:
+    from inferd.scheduling.rate_limiter import Gate
 
 
 class Scheduler(Protocol):
@@ -34,8 +37,11 @@ class Resizable(Protocol):
         made as the move makes them."""
         ...
 
-    def add_instances(self, instances: list[tuple[str, BackendInstance]]) -> list[int]:
-        """Serve on ``instances`` too, from now on; their indices (``remove_instances``'s)."""
+    def add_instances(
+        self, instances: list[tuple[str, BackendInstance]], gate: Gate | None = None
+    ) -> list[int]:
+        """Serve on ``instances`` too, from now on; their indices (``remove_instances``'s). ``gate``:
+        their slots in the rate limiter, registered already (one per instance, in order)."""
         ...
 
     async def remove_instances(self, indices: list[int], timeout_s: float) -> None:

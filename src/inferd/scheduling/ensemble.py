@@ -1,4 +1,9 @@
-"""Ensemble scheduler: runs the steps of an ensemble as a DAG of requests to the composing models."""
+"""Ensemble scheduler: runs the steps of an ensemble as a DAG of requests to the composing models.
+
+Optional inputs, as the reference's ``EnsembleContext``: an optional ensemble input the request does
+not bring, and a step's mapped output its response does not bring, are *absent* tensors (``None``
+in a run's pool): they count as produced for the order of the steps, a step's request leaves them
+out (its model must take them as optional), and the response leaves out an absent output."""
 
 from __future__ import annotations
 
@@ -74,6 +79,8 @@ class EnsembleScheduler:
         self._model = model
         self._submit = submit
         self._waves = plan_steps(model.config)
+        #: the optional ensemble inputs, absent from a run's pool when the request leaves them out
+        self._optional = tuple(i.name for i in model.config.input if i.optional)
         self._runs: set[_Run] = set()
         for wave in self._waves:
             for step in wave:
@@ -106,7 +113,10 @@ class _Run:
     def __init__(self, sched: EnsembleScheduler, request: InferRequest) -> None:
         self.sched = sched
         self.request = request
-        self.pool: dict[str, Tensor] = dict(request.inputs)
+        #: the run's tensors by ensemble name; None: absent (see the module docstring)
+        self.pool: dict[str, Tensor | None] = dict(request.inputs)
+        for name in sched._optional:
+            self.pool.setdefault(name, None)
         self.wave = 0
         self.waiting = 0
         self.done = False
@@ -148,7 +158,7 @@ class _Run:
             sub = InferRequest(
                 model_name=step.model_name,
                 model_version=step.model_version,
-                inputs={dst: pool[src].renamed(dst) for dst, src in step.input_map},
+                inputs={dst: t.renamed(dst) for dst, src in step.input_map if (t := pool[src]) is not None},
                 id=request.id,
                 parameters=request.parameters,
                 outputs=[RequestedOutput(src) for src, _ in step.output_map],
@@ -169,8 +179,7 @@ class _Run:
         produced = {t.name: t for t in resp.outputs}
         for src, dst in step.output_map:
             t = produced.get(src)
-            if t is not None:
-                self.pool[dst] = t.renamed(dst)
+            self.pool[dst] = None if t is None else t.renamed(dst)
         self.waiting -= 1
         if self.waiting == 0:
             self.next_wave()
@@ -197,7 +206,7 @@ class _Run:
             self._fail(InternalError(f"ensemble '{model.name}' did not produce output(s) {missing}"))
             return
         self._close()
-        outputs = [pool[n] for n in model.output_names if n in wanted]
+        outputs = [t for n in model.output_names if n in wanted and (t := pool[n]) is not None]
         t1 = time.monotonic_ns()
         model.stats.record_execution(request.batch_size, 1, [0], 0, t1 - self.t0, 0)
         model.stats.record_request(True, t1 - request.t_start_ns)

@@ -387,14 +387,15 @@ class InstancePool(PoolMembers):
 
     def _wait_for_batch(self, cond: threading.Condition) -> None:
         """Hold the oldest request up to max_queue_delay while the batch is short (lock held): until
-        a batch is complete (``queue.next_batch``: a preferred size met, the largest passed), or
+        a batch is complete (``queue.next_batch``: a preferred size met, the largest passed, a
+        request with other inputs behind it), or
         the batch reaches ``hold_for`` (else ``max_batch_size``) where no size is preferred."""
         policy = self._policy
         target = policy.hold_for or policy.max_batch_size
         deadline = self._queue[0].t_queue_ns + policy.max_queue_delay_ns
         while True:
             left = deadline - self._clock()
-            if policy.preferred_batch_size:
+            if policy.preferred_batch_size or policy.optional_inputs:
                 ready = next_batch(self._queue, policy, False)[1]
             else:
                 ready = sum(r.batch_size for r in self._queue) >= target

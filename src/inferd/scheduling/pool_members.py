@@ -19,6 +19,7 @@ from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 from inferd.scheduling.execution_mode import AutoMode
 from inferd.scheduling.queue import RequestQueue
+from inferd.scheduling.rate_limiter import Gate
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -47,6 +48,7 @@ class PoolMembers:
     _promote: Callable[[], dict[int, BackendInstance]] | None
     _auto: AutoMode | None
     _queue: RequestQueue
+    _gate: Gate | None
     # and the methods of InstancePool it calls
     _worker: Callable[[int, threading.Condition], None]
     _wake_one: Callable[[], None]
@@ -71,12 +73,16 @@ class PoolMembers:
         self._threads.append(thread)
         return thread
 
-    def add_instances(self, instances: list[tuple[str, BackendInstance]]) -> list[int]:
-        """Serve on ``instances`` too; their worker indices."""
+    def add_instances(
+        self, instances: list[tuple[str, BackendInstance]], gate: Gate | None = None
+    ) -> list[int]:
+        """Serve on ``instances`` too; their worker indices. ``gate``: their rate limiter slots."""
         started = []
         with self._lock:
             if self._stopping:
                 raise RuntimeError("the pool stopped")
+            if self._gate is not None and gate is not None:  # slot i is worker i's
+                self._gate.extend(gate)
             first = len(self._instances)
             for name, inst in instances:
                 self._instances.append((name, inst))
@@ -97,6 +103,8 @@ class PoolMembers:
         """Retire the workers at ``indices``; returns once each finished its batch (up to
         ``timeout_s``) and its instance unloaded."""
         with self._lock:
+            if self._gate is not None:  # one waiting for its turn stops waiting
+                self._gate.retire(indices)
             for i in indices:
                 self._retired.add(i)
                 cond = self._conds[i]
@@ -122,6 +130,8 @@ class PoolMembers:
                     one.unload()
                 except Exception:
                     log.exception("unloading instance %s failed", name)
+        if self._gate is not None:
+            self._gate.leave(indices)
 
     # -- execution_mode auto ---------------------------------------------------------------------
     def _decided(self, to_processes: bool) -> None:

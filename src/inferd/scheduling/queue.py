@@ -63,6 +63,9 @@ class BatchPolicy:
     #: a short batch is held (up to ``max_queue_delay_ns``) until it reaches this batch size, with no
     #: cut at it: direct sequence batching's ``minimum_slot_utilization`` (0: ``max_batch_size``)
     hold_for: int = 0
+    #: the model has optional inputs: a request that does not bring the inputs the batch's first one
+    #: brought ends the batch, which goes at once (the reference's ``RequiredEqualInputs``)
+    optional_inputs: bool = False
 
     @property
     def batching(self) -> bool:
@@ -80,7 +83,8 @@ def next_batch(queue: RequestQueue, policy: BatchPolicy, delay_exceeded: bool) -
     - a mark goes at once, unless the oldest request waited its queue delay: then everything up to
       ``max_batch_size`` goes;
     - without a mark, the batch is complete once it reaches the largest preferred size or
-      ``max_batch_size`` stops it.
+      ``max_batch_size`` stops it, or (``optional_inputs``) a request with other inputs than the
+      first one's does.
     """
     if not policy.batching:
         return 1, True
@@ -89,14 +93,17 @@ def next_batch(queue: RequestQueue, policy: BatchPolicy, delay_exceeded: bool) -
     top = max(preferred) if preferred else limit
     total = count = mark = 0
     stopped = False
+    inputs = None
     for r in queue:
         size = max(1, r.batch_size)
         if count:
             if not mark and total + size > top:
                 mark = count
-            if total + size > limit:
+            if total + size > limit or (inputs is not None and r.inputs.keys() != inputs):
                 stopped = True
                 break
+        elif policy.optional_inputs:
+            inputs = r.inputs.keys()
         total += size
         count += 1
         if total in preferred:
@@ -128,7 +135,12 @@ def form_batch(
     total = first.batch_size
     if policy.batching:
         limit = policy.max_batch_size
-        while queue and total + queue[0].batch_size <= limit:
+        inputs = first.inputs.keys() if policy.optional_inputs else None
+        while (
+            queue
+            and total + queue[0].batch_size <= limit
+            and (inputs is None or queue[0].inputs.keys() == inputs)
+        ):
             r = queue.popleft()
             batch.append(r)
             total += r.batch_size

@@ -19,6 +19,12 @@ staged or released, so a release that frees room for two may grant one; here eve
 that fits, in order, is granted at once.
 
 ``--rate-limit off`` (the default) registers nothing: the pools never call the limiter.
+
+Instances come and go with their model, and with an ``instance_group`` update made in place
+(core/instance_update.py): the added ones register (the update fails, with the reference's text, when
+the counts cannot fit them), the removed ones leave once their worker stopped. Each registration and
+removal recomputes the server's counts and, at ``--log-verbose 1``, logs them as the reference's
+``UpdateResourceLimits`` does (``Max Resource Map===>``, then each device's resources).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +40,9 @@ from typing import Any
 
 from inferd.backends.base import instance_devices
 from inferd.errors import InvalidArgumentError
+from inferd.logs import VERBOSE1
+
+log = logging.getLogger("inferd.scheduling")
 
 #: the device key of global resources, and of counts given for every device (the reference's keys)
 GLOBAL = -2
@@ -160,7 +170,9 @@ class RateLimiter:
             except InvalidArgumentError:
                 del self._slots[len(self._slots) - len(slots) :]
                 self._limits = self._compute_limits()
+                self._log_limits()  # as the reference's, once it took the refused instance out again
                 raise
+            self._log_limits()
 
     def unregister(self, slots: Iterable[InstanceSlot]) -> None:
         """Remove instances (their model unloads): one still waiting is withdrawn, what one still holds
@@ -181,7 +193,21 @@ class RateLimiter:
             self._staged = [e for e in self._staged if id(e[2]) not in gone]
             heapq.heapify(self._staged)
             self._limits = self._compute_limits()
+            self._log_limits()
             self._allocate()
+
+    def _log_limits(self) -> None:
+        """(lock held) The counts as the reference's ``UpdateResourceLimits`` logs them at verbose 1:
+        devices in order (global ones first, as ``GLOBAL``), resources by name."""
+        if not log.isEnabledFor(VERBOSE1):
+            return
+        text = "\nMax Resource Map===>\n"
+        for key in sorted(self._limits):
+            counts = self._limits[key]
+            if counts:
+                text += f"\tDevice: {'GLOBAL' if key == GLOBAL else key}\n"
+                text += "".join(f"\t\tResource: {n}\t Count: {counts[n]}\n" for n in sorted(counts))
+        log.log(VERBOSE1, "%s", text)
 
     def _compute_limits(self) -> ResourceMap:
         """The most any instance asks for, per device key; checked against the explicit counts."""
@@ -358,6 +384,19 @@ class Gate:
         """The pool's instances unloaded: the server's counts no longer include them."""
         self.limiter.unregister(self.slots)
 
+    def extend(self, other: Gate) -> None:
+        """Instances an update added to the pool (``admit`` registered them): at its next indices."""
+        self.slots.extend(other.slots)
+
+    def retire(self, indices: Iterable[int]) -> None:
+        """Instances an update removes: their workers stop waiting for a turn (and take none again)."""
+        for i in indices:
+            self.limiter.withdraw(self.slots[i])
+
+    def leave(self, indices: Iterable[int]) -> None:
+        """Retired instances unloaded: the server's counts no longer include them."""
+        self.limiter.unregister([self.slots[i] for i in indices])
+
     def split(self) -> list[Gate]:
         """One gate per instance (a sequence batcher runs a pool per instance)."""
         return [Gate(self.limiter, [s]) for s in self.slots]
@@ -379,11 +418,21 @@ def held(gate: Gate | None, index: int) -> Iterator[None]:
 def open_gate(limiter: RateLimiter | None, cfg: Any, instances: list[tuple[str, int]]) -> Gate | None:
     """Register a model's instances (name, device) with their group's ``rate_limiter``; None when the
     limiter is off. InvalidArgumentError (the reference's text) when the server's counts cannot fit one."""
+    return admit(
+        limiter,
+        [
+            (name, device, config)
+            for (name, device), config in zip(instances, group_limits(cfg), strict=False)
+        ],
+    )
+
+
+def admit(limiter: RateLimiter | None, instances: list[tuple[str, int, Any | None]]) -> Gate | None:
+    """Register instances (name, device, their group's ``rate_limiter`` message or None); None when the
+    limiter is off. InvalidArgumentError (the reference's text) when the server's counts cannot fit one,
+    and then none is registered."""
     if limiter is None:
         return None
-    slots = [
-        demands(name, device, config)
-        for (name, device), config in zip(instances, group_limits(cfg), strict=False)
-    ]
+    slots = [demands(name, device, config) for name, device, config in instances]
     limiter.register(slots)
     return Gate(limiter, slots)

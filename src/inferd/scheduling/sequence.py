@@ -32,6 +32,10 @@ START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
 - An ``instance_group`` update (core/instance_update.py) adds instances with their slots; a removed
   instance's slots take no new sequence, and it unloads once its sequences ended (the update does
   not wait for them).
+- Instances unload one at a time, at a removal as at the stop, as an InstancePool's do (and the
+  reference's, each in its own stub process): a model's ``finalize`` may count on not running beside
+  another instance's (Triton's qa ``model_init_del`` counts them in a file under ``lockf``, a lock
+  that threads of one process do not exclude each other with).
 
 Execution is the instance pool's (``instances.py``): one pool per instance, whose instance is
 wrapped by :class:`SequenceInstance` (slot order, fillers, state outputs requested), so statistics,
@@ -206,6 +210,8 @@ class SequenceBatcher:
         self._retiring: dict[int, int] = {}
         self._retired: set[int] = set()
         self._stops: set[asyncio.Task[None]] = set()
+        #: the pools stop one after the other (see the module docstring)
+        self._unloading = asyncio.Lock()
         self._live: dict[CorrelationId, _Sequence] = {}
         self._backlog: collections.deque[_Sequence] = collections.deque()
         self._waiting = 0  # requests in the sequences' queues
@@ -324,7 +330,11 @@ class SequenceBatcher:
         live = [p for i, p in enumerate(self._pools) if i not in self._retired]
         self._retired.update(range(len(self._pools)))
         self._retiring.clear()  # their pools stop here
-        await asyncio.gather(*(p.stop(left) for p in live), *self._stops)
+        await asyncio.gather(*(self._stop_pool(p, left) for p in live), *self._stops)
+
+    async def _stop_pool(self, pool: InstancePool, timeout_s: float) -> None:
+        async with self._unloading:
+            await pool.stop(timeout_s)
 
     # -- what tests and the statistics may look at ------------------------------------------------
     def stats(self) -> dict[str, int]:
@@ -479,12 +489,16 @@ class SequenceBatcher:
     def promoted(self) -> bool:
         return False  # its pools never move to processes
 
-    def add_instances(self, instances: list[tuple[str, BackendInstance]]) -> list[int]:
-        """A pool and its slots for each of ``instances``; their pool indices."""
+    def add_instances(
+        self, instances: list[tuple[str, BackendInstance]], gate: Gate | None = None
+    ) -> list[int]:
+        """A pool and its slots for each of ``instances`` (``gate``: their rate limiter slots); their
+        pool indices."""
         first = len(self._pools)
-        for name, inst in instances:
+        gates = gate.split() if gate is not None else [None] * len(instances)
+        for (name, inst), g in zip(instances, gates, strict=True):
             p = len(self._pools)
-            self._pools.append(self._pool(name, inst, None))
+            self._pools.append(self._pool(name, inst, g))
             for i in range(self._slot_count):
                 slot = _Slot(len(self._slots), p, i)
                 self._slots.append(slot)
@@ -512,7 +526,7 @@ class SequenceBatcher:
             return
         del self._retiring[pool]
         self._retired.add(pool)
-        task = self._loop.create_task(self._pools[pool].stop(0))
+        task = self._loop.create_task(self._stop_pool(self._pools[pool], 0))
         self._stops.add(task)
         task.add_done_callback(self._stops.discard)
 

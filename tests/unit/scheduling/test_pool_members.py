@@ -8,8 +8,10 @@ import asyncio
 from poolkit import FakeInstance, Gate, answers, request, run, submit, until, wait_event
 
 from inferd.core.stats import ModelStats
+from inferd.repository._proto import pb2
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy
+from inferd.scheduling.rate_limiter import RateLimiter, admit
 
 
 class Counted(FakeInstance):
@@ -71,3 +73,31 @@ def test_work_in_flight_on_a_kept_instance_does_not_hold_the_update() -> None:
         await pool.stop(1)
 
     run(go)
+
+
+def test_under_the_rate_limiter_added_instances_take_turns_and_removed_ones_leave() -> None:
+    limiter = RateLimiter()
+    first, added = Counted(), Counted()
+
+    async def go(loop: asyncio.AbstractEventLoop) -> None:
+        gate = admit(limiter, [("m_0_0", 0, None)])
+        pool = InstancePool("m", "1", [("m_0_0", first)], BatchPolicy(), ModelStats(), loop, gate=gate)  # type: ignore[list-item]
+        more = admit(limiter, [("m_0_1", 0, _asks(R1=3))])
+        assert pool.add_instances([("m_0_1", added)], more) == [1]  # type: ignore[list-item]
+        assert limiter.limits() == {0: {"R1": 3}}
+        await asyncio.wait_for(pool.remove_instances([0], 10), 10)
+        assert first.unloads == 1 and limiter.limits() == {0: {"R1": 3}}
+        got = await answers(submit(pool, loop, request("r1")))  # the added one's turn comes
+        assert got[0].error is None and added.batches == [["r1"]]
+        await asyncio.wait_for(pool.remove_instances([1], 10), 10)
+        assert added.unloads == 1 and limiter.limits() == {}
+        await pool.stop(1)
+
+    run(go)
+
+
+def _asks(**counts: int) -> pb2.ModelRateLimiter:
+    msg = pb2.ModelRateLimiter()
+    for name, count in counts.items():
+        msg.resources.add(name=name, count=count)
+    return msg

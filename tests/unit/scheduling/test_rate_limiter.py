@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from inferd.scheduling.rate_limiter import (
     InstanceSlot,
     RateLimiter,
     RateLimiterError,
+    admit,
     demands,
     explicit_resources,
     from_flags,
@@ -104,6 +106,77 @@ def test_open_gate_registers_each_instance_on_its_device() -> None:
     gate.close()
     assert limiter.limits() == {}
     assert open_gate(None, cfg, [("m_0", 0)]) is None
+
+
+def test_gates_grow_retire_and_leave_with_an_instance_update() -> None:
+    limiter = RateLimiter()
+    gate = admit(limiter, [("m_0", 0, None)])
+    added = admit(limiter, [("m_1", 0, _limits(R1=3))])
+    assert gate is not None and added is not None
+    gate.extend(added)
+    assert limiter.limits() == {0: {"R1": 3}}
+    gate.retire([1])  # a worker of the removed instance waiting for a turn stops waiting
+    assert not limiter.acquire(gate.slots[1])
+    gate.leave([1])
+    assert limiter.limits() == {}
+    assert admit(None, [("m_2", 0, None)]) is None
+
+
+def _limits(**counts: int) -> pb2.ModelRateLimiter:
+    msg = pb2.ModelRateLimiter()
+    for name, count in counts.items():
+        msg.resources.add(name=name, count=count)
+    return msg
+
+
+# -- the counts logged at --log-verbose 1 -----------------------------------------------------------
+# reference_observed_instance_update_rate_limit.json holds what Triton 2.51 logged
+# (rate_limiter.cc's UpdateResourceLimits) as each step's instances registered and left
+
+RECORDED = {
+    s["id"]: s["observed"]
+    for run in json.loads((FIXTURES / "reference_observed_instance_update_rate_limit.json").read_text())
+    for s in run["steps"]
+}
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The counts logged, as the log line writes the message (quoted, escaped: logs.py)."""
+    return [json.dumps(r.getMessage()) for r in caplog.records if "Max Resource Map" in r.getMessage()]
+
+
+def test_each_registration_and_removal_logs_the_counts_as_the_reference(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="inferd.scheduling")
+    limiter = RateLimiter()
+    counted = [slot("counted_0_0", {0: {"R1": 3}})]
+    limiter.register(counted)
+    (only_r1,) = RECORDED["r1_3_to_two"]["resource_maps"]
+    assert _logged(caplog) == [only_r1]
+    both = {GLOBAL: {"RG": 2}, 0: {"B": 5, "A": 3}}
+    limiter.register([slot("counted_0_0", both), slot("counted_0_1", both)])
+    limiter.unregister(counted)
+    # global ones first, as GLOBAL; then the device's, by name
+    assert _logged(caplog) == [only_r1, *RECORDED["global_and_two_more"]["resource_maps"]]
+
+
+def test_a_refused_registration_logs_the_counts_it_leaves(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="inferd.scheduling")
+    limiter = RateLimiter({PER_DEVICE: {"R1": 10}})
+    limiter.register([slot("a", {0: {"R1": 2}})])
+    with pytest.raises(InvalidArgumentError):
+        limiter.register([slot("b", {0: {"R1": 32}})])
+    (ten,) = RECORDED["explicit_above_the_count"]["resource_maps"]
+    assert _logged(caplog) == [ten, ten]
+    assert RECORDED["explicit_first_load"]["resource_maps"] == [ten]
+
+
+def test_without_verbose_logging_nothing_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="inferd.scheduling")
+    limiter = RateLimiter()
+    limiter.register([slot("a", {0: {"R1": 2}})])
+    assert _logged(caplog) == []
 
 
 # -- accounting -------------------------------------------------------------------------------------

@@ -89,6 +89,34 @@ def test_without_preferred_sizes_a_batch_is_complete_at_max_batch_size() -> None
     assert next_batch(_queue(1, 1, 1, 1, 1), policy, False) == (4, True)
 
 
+def _bringing(*names: str) -> collections.deque[InferRequest]:
+    """One request per name: bringing input A, B or both (AB)."""
+    inputs = {"A": ("A",), "B": ("B",), "AB": ("A", "B")}
+    return collections.deque(
+        InferRequest(model_name="m", inputs=dict.fromkeys(inputs[n]), id=str(i))  # type: ignore[arg-type]
+        for i, n in enumerate(names)
+    )
+
+
+@pytest.mark.parametrize("preferred", [(), (4,)])
+def test_with_optional_inputs_a_request_bringing_other_inputs_sends_the_batch(
+    preferred: tuple[int, ...],
+) -> None:
+    """The reference's RequiredEqualInputs (Triton's qa L0_optional_input): the batch ends before
+    the request and goes at once, however far from a preferred size it is."""
+    policy = BatchPolicy(max_batch_size=4, preferred_batch_size=preferred, optional_inputs=True)
+    assert next_batch(_bringing("A", "A", "B", "B"), policy, False) == (2, True)
+    assert next_batch(_bringing("AB", "A"), policy, False) == (1, True)
+    assert next_batch(_bringing("B", "B", "B"), policy, False) == (3, False)  # may wait for more
+    q = _bringing("A", "B", "A")
+    assert [[r.id for r in form_batch(q, policy)[0]] for _ in range(3)] == [["0"], ["1"], ["2"]]
+    # a model without optional inputs batches them as before
+    q = _bringing("A", "B", "A")
+    assert [
+        r.id for r in form_batch(q, BatchPolicy(max_batch_size=4, preferred_batch_size=preferred))[0]
+    ] == ["0", "1", "2"]
+
+
 def test_form_batch_cuts_at_the_preferred_size_until_the_delay_passed() -> None:
     policy = BatchPolicy(max_batch_size=16, max_queue_delay_ns=1000, preferred_batch_size=(4, 8))
     q = _queue(*[1] * 11)  # queued at t=0

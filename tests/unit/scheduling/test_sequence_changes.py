@@ -4,6 +4,7 @@ and its instances changing while it serves (an instance_group update)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 from poolkit import Gate, run, until, wait_event
@@ -100,5 +101,75 @@ def test_a_removed_instance_keeps_its_sequences_and_unloads_after_them() -> None
         assert [s.cid for s in removed.seen] == [2, 2, 2]
         await b.stop(5)
         assert kept.unloaded and added.unloaded
+
+    run(main)
+
+
+#: how long the first instance to unload waits for another to begin beside it (only a batcher that
+#: unloads in parallel ever ends the wait early)
+OVERLAP_WAIT_S = 1.0
+
+
+class Unloads:
+    """Counts the unloads running at once (``peak``); the first one waits for another to begin."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = self.peak = 0
+        self.first = True
+        self.other_began = threading.Event()
+
+    def run(self) -> None:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            first, self.first = self.first, False
+        if first:
+            self.other_began.wait(OVERLAP_WAIT_S)
+        else:
+            self.other_began.set()
+        with self.lock:
+            self.active -= 1
+
+
+class Finalizing(Accumulator):
+    """An instance whose unload (a Python model's ``finalize``) takes part in ``unloads``."""
+
+    def __init__(self, unloads: Unloads) -> None:
+        super().__init__()
+        self.unloads = unloads
+
+    def unload(self) -> None:
+        self.unloads.run()
+        super().unload()
+
+
+def test_the_instances_unload_one_at_a_time_at_the_stop() -> None:
+    """As an InstancePool's (and the reference's stubs): a finalize that counts in a file under
+    lockf, as Triton's qa model_init_del does, lost counts when two ran in threads side by side."""
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        unloads = Unloads()
+        instances = [Finalizing(unloads) for _ in range(3)]
+        b = batcher(loop, config(), instances)
+        await results(send(b, loop, req(1, 1, start=True, end=True)))
+        await b.stop(5)
+        assert all(i.unloaded for i in instances)
+        assert unloads.peak == 1
+
+    run(main)
+
+
+def test_instances_removed_together_unload_one_at_a_time() -> None:
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        unloads = Unloads()
+        instances = [Finalizing(unloads) for _ in range(3)]
+        b = batcher(loop, config(), instances)
+        await asyncio.wait_for(b.remove_instances([0, 1], 5), 5)  # no sequences: they unload now
+        assert instances[0].unloaded and instances[1].unloaded and not instances[2].unloaded
+        assert unloads.peak == 1
+        await results(send(b, loop, req(1, 1, start=True, end=True)))
+        assert [s.cid for s in instances[2].seen] == [1]
+        await b.stop(5)
 
     run(main)
