@@ -40,9 +40,10 @@ from typing import Any
 
 from inferd.backends.base import instance_devices
 from inferd.errors import InvalidArgumentError
-from inferd.logs import VERBOSE1
 
 log = logging.getLogger("inferd.scheduling")
+#: inferd.logs.VERBOSE1 (--log-verbose 1); scheduling sits below inferd.logs, so the level by value
+VERBOSE1 = logging.DEBUG
 
 #: the device key of global resources, and of counts given for every device (the reference's keys)
 GLOBAL = -2
