@@ -11,7 +11,6 @@ import base64
 import gzip
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,8 @@ from typing import Any
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from waiting import wait_until
 
 
 @dataclass
@@ -126,13 +127,17 @@ class OtlpReceiver:
             self.spans.extend(got)
 
     def wait_for(self, condition: Callable[[list[Span]], bool], timeout: float = 20.0) -> list[Span]:
-        """The spans once ``condition(spans)`` holds (polled), else AssertionError with what came."""
-        deadline = time.monotonic() + timeout
-        while True:
+        """The spans once ``condition(spans)`` holds (polled), else WaitTimeout with what came."""
+
+        def spans() -> list[Span]:
             with self._lock:
-                spans = list(self.spans)
-            if condition(spans):
-                return spans
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no such spans within {timeout} s; got {spans}")
-            time.sleep(0.02)
+                return list(self.spans)
+
+        # (a 1-tuple: true also when the spans that satisfy the condition are none)
+        found = wait_until(
+            lambda: (got,) if condition(got := spans()) else None,
+            "such spans",
+            timeout,
+            detail=lambda: f"got {spans()}",
+        )
+        return found[0]

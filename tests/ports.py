@@ -1,4 +1,7 @@
-"""Ports for the servers and emulators the tests start: the one place that picks them.
+"""Ports picked ahead, for what must be told its port before it starts: the store emulators, and the
+few servers whose port number is itself under test (the Helm chart's, the recorded cloud scenarios',
+the reference start-up lines for a fixed port). Every other inferd server binds port 0 and says in
+its start-up lines which port it got (tests/e2e/conftest.py reads them): no race at all.
 
 A port the kernel hands out for ``bind(0)`` is free only until the socket closes; the server the
 test then starts binds it seconds later. Two xdist workers picking that way can be given the same
@@ -15,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import socket
 from collections.abc import Iterator
 
@@ -50,3 +54,17 @@ def free_port() -> int:
                 continue
         return port
     raise RuntimeError(f"no free port in {_SLICE.start}-{_SLICE.stop - 1}")
+
+
+#: a start-up line naming where a front end listens (any log format: the message is the same); the
+#: port is the one bound, also for port 0 (the reference would write ":0" there)
+_LISTENING = re.compile(
+    r"Started (GRPCInferenceService|Metrics Service|HTTPService|Sagemaker HTTPService|"
+    r"Vertex AI HTTPService) at (\S+):(\d+)"
+)
+
+
+def listening_ports(text: str) -> dict[str, int]:
+    """The ports the start-up lines in ``text`` name, by service ("HTTPService", "Metrics Service",
+    "GRPCInferenceService", ...); the last line of a service wins (a server started again)."""
+    return {m[1]: int(m[3]) for m in _LISTENING.finditer(text)}

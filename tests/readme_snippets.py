@@ -44,11 +44,9 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import tokenize
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -56,6 +54,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+
+from ports import listening_ports
+from waiting import read_text, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -407,29 +408,33 @@ def run_page(page: Path, home: Path, ports: Ports, serve: Serve, timeout: float)
 
 
 # -- a server of its own, for the command line -----------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serve_here(args: list[str], cwd: Path, limit_s: float = 600.0) -> Iterator[Ports]:
-    """``inferd ARGS`` on free ports, in ``cwd``: yields its ports once ready; SIGTERM at the end."""
-    ports = (free_port(), free_port(), free_port())
-    flags = ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
-    with tempfile.TemporaryFile() as log:
+    """``inferd ARGS`` on port 0, in ``cwd``: yields the ports its start-up lines name once it is
+    ready; SIGTERM at the end."""
+    flags = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    with tempfile.NamedTemporaryFile() as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "inferd", *args, *flags], cwd=cwd, stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            until = time.monotonic() + limit_s
-            while not _ready(ports[0]):
-                if proc.poll() is not None or time.monotonic() > until:
-                    log.seek(0)
-                    raise RuntimeError(f"inferd {' '.join(args)}: not ready:\n{log.read().decode()[-3000:]}")
-                time.sleep(0.1)
-            yield ports
+
+            def ready() -> Ports | None:
+                assert proc.poll() is None, (
+                    f"inferd {' '.join(args)} exited:\n{read_text(Path(log.name))[-3000:]}"
+                )
+                found = listening_ports(read_text(Path(log.name)))
+                ports = (
+                    found.get("HTTPService", 0),
+                    found.get("GRPCInferenceService", 0),
+                    found.get("Metrics Service", 0),
+                )
+                return ports if ports[0] and _ready(ports[0]) else None
+
+            found = wait_until(ready, f"inferd {' '.join(args)} to be ready", limit_s, interval=0.1,
+                               detail=lambda: read_text(Path(log.name))[-3000:])  # fmt: skip
+            assert found is not None
+            yield found
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

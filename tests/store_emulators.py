@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ports import free_port
+from waiting import read_text, wait_until
 
 START_TIMEOUT_S = 30.0
 #: the secret the S3 tests use: any error text that shows it fails the test
@@ -61,19 +61,20 @@ class Emulator:
 
 
 def _wait_http(emu: Emulator, path: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if emu.proc.poll() is not None:
-            break
+    def answers() -> bool:
+        assert emu.proc.poll() is None, "the emulator exited"
         try:
             urllib.request.urlopen(f"{emu.endpoint}{path}", timeout=1).close()
-            return
         except urllib.error.HTTPError:
-            return  # it answers
-        except OSError:
-            time.sleep(0.05)
-    emu.stop()
-    raise RuntimeError(f"emulator did not start; log:\n{emu.log.read_text(errors='replace')[-3000:]}")
+            pass  # it answers
+        return True
+
+    try:
+        wait_until(answers, "the emulator to answer", START_TIMEOUT_S, interval=0.05, ignore=(OSError,),
+                   detail=lambda: f"log:\n{read_text(emu.log)[-3000:]}")  # fmt: skip
+    except BaseException:
+        emu.stop()
+        raise
 
 
 def start_moto(port: int | None = None, env: dict[str, str] | None = None) -> Emulator:

@@ -36,6 +36,7 @@ class CloudProcess(InferdProcess):
 
     def _wait_live(self) -> bool:
         def listening() -> bool:
+            self.read_ports()  # HTTP, gRPC and metrics (port 0), where they are served
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", self.cloud_port)) == 0 and "ready in" in self.log()
 

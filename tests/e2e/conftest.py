@@ -1,4 +1,8 @@
-"""End-to-end fixtures: a real ``inferd serve`` subprocess on free ports, one per xdist worker.
+"""End-to-end fixtures: a real ``inferd serve`` subprocess, one per xdist worker.
+
+Every server binds port 0 (HTTP, gRPC, metrics): the kernel hands each a port no other socket holds,
+so servers started side by side never race for one; the ports it got are read from its start-up
+lines ("Started HTTPService at 0.0.0.0:41234", the reference's words with the port bound).
 
 The model repository is a copy of tests/fixtures/reference_models (the models both inferd and the
 real Triton must load unmodified) plus the test-only models of tests/fixtures/models.
@@ -23,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from ports import free_port
+from ports import listening_ports
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS, ROOT
 
 REPO_ROOT = ROOT  # the name the e2e modules import
@@ -44,6 +48,17 @@ REFERENCE_MODEL_NAMES = (
 START_STALL_S = 60.0
 START_LIMIT_S = 600.0
 STOP_TIMEOUT_S = 15.0
+
+
+def log_file_flags(args: list[str]) -> list[Path]:
+    """The ``--log-file`` paths of a command line: where its start-up lines go instead."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--log-file="):
+            found.append(Path(arg.split("=", 1)[1]))
+        elif arg == "--log-file" and i + 1 < len(args):
+            found.append(Path(args[i + 1]))
+    return [p for p in found if str(p)]
 
 
 def build_repository(dest: Path) -> Path:
@@ -186,7 +201,7 @@ class InferdProcess:
         self.repository = repository
         self.log_path = log_path
         self.extra_args = extra_args
-        # the whole command line after `python -m inferd` for the (HTTP, gRPC, metrics) ports picked,
+        # the whole command line after `python -m inferd` for the (HTTP, gRPC, metrics) ports, 0 each,
         # in place of serving ``repository`` (the Helm chart's test runs the container's arguments)
         self.command = command
         # what runs ``command``: ``python -m inferd``, or e.g. the ``tritonserver`` console script
@@ -195,54 +210,66 @@ class InferdProcess:
         self.cwd = cwd or REPO_ROOT
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = self.grpc_port = self.metrics_port = 0
+        #: where ``request`` connects (``::1`` for a server on ``--http-address ipv6:[::1]``)
+        self.host = "127.0.0.1"
+        #: the files the start-up lines go to, each with its size before the start
+        self._logs: list[tuple[Path, int]] = [(log_path, 0)]
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> InferdProcess:
-        last = why = ""
-        for _attempt in range(3):  # another process may take a port between picking and binding it
-            self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "inferd",
-                "serve",
-                "--model-repository",
-                str(self.repository),
-                "--http-port",
-                str(self.port),
-                "--grpc-port",
-                str(self.grpc_port),
-                "--metrics-port",
-                str(self.metrics_port),
-                "--exit-on-error=false",
-                *self.extra_args,
-            ]
-            if self.command is not None:
-                cmd = [*self.launcher, *self.command(self.port, self.grpc_port, self.metrics_port)]
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
-            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
-            _STARTED.append(self)
-            if self._wait_live():
-                # the metrics port taken: the server serves on without it (as the reference), and a
-                # scrape would reach whoever holds the port (once, another test's gRPC port)
-                if b"failed to start Metrics Service" not in self.log_path.read_bytes()[offset:]:
-                    return self
-                self.kill()
-                last, why = self.log(), "its metrics port was taken"
-                continue
-            last = self.log()
-            code = self.proc.poll()
-            why = f"it exited with {code}" if code is not None else "its start stalled (StartProgress)"
-            if code is None:
-                self.kill()
-            if not any(f"failed to start {what} service" in last for what in ("HTTP", "GRPC")):
-                break
+        """Start on port 0 for HTTP, gRPC and metrics and wait until it is live; ``port``,
+        ``grpc_port`` and ``metrics_port`` are then the ports it logged (0: not served)."""
+        cmd = [
+            sys.executable,
+            "-m",
+            "inferd",
+            "serve",
+            "--model-repository",
+            str(self.repository),
+            "--http-port=0",
+            "--grpc-port=0",
+            "--metrics-port=0",
+            "--exit-on-error=false",
+            *self.extra_args,
+        ]
+        if self.command is not None:
+            cmd = [*self.launcher, *self.command(0, 0, 0)]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
+        self.port = self.grpc_port = self.metrics_port = 0
+        # where its start-up lines go, and how much of each was there before this start
+        self._logs = [
+            (path, path.stat().st_size if path.exists() else 0)
+            for path in [self.log_path, *log_file_flags(cmd)]
+        ]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
+        _STARTED.append(self)
+        if self._wait_live():
+            return self
+        last = self.log()
+        code = self.proc.poll()
+        why = f"it exited with {code}" if code is not None else "its start stalled (StartProgress)"
+        if code is None:
+            self.kill()
         raise RuntimeError(f"inferd did not become live: {why}; log:\n{last}")
+
+    def read_ports(self) -> bool:
+        """Take the ports from the start-up lines this start wrote so far; True once HTTP's is known."""
+        text = ""
+        for path, offset in self._logs:
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.seek(offset)
+                text += f.read().decode(errors="replace")
+        ports = listening_ports(text)
+        self.port = ports.get("HTTPService", 0)
+        self.grpc_port = ports.get("GRPCInferenceService", 0)
+        self.metrics_port = ports.get("Metrics Service", 0)
+        return self.port != 0
 
     def _wait_live(self) -> bool:
         def live() -> bool:
+            if not self.read_ports():  # HTTP is the last port opened: the others are known too
+                return False
             with contextlib.suppress(OSError, http.client.HTTPException):
                 return self.request("GET", "/v2/health/live", timeout=1).status == 200
             return False
@@ -310,7 +337,7 @@ class InferdProcess:
             body = json.dumps(body).encode()
         elif isinstance(body, str):
             body = body.encode()
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
@@ -376,7 +403,7 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
-    """The shared server of this worker (each xdist worker starts its own, on its own ports)."""
+    """The shared server of this worker (each xdist worker starts its own, on ports of its own)."""
     proc = InferdProcess(model_repository, tmp_path_factory.mktemp("log") / "inferd.log").start()
     try:
         yield proc

@@ -21,6 +21,7 @@ import pytest
 from conftest import InferdProcess, grpc_client, http_client
 
 import c_backends
+from waiting import wait_for_text, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -251,26 +252,19 @@ def test_a_cancelled_request_reaches_the_backend(server: InferdProcess) -> None:
         done: queue.Queue[Any] = queue.Queue()
         call = g.async_infer("c_slow", [i], lambda result, error: done.put(error), request_id="to-cancel")
         # the request is in the backend (its 5 s execute has begun) before the client gives up
-        _wait_for(server, "identity: executing request 'to-cancel' slowly", 10)
+        wait_for_text(server.log, "identity: executing request 'to-cancel' slowly", 10)
         call.cancel()
         error = done.get(timeout=10)
         assert error is not None and "CANCELLED" in str(error.status())
-    _wait_for(server, "identity: request 'to-cancel' was cancelled", 10)
+    wait_for_text(server.log, "identity: request 'to-cancel' was cancelled", 10)
+
     # the backend reported it failed (ReportStatistics): a failure in the model's statistics
-    deadline = time.monotonic() + 10
-    while True:
-        stats = server.request("GET", "/v2/models/c_slow/stats").json()["model_stats"][0]["inference_stats"]
-        if stats["fail"]["count"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    def inference_stats() -> Any:
+        return server.request("GET", "/v2/models/c_slow/stats").json()["model_stats"][0]["inference_stats"]
+
+    wait_until(lambda: inference_stats()["fail"]["count"], "a failure in c_slow's statistics", 10)
+    stats = inference_stats()
     assert (stats["fail"]["count"], stats["success"]["count"]) == (1, 0)
-
-
-def _wait_for(server: InferdProcess, text: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in server.log():
-        assert time.monotonic() < deadline, f"{text!r} not in the log:\n{server.log()[-3000:]}"
-        time.sleep(0.05)
 
 
 def test_the_sequence_batcher_feeds_the_backend_its_controls(server: InferdProcess) -> None:
@@ -345,9 +339,7 @@ def test_a_backends_custom_metrics_are_on_metrics(server: InferdProcess) -> None
     assert server.infer("c_identity_bytes", doc).status == 200
     # two elements: a 4-byte length and the bytes each; the backend counts them after it sent the
     # response (identity.c), so the counter may move a moment after the answer
-    deadline = time.monotonic() + 10
-    while _input_bytes_metric(server, "c_identity_bytes") == before and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: _input_bytes_metric(server, "c_identity_bytes") != before, "the counter to move", 10)
     assert _input_bytes_metric(server, "c_identity_bytes") - before == 4 + 2 + 4 + 3
 
 
@@ -392,10 +384,10 @@ def test_a_response_after_the_final_one_is_refused_and_logged(server: InferdProc
     doc = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
     r = server.infer("c_late_send", doc)
     assert r.status == 200, r.body
-    _wait_for(
-        server, "model 'c_late_send': a response was sent after the request's final response; dropped", 5
+    wait_for_text(
+        server.log, "model 'c_late_send': a response was sent after the request's final response; dropped", 5
     )
-    _wait_for(server, "late send refused: model 'c_late_send'", 5)
+    wait_for_text(server.log, "late send refused: model 'c_late_send'", 5)
 
 
 def test_instance_kinds_and_counts(server: InferdProcess) -> None:

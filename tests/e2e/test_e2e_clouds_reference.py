@@ -124,6 +124,9 @@ class _Scenario(InferdProcess):
         return {**self.ports, "repo": str(self.repo), "models_root": str(self.models_root)}
 
     def _command(self, http: int, grpc: int, metrics: int) -> list[str]:
+        # the scenarios name their ports (in flags, a safe port range, the reference's texts): fixed
+        # ones, as the recording had, not the port 0 given
+        http, grpc, metrics = free_port(), free_port(), free_port()
         self.ports = {
             "http_port": str(http),
             "grpc_port": str(grpc),
@@ -146,6 +149,7 @@ class _Scenario(InferdProcess):
         port = int(self.ports[f"{self.sc['service']}_port"])
 
         def listening() -> bool:
+            self.read_ports()  # HTTP, gRPC and metrics (port 0), where they are served
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", port)) == 0 and "ready in" in self.log()
 

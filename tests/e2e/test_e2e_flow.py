@@ -11,7 +11,6 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,8 @@ import httptools
 import numpy as np
 import tritonclient.grpc as grpcclient
 from conftest import grpc_client
+
+from waiting import wait_settled
 
 if TYPE_CHECKING:
     from conftest import InferdProcess
@@ -33,20 +34,6 @@ def _rss(server: InferdProcess) -> int:
     assert server.proc is not None
     status = Path(f"/proc/{server.proc.pid}/status").read_text()
     return 1024 * int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
-
-
-def _settled(read: Callable[[], int], tolerance: int = 0, quiet_s: float = 1.0, limit_s: float = 60.0) -> int:
-    """``read()`` once it stayed within ``tolerance`` for ``quiet_s`` (the server stopped working)."""
-    last, since = read(), time.monotonic()
-    end = since + limit_s
-    while time.monotonic() < end:
-        time.sleep(0.1)
-        now = read()
-        if abs(now - last) > tolerance:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            break
-    return max(last, read())
 
 
 def _executed(server: InferdProcess, model: str) -> int:
@@ -113,7 +100,7 @@ def test_a_pipelining_client_that_does_not_read(server: InferdProcess) -> None:
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    executed = _settled(lambda: _executed(server, "identity_fp32")) - before
+    executed = wait_settled(lambda: _executed(server, "identity_fp32")) - before
     assert executed < n // 2, f"the server read on: {executed:,} of {n:,} requests executed"
     assert sender.is_alive() and (sent[-1] if sent else 0) < n  # the client's send blocks
     assert _rss(server) - rss < RSS_BOUND
@@ -175,7 +162,7 @@ def test_an_event_stream_to_a_client_that_does_not_read(server: InferdProcess) -
     they all piled up in the server), then every one arrives."""
     rss = _rss(server)
     sock = _event_stream(server, 300, MiB)
-    held = _settled(lambda: _rss(server), tolerance=2 * MiB) - rss
+    held = wait_settled(lambda: _rss(server), tolerance=2 * MiB) - rss
     assert held < RSS_BOUND, f"the server held {held / MiB:.0f} MiB for a client that reads nothing"
     status, docs = _read_events(sock)
     assert status == 200
@@ -197,7 +184,7 @@ def test_a_grpc_stream_to_a_client_that_does_not_read(server: InferdProcess) -> 
         inp = grpcclient.InferInput("IN", [1], "INT32")
         inp.set_data_from_numpy(np.array([0], np.int32))
         client.async_stream_infer("dec_ctl", [inp], request_id="s", parameters={"n": 300, "size": MiB})
-        held = _settled(lambda: _rss(server), tolerance=2 * MiB) - rss
+        held = wait_settled(lambda: _rss(server), tolerance=2 * MiB) - rss
         gate.set()
         end = time.monotonic() + 120
         while len(got) < 300 and time.monotonic() < end:

@@ -18,6 +18,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from waiting import wait_for_file, wait_for_text, wait_until
+
 if TYPE_CHECKING:
     from conftest import InferdProcess
 
@@ -135,13 +137,6 @@ def _desc(answer: dict[str, Any]) -> dict[str, Any]:
 def _stats(server: InferdProcess, model: str) -> dict[str, Any]:
     doc: dict[str, Any] = server.request("GET", f"/v2/models/{model}/stats").json()["model_stats"][0]
     return doc
-
-
-def _wait_for(predicate: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 # -- curl ------------------------------------------------------------------------------------------
@@ -564,16 +559,18 @@ def test_client_disconnect_reaches_the_model(server: InferdProcess, tmp_path: Pa
     assert reader.head()[0] == 200
     assert _events([reader.chunk()])[0]["OUT"] == 0
     s.close()  # mid-stream
-    _wait_for(lambda: "cancelled" in (log.read_text() if log.exists() else ""))
+    wait_for_text(log, "cancelled", 10)
     assert log.read_text().splitlines() == ["executed", "cancelled request=True sender=True"]
     server.assert_serving()
     status, _, events = _generate(server, "dec_ctl", {"IN": 2}, stream=True)
     assert (status, len(events)) == (200, 2)
-    _wait_for(
+    wait_until(
         lambda: (
             _stats(server, "dec_cancel")["inference_stats"]["success"]["count"]
             > before["inference_stats"]["success"]["count"]
-        )
+        ),
+        "dec_cancel's success count to move",
+        10,
     )
 
 
@@ -588,7 +585,7 @@ def test_a_request_cancelled_while_queued_never_executes(server: InferdProcess, 
             {"IN": 1, "mode": "hold", "release": str(release), "log": str(held_log)},
         )
     )
-    _wait_for(held_log.exists)  # the one instance is busy
+    wait_for_file(held_log, 10)  # the one instance is busy
     queued = _connect(server)
     queued.sendall(_post("/v2/models/dec_cancel/generate_stream", {"IN": 1, "log": str(queued_log)}))
     time.sleep(0.3)
@@ -598,11 +595,13 @@ def test_a_request_cancelled_while_queued_never_executes(server: InferdProcess, 
     status, _, chunks = Reader(holder).response()
     holder.close()
     assert (status, [e["OUT"] for e in _events(chunks)]) == (200, [0])
-    _wait_for(
+    wait_until(
         lambda: (
             _stats(server, "dec_cancel")["inference_stats"]["fail"]["count"]
             > before["inference_stats"]["fail"]["count"]
-        )
+        ),
+        "dec_cancel's failure count to move",
+        10,
     )
     assert not queued_log.exists()
     after = _stats(server, "dec_cancel")

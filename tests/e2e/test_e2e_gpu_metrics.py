@@ -15,7 +15,6 @@ import http.client
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from conftest import InferdProcess, serving
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferd.gpu.devices import machine_gpus, usable_gpus
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.gpu,
@@ -82,15 +82,18 @@ Samples = dict[str, dict[str, float]]
 def _wait_for(
     server: InferdProcess, ok: Callable[[Samples], object], what: str, limit_s: float = 15.0
 ) -> Samples:
-    """The first scrape for which ``ok`` holds (polled at half the interval), or an AssertionError."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        samples = _gpu_samples(server)
-        if ok(samples):
-            return samples
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {limit_s} s; last scrape: {samples}")
-        time.sleep(INTERVAL_MS / 1000 / 2)
+    """The first scrape for which ``ok`` holds (asked at half the poll interval), or WaitTimeout."""
+    last: list[Samples] = []
+
+    def scrape() -> Samples | None:
+        last[:] = [_gpu_samples(server)]
+        return last[0] if ok(last[0]) else None
+
+    found = wait_until(
+        scrape, what, limit_s, interval=INTERVAL_MS / 1000 / 2, detail=lambda: f"last scrape: {last}"
+    )
+    assert found is not None
+    return found
 
 
 def test_every_family_for_every_gpu_with_its_uuid(gpu_server: InferdProcess) -> None:

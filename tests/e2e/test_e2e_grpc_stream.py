@@ -21,6 +21,8 @@ import tritonclient.grpc.aio as aioclient
 from conftest import InferdProcess
 from tritonclient.grpc import service_pb2 as pb
 
+from waiting import wait_for_text
+
 pytestmark = pytest.mark.timeout(120)
 A = np.arange(16, dtype=np.float32).reshape(1, 16)
 
@@ -154,9 +156,7 @@ def test_cancelling_a_stream_reaches_the_model(
     _, e = got.take(1)[0]  # the model sent OUT 0 and now polls is_cancelled()
     assert e is None
     client.stop_stream(cancel_requests=True)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and "cancelled" not in (log.read_text() if log.exists() else ""):
-        time.sleep(0.05)
+    wait_for_text(log, "cancelled", 15)
     assert "cancelled request=True sender=True" in log.read_text()
 
 

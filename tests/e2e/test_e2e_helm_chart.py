@@ -21,6 +21,7 @@ from conftest import InferdProcess
 
 from deploy_files import container, container_port, helm, image_command, render, the
 from inferd.metrics.scaling import FAMILY as SCALING_FAMILY
+from ports import free_port
 from repo_paths import REFERENCE_MODELS
 from store_emulators import S3_ENV, Emulator, s3_client, start_moto, upload_s3
 
@@ -47,7 +48,8 @@ class ChartPod:
         }
 
     def command(self, http: int, grpc: int, metrics: int) -> list[str]:
-        self.docs = render(self.values(http, grpc, metrics))
+        # the chart's port numbers are what these tests check: fixed ones, not the port 0 given
+        self.docs = render(self.values(free_port(), free_port(), free_port()))
         argv = image_command(self.container)
         assert argv[0] == "inferd"  # `python -m inferd` runs the same main
         return argv[1:]

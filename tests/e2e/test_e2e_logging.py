@@ -4,7 +4,6 @@ answers and errors, and what the log then holds (a log file, JSON lines, verbose
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,8 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from waiting import wait_for_text
+
 DEFAULTS = {
     "log_info": True,
     "log_warning": True,
@@ -23,16 +24,6 @@ DEFAULTS = {
     "log_verbose_level": 0,
     "log_format": "default",
 }
-
-
-def _wait_for_line(path: Path, needle: str) -> list[str]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        lines = path.read_text().splitlines()
-        if any(needle in line for line in lines):
-            return lines
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} never logged; log:\n{path.read_text()[-3000:]}")
 
 
 def test_settings_over_http_and_grpc(start_server: Callable[..., Any], tmp_path: Path) -> None:
@@ -46,13 +37,13 @@ def test_settings_over_http_and_grpc(start_server: Callable[..., Any], tmp_path:
         assert changed["log_verbose_level"] == 2 and changed["log_format"] == "json"
         # every request at verbose level 2, as one JSON object a line
         assert http.is_model_ready("identity_fp32")
-        lines = _wait_for_line(log, "HTTP request: GET /v2/models/identity_fp32/ready")
+        lines = wait_for_text(log, "HTTP request: GET /v2/models/identity_fp32/ready", 10).splitlines()
         doc = json.loads(next(line for line in lines if "identity_fp32/ready" in line))
         assert doc["level"] == "VERBOSE2" and doc["logger"] == "inferd.http"
         # a failed request, with its reason, at level 1
         r = server.infer("nope", {"inputs": []})
         assert r.status == 404
-        _wait_for_line(log, "Request for unknown model: 'nope' is not found")
+        wait_for_text(log, "Request for unknown model: 'nope' is not found", 10)
         grpc_settings = g.get_log_settings(as_json=True)["settings"]
         assert grpc_settings["log_verbose_level"] == {"uint32_param": 2}
         assert grpc_settings["log_format"] == {"string_param": "json"}
@@ -128,7 +119,7 @@ def test_a_clients_text_cannot_forge_a_log_record(start_server: Callable[..., An
     doc = {"inputs": [{"name": FORGED_NAME, "shape": [1], "datatype": "FP32", "data": [1]}]}
     r = server.infer("identity_fp32", doc)
     assert r.status == 400 and FORGED_NAME in r.error  # the client is told, as before
-    lines = _wait_for_line(log, "model add_sub was deleted")
+    lines = wait_for_text(log, "model add_sub was deleted", 10).splitlines()
     assert not [line for line in lines if line.startswith("E1127")]  # no forged record
     assert "\x1b" not in log.read_text()  # the ANSI sequence stays text (\u001b)
     forged = [line for line in lines if "model add_sub was deleted" in line]
@@ -159,7 +150,7 @@ def test_one_line_per_request_at_level_1(start_server: Callable[..., Any], tmp_p
         assert server.infer("nope", {"inputs": []}).status == 404
         with pytest.raises(InferenceServerException):
             g.infer("nope", [gi], request_id="g-2")
-        lines = _wait_for_line(log, "model=nope id=g-2")
+        lines = wait_for_text(log, "model=nope id=g-2", 10).splitlines()
         text = "\n".join(lines)
         ms = r"\d+\.\d{3} ms"
         assert re.search(
@@ -180,7 +171,7 @@ def test_one_line_per_request_at_level_1(start_server: Callable[..., Any], tmp_p
         http.infer("identity_fp32", [hi], request_id="req-9")
         http.update_log_settings({"log_verbose_level": 1})
         http.infer("identity_fp32", [hi], request_id="req-10")
-        text = "\n".join(_wait_for_line(log, "id=req-10"))
+        text = wait_for_text(log, "id=req-10", 10)
         assert "id=req-9" not in text
     finally:
         http.close()

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +35,13 @@ from store_emulators import (
     upload_gcs,
     upload_s3,
 )
+from waiting import wait_until
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 WAIT_S = 40.0
 POLL_ARGS = ("--model-control-mode=poll", "--repository-poll-secs=1", "--strict-readiness=false")
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def renamed(src: Path, name: str, dest: Path) -> Path:
@@ -124,7 +115,7 @@ class S3World:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3World]:
     world = S3World(tmp_path_factory.mktemp("s3"))
     try:
-        wait_for(lambda: ready(world.proc, "add_sub"), "add_sub from S3")
+        wait_until(lambda: ready(world.proc, "add_sub"), "add_sub from S3", WAIT_S)
         yield world
     finally:
         world.close()
@@ -172,7 +163,7 @@ def test_poll_notices_a_changed_config_in_the_bucket(s3: S3World, tmp_path: Path
         r = s3.proc.request("GET", "/v2/models/identity_fp32/config")
         return r.status == 200 and r.json().get("parameters", {}).get("revision") == {"string_value": "2"}
 
-    wait_for(reloaded, "identity_fp32's new config")
+    wait_until(reloaded, "identity_fp32's new config", WAIT_S)
     s3.proc.assert_serving()
     add_sub_ok(s3.proc.url)  # the unchanged models were not reloaded and serve on
 
@@ -181,23 +172,23 @@ def test_a_missing_bucket_recovers_at_the_next_poll(s3: S3World, tmp_path: Path)
     upload_s3(
         s3.client, "missing-bucket", "repo", renamed(REFERENCE_MODELS / "mul_fp32", "late_mul", tmp_path)
     )
-    wait_for(lambda: ready(s3.proc, "late_mul"), "late_mul from the new bucket")
-    wait_for(lambda: s3.urls["missing"] not in index(s3.proc), "the repository failure to clear")
+    wait_until(lambda: ready(s3.proc, "late_mul"), "late_mul from the new bucket", WAIT_S)
+    wait_until(lambda: s3.urls["missing"] not in index(s3.proc), "the repository failure to clear", WAIT_S)
 
 
 def test_a_store_down_at_start_recovers_at_the_next_poll(s3: S3World, tmp_path: Path) -> None:
     s3.late = start_moto(port=s3.down_port)
     client = s3_client(s3.late.endpoint)
     upload_s3(client, "late", "repo", renamed(REFERENCE_MODELS / "identity_fp32", "late_identity", tmp_path))
-    wait_for(lambda: ready(s3.proc, "late_identity"), "late_identity from the store that came up")
-    wait_for(lambda: s3.urls["down"] not in index(s3.proc), "the repository failure to clear")
+    wait_until(lambda: ready(s3.proc, "late_identity"), "late_identity from the store that came up", WAIT_S)
+    wait_until(lambda: s3.urls["down"] not in index(s3.proc), "the repository failure to clear", WAIT_S)
 
 
 def test_a_store_going_away_keeps_its_models_serving(s3: S3World) -> None:
     assert s3.late is not None, "runs after test_a_store_down_at_start_recovers_at_the_next_poll"
     s3.late.stop()
     mark = len(s3.proc.log())
-    wait_for(lambda: "late/repo" in s3.proc.log()[mark:], "a poll to fail on the stopped store")
+    wait_until(lambda: "late/repo" in s3.proc.log()[mark:], "a poll to fail on the stopped store", WAIT_S)
     assert ready(s3.proc, "late_identity")  # cached locally: it serves on, is not unloaded
 
 
@@ -226,7 +217,7 @@ def azure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InferdProc
             )
             proc = InferdProcess(local, root / "inferd.log", (*args, *POLL_ARGS)).start()
         try:
-            wait_for(lambda: ready(proc, "add_sub"), "add_sub from Azurite")
+            wait_until(lambda: ready(proc, "add_sub"), "add_sub from Azurite", WAIT_S)
             yield proc, conn, "as://devstoreaccount1/nocontainer/x"
         finally:
             proc.stop()
@@ -262,7 +253,7 @@ def test_azure_poll_notices_a_changed_blob(azure: tuple[InferdProcess, str, str]
         r = proc.request("GET", "/v2/models/identity_fp32/config")
         return r.status == 200 and r.json().get("parameters", {}).get("revision") == {"string_value": "az"}
 
-    wait_for(reloaded, "identity_fp32's new config from Azurite")
+    wait_until(reloaded, "identity_fp32's new config from Azurite", WAIT_S)
 
 
 # -- Google Cloud Storage (gcp-storage-emulator) ---------------------------------------------------
@@ -302,7 +293,7 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSWorld]:
     world = GCSWorld(tmp_path_factory.mktemp("gcs"))
     try:
         world.proc.start()
-        wait_for(lambda: ready(world.proc, "add_sub"), "add_sub from GCS")
+        wait_until(lambda: ready(world.proc, "add_sub"), "add_sub from GCS", WAIT_S)
         yield world
     finally:
         world.close()
@@ -339,7 +330,7 @@ def test_gcs_poll_notices_a_changed_object(gcs: GCSWorld) -> None:
         r = gcs.proc.request("GET", "/v2/models/identity_fp32/config")
         return r.status == 200 and r.json().get("parameters", {}).get("revision") == {"string_value": "gs"}
 
-    wait_for(reloaded, "identity_fp32's new config from GCS")
+    wait_until(reloaded, "identity_fp32's new config from GCS", WAIT_S)
     add_sub_ok(gcs.proc.url)
 
 
@@ -347,5 +338,5 @@ def test_gcs_a_bucket_made_later_loads_at_the_next_poll(gcs: GCSWorld, tmp_path:
     upload_gcs(
         gcs.client, "no-such-bucket", "repo", renamed(REFERENCE_MODELS / "mul_fp32", "gcs_mul", tmp_path)
     )
-    wait_for(lambda: ready(gcs.proc, "gcs_mul"), "gcs_mul from the new bucket")
-    wait_for(lambda: gcs.missing not in index(gcs.proc), "the repository failure to clear")
+    wait_until(lambda: ready(gcs.proc, "gcs_mul"), "gcs_mul from the new bucket", WAIT_S)
+    wait_until(lambda: gcs.missing not in index(gcs.proc), "the repository failure to clear", WAIT_S)

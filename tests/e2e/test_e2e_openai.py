@@ -13,7 +13,6 @@ import importlib.util
 import json
 import socket
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,8 @@ import openai
 import pytest
 import tritonclient.http as httpclient
 from conftest import REPO_ROOT, InferdProcess, serving
+
+from waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -313,13 +314,6 @@ def _cancelled(server: InferdProcess) -> float:
     raise AssertionError("zen_lm_cancelled_total is not on /metrics")
 
 
-def _wait_for(what: str, predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what} after {WAIT_S} s"
-        time.sleep(0.02)
-
-
 def test_a_streaming_client_that_disconnects_cancels_its_request(
     client: openai.OpenAI, server: InferdProcess
 ) -> None:
@@ -336,7 +330,7 @@ def test_a_streaming_client_that_disconnects_cancels_its_request(
     assert next(chunks).choices[0].delta.role == "assistant"
     assert next(chunks).choices[0].delta.content
     stream.close()  # the connection goes away mid-stream
-    _wait_for("cancelled generation", lambda: _cancelled(server) == before + 1)
+    wait_until(lambda: _cancelled(server) == before + 1, "a cancelled generation", WAIT_S)
     # the same with a raw socket closed after the first event, on /v1/completions
     body = json.dumps(
         {
@@ -357,7 +351,7 @@ def test_a_streaming_client_that_disconnects_cancels_its_request(
             data = s.recv(65536)
             assert data, received
             received += data
-    _wait_for("second cancelled generation", lambda: _cancelled(server) == before + 2)
+    wait_until(lambda: _cancelled(server) == before + 2, "a second cancelled generation", WAIT_S)
     # serving goes on
     assert client.completions.create(model="zen_lm", prompt="errors").choices[0].text == expected("errors")[0]
 

@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from conftest import InferdProcess
 
 from repo_paths import FIXTURE_MODELS
+from waiting import wait_until
 
 
 def _children(pid: int) -> set[int]:
@@ -62,11 +63,12 @@ def test_process_mode_serves_and_dies_with_the_server(start_server: Callable[...
     assert workers
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(10)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") for w in workers):
-        time.sleep(0.05)
-    alive = [w for w in workers if os.path.exists(f"/proc/{w}")]
-    assert not alive, f"workers outlived the server: {alive}"
+    wait_until(
+        lambda: not any(os.path.exists(f"/proc/{w}") for w in workers),
+        "the workers to exit with the server",
+        10,
+        detail=lambda: [w for w in workers if os.path.exists(f"/proc/{w}")],
+    )
 
 
 # decoupled, in a worker process: relays each response of the fixture model 'decoupled' (N responses,
@@ -264,17 +266,14 @@ def test_a_crashing_model_in_the_default_configuration_takes_only_its_own_reques
         crashed = time.monotonic()
         assert status == 503 and how in body and "model 'crashes' instance 'crashes_0'" in body, body
         served = other.served(200)  # the other model's client goes on as if nothing happened
-        back = None
-        while time.monotonic() - crashed < 30:
-            if _infer(server, "crashes", 1.0)[0] == 200:
-                back = time.monotonic() - crashed
-                break
+        wait_until(lambda: _infer(server, "crashes", 1.0)[0] == 200, "the crashed model to serve again", 30)
+        back = time.monotonic() - crashed
     finally:
         other.stop()
         code = server.stop()
     assert not other.failed, other.failed[:3]  # not even the in-flight ones: the server never stopped
     assert served >= 220
-    assert back is not None and back < 5, back  # the model itself serves again within seconds
+    assert back < 5, back  # the model itself serves again within seconds
     log = server.log()
     assert "model 'crashes' (execution_mode auto) runs in worker processes" in log
     assert f"exited unexpectedly ({how})" in log

@@ -28,6 +28,7 @@ import tritonclient.http as httpclient
 from conftest import InferdProcess
 
 from repo_paths import FIXTURES, ROOT
+from waiting import wait_for_file
 
 DOC = json.loads((FIXTURES / "reference_observed_rate_limit.json").read_text())
 SERVED = ("rl_a", "rl_b", "rl_ordered", "rl_unordered")
@@ -44,13 +45,6 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _explicit(*models: str) -> list[str]:
     return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in models)]
-
-
-def _wait_file(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
 
 
 def _infer(
@@ -93,7 +87,7 @@ def _first_then_second(
 
     t = threading.Thread(target=call("first", first, 1500, {"started_file": str(started)}))
     t.start()
-    _wait_file(started)
+    wait_for_file(started, WAIT_S, interval=0.01)
     call("second", second, 20, {})()
     second_arrived = time.time()
     t.join(WAIT_S)
@@ -199,7 +193,7 @@ def test_preserve_ordering_with_the_rate_limiter(start_server: Any, tmp_path: Pa
         client.async_infer(
             "rl_ordered", [x], callback=done, request_id=str(n), parameters={"started_file": str(started)}
         )
-        _wait_file(started)
+        wait_for_file(started, WAIT_S, interval=0.01)
     got = sorted(arrived.get(timeout=WAIT_S) for _ in ms)
     assert [n for n, _, _ in got] == list(range(len(ms)))
     ends = [span[1] for _, _, span in got]
@@ -232,7 +226,7 @@ def test_warmup_waits_for_the_resources(tmp_path: Path) -> None:
             )
         )
         t.start()
-        _wait_file(started)
+        wait_for_file(started, WAIT_S, interval=0.01)
         r = server.request("POST", "/v2/repository/models/rl_b/load")
         loaded = time.time()
         t.join(WAIT_S)

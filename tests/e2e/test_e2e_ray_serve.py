@@ -39,6 +39,7 @@ import tritonclient.http as httpclient
 from ports import free_port
 from repo_paths import REFERENCE_MODELS
 from store_emulators import S3_ENV, Emulator, s3_client, start_moto, upload_s3
+from waiting import wait_until
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
@@ -60,13 +61,9 @@ B = np.ones((1, 16), dtype=np.float32)
 def wait_for(
     check: Callable[[], bool], what: str, timeout: float = 90.0, explain: Callable[[], str] | None = None
 ) -> None:
-    """Poll ``check``; on a timeout, ``explain()`` says what the cluster looked like then."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f": {explain()}" if explain is not None else ""))
+    """``check`` asked every 0.2 s (each asks Ray); on a timeout, ``explain()`` says what the cluster
+    looked like then."""
+    wait_until(check, what, timeout, interval=0.2, detail=explain)
 
 
 class RayNodes:

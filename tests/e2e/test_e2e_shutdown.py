@@ -21,7 +21,7 @@ from typing import Any
 
 from conftest import InferdProcess
 
-from ports import free_port
+from waiting import wait_for_file, wait_for_text, wait_until
 
 HANGING_INIT = """
 import time
@@ -56,15 +56,6 @@ class TritonPythonModel:
 """
 
 
-def _wait_for(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_sigterm_past_the_exit_timeout_answers_the_request_in_flight(
     start_server: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -85,7 +76,7 @@ def test_sigterm_past_the_exit_timeout_answers_the_request_in_flight(
 
     caller = threading.Thread(target=call)
     caller.start()
-    assert _wait_for(started.exists, 20)
+    wait_for_file(started, 20)
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     server.proc.wait(20)
@@ -106,12 +97,9 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
-def _serve(repo: Path, log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repo), "--http-port", str(port),
-           "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false", *args]  # fmt: skip
-    with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), port
+def _serve(repo: Path, log: Path, *args: str) -> InferdProcess:
+    """A server of its own on HTTP alone, once live."""
+    return InferdProcess(repo, log, ("--allow-grpc=false", "--allow-metrics=false", *args)).start()
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
@@ -125,16 +113,10 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 def test_a_hanging_initialize_is_given_up_and_the_others_serve(tmp_path: Path) -> None:
-    proc, port = _serve(_repo(tmp_path), tmp_path / "log", "--model-load-timeout-secs=2")
+    server = _serve(_repo(tmp_path), tmp_path / "log", "--model-load-timeout-secs=2")
+    proc, port = server.proc, server.port
+    assert proc is not None
     try:
-
-        def live() -> bool:
-            try:
-                return _get(port, "/v2/health/live")[0] == 200
-            except OSError:
-                return False
-
-        assert _wait_for(live, 30), (tmp_path / "log").read_text()
         assert _get(port, "/v2/models/fine/ready")[0] == 200
         assert _get(port, "/v2/models/hangs/ready")[0] == 400
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -151,9 +133,12 @@ def test_a_hanging_initialize_is_given_up_and_the_others_serve(tmp_path: Path) -
 
 def test_sigterm_while_a_model_loads_is_honoured(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    proc, _ = _serve(_repo(tmp_path), log, "--model-load-timeout-secs=0")
+    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(_repo(tmp_path)), "--http-port=0",
+           "--allow-grpc=false", "--allow-metrics=false", "--model-load-timeout-secs=0"]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     # the model's initialize is running (it sleeps for an hour): the case under test
-    assert _wait_for(lambda: "loading: hangs:1" in log.read_text(), 30), log.read_text()
+    wait_for_text(log, "loading: hangs:1", 30)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.wait(10)
@@ -293,7 +278,8 @@ def test_sigterm_lets_sequences_and_keep_alive_requests_finish(tmp_path: Path) -
     try:
         for t in threads:
             t.start()
-        assert _wait_for(lambda: min(progress) >= 10, 60), progress  # each sequence spans the signal
+        # each sequence spans the signal
+        wait_until(lambda: min(progress) >= 10, "10 requests of each sequence", 60, detail=lambda: progress)
         assert server.proc is not None
         signalled = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
@@ -374,7 +360,7 @@ def test_exit_within_the_timeout_whatever_a_model_does(tmp_path: Path) -> None:
     (repo / "spins" / "config.pbtxt").write_text(CONFIG.format(name="spins"))
     (repo / "spins" / "1" / "model.py").write_text(SPINS)
     exit_timeout = 3
-    proc, port = _serve(
+    server = _serve(
         repo,
         tmp_path / "log",
         "--model-control-mode=explicit",
@@ -382,8 +368,9 @@ def test_exit_within_the_timeout_whatever_a_model_does(tmp_path: Path) -> None:
         "--model-load-timeout-secs=1",
         f"--exit-timeout-secs={exit_timeout}",
     )
+    proc, port = server.proc, server.port
+    assert proc is not None
     try:
-        assert _wait_for(lambda: _live(port), 60), (tmp_path / "log").read_text()
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         conn.request("POST", "/v2/repository/models/hangs/load", b"{}")
         r = conn.getresponse()
@@ -395,7 +382,7 @@ def test_exit_within_the_timeout_whatever_a_model_does(tmp_path: Path) -> None:
             target=_post, args=(port, "/v2/models/spins/infer", _body(-1.0)), daemon=True
         )
         spinning.start()
-        assert _wait_for(lambda: "spinning" in (tmp_path / "log").read_text(), 30)
+        wait_for_text(tmp_path / "log", "spinning", 30)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(exit_timeout + 10)
@@ -443,13 +430,6 @@ def _post(port: int, path: str, body: bytes) -> None:
         pass  # the server is gone: what this test wanted
     finally:
         conn.close()
-
-
-def _live(port: int) -> bool:
-    try:
-        return _get(port, "/v2/health/live")[0] == 200
-    except OSError:
-        return False
 
 
 FINALIZING = """

@@ -9,7 +9,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from conftest import listening_ports
 
-from ports import free_port
+from waiting import read_text, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 
@@ -46,22 +46,28 @@ class TlsServer:
     """``inferd serve`` with TLS on its ports, ready once its HTTPS health check answers."""
 
     def __init__(self, repository: Path, log: Path, certs: Path, args: list[str], client_cert: bool) -> None:
-        self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.port = self.grpc_port = self.metrics_port = 0
         cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository),
-               "--http-port", str(self.port), "--grpc-port", str(self.grpc_port),
-               "--metrics-port", str(self.metrics_port), "--exit-on-error=false", *args]  # fmt: skip
+               "--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-on-error=false", *args]  # fmt: skip
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if _https(self.port, "/v2/health/live", certs, client_cert)[0] == 200:
-                    return
-            except (OSError, ssl.SSLError):
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"inferd did not become live over HTTPS; log:\n{log.read_text(errors='replace')}")
+
+        def live() -> bool:
+            assert self.proc.poll() is None, f"inferd exited; log:\n{read_text(log)}"
+            ports = listening_ports(read_text(log))  # the ports it got, from its start-up lines
+            if "HTTPService" not in ports:
+                return False
+            self.port, self.grpc_port = ports["HTTPService"], ports.get("GRPCInferenceService", 0)
+            self.metrics_port = ports.get("Metrics Service", 0)
+            return _https(self.port, "/v2/health/live", certs, client_cert)[0] == 200
+
+        try:
+            wait_until(live, "inferd to be live over HTTPS", 30, ignore=(OSError, ssl.SSLError),
+                       detail=lambda: read_text(log))  # fmt: skip
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc.poll() is None:

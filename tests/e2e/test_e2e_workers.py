@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,8 +23,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from conftest import REPO_ROOT, InferdProcess
 
-from ports import free_port
 from repo_paths import FIXTURE_MODELS, REFERENCE_MODELS
+from waiting import wait_until
 
 #: a model that answers with the pid of the process that ran it
 WHOAMI_CONFIG = """
@@ -65,14 +64,6 @@ def _wait_starting(server: InferdProcess, predicate: Callable[[], bool], what: s
     assert server.wait_starting(predicate), (
         f"{what}: the server exited or its start stalled; log:\n{server.log()[-3000:]}"
     )
-
-
-def _wait_for(predicate: object, what: str, timeout: float = START_TIMEOUT_S) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _serving_processes(server: InferdProcess) -> set[int]:
@@ -164,13 +155,17 @@ def test_a_process_that_dies_is_started_again(workers: InferdProcess) -> None:
     os.kill(victim, signal.SIGKILL)
     # the other process serves on meanwhile (once the victim is gone: a connection the kernel had
     # queued on its socket is reset, as with any crashed server)
-    _wait_for(lambda: not os.path.exists(f"/proc/{victim}"), "the victim to be reaped")
+    wait_until(lambda: not os.path.exists(f"/proc/{victim}"), "the victim to be reaped", START_TIMEOUT_S)
     assert _whoami_fresh_connection(workers) != victim
-    _wait_for(lambda: len(_serving_processes(workers) - {victim}) == 2, "the process started again")
+    wait_until(
+        lambda: len(_serving_processes(workers) - {victim}) == 2, "the process started again", START_TIMEOUT_S
+    )
     _wait_starting(workers, lambda: workers.log().count(" ready in ") >= 3, "the new process to serve")
     assert "exited unexpectedly (signal 9 (SIGKILL)); starting it again" in workers.log()
-    _wait_for(
-        lambda: len({_whoami_fresh_connection(workers) for _ in range(20)}) == 2, "both processes serving"
+    wait_until(
+        lambda: len({_whoami_fresh_connection(workers) for _ in range(20)}) == 2,
+        "both processes serving",
+        START_TIMEOUT_S,
     )
     assert workers.stop() == 0
     assert not _serving_processes(workers)
@@ -208,7 +203,7 @@ def test_model_control_reaches_every_process(tmp_path: Path) -> None:
         grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         grpc_client.unload_model("add_sub")
         grpc_client.close()
-        _wait_for(lambda: _ready_everywhere(server, "add_sub") == {False}, "unloaded everywhere", 30)
+        wait_until(lambda: _ready_everywhere(server, "add_sub") == {False}, "unloaded everywhere", 30)
         client.close()
     finally:
         code = server.stop()
@@ -283,13 +278,13 @@ def _post(server: InferdProcess, path: str, doc: object) -> object:
 def test_log_and_trace_settings_reach_every_process(workers: InferdProcess) -> None:
     """Applied just after the answer in the other process: every new connection sees them soon."""
     assert _post(workers, "/v2/logging", {"log_verbose_level": 1})["log_verbose_level"] == 1  # type: ignore[index]
-    _wait_for(
+    wait_until(
         lambda: {_get_fresh(workers, "/v2/logging")["log_verbose_level"] for _ in range(12)} == {1},  # type: ignore[index]
         "the verbose level everywhere",
         30,
     )
     assert _post(workers, "/v2/trace/setting", {"trace_rate": "7"})["trace_rate"] == "7"  # type: ignore[index]
-    _wait_for(
+    wait_until(
         lambda: {_get_fresh(workers, "/v2/trace/setting")["trace_rate"] for _ in range(12)} == {"7"},  # type: ignore[index]
         "the trace rate everywhere",
         30,
@@ -300,12 +295,12 @@ def test_log_and_trace_settings_reach_every_process(workers: InferdProcess) -> N
         grpc_client.update_trace_settings(settings={"trace_rate": "9"})
     finally:
         grpc_client.close()
-    _wait_for(
+    wait_until(
         lambda: {_get_fresh(workers, "/v2/logging")["log_verbose_level"] for _ in range(12)} == {0},  # type: ignore[index]
         "the verbose level from gRPC everywhere",
         30,
     )
-    _wait_for(
+    wait_until(
         lambda: {_get_fresh(workers, "/v2/trace/setting")["trace_rate"] for _ in range(12)} == {"9"},  # type: ignore[index]
         "the trace rate from gRPC everywhere",
         30,
@@ -317,16 +312,15 @@ def test_sigkill_of_the_supervisor_stops_every_process(workers: InferdProcess) -
     assert workers.proc is not None
     workers.proc.send_signal(signal.SIGKILL)
     workers.proc.wait(10)
-    _wait_for(lambda: not any(os.path.exists(f"/proc/{c}") for c in children), "the processes to exit", 30)
+    wait_until(lambda: not any(os.path.exists(f"/proc/{c}") for c in children), "the processes to exit", 30)
 
 
 def test_a_process_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
     """``--exit-on-error`` (the default) with a model that fails: every process exits, and so does
     the supervisor, with the failure's status."""
     repo = _repository(tmp_path)
-    ports = [str(free_port()) for _ in range(3)]
     cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repo), "--workers", "2"]
-    cmd += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    cmd += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "before it was ready; stopping" in done.stderr
@@ -338,7 +332,7 @@ def test_a_second_server_on_the_same_ports_fails_to_start(workers: InferdProcess
     """The processes share their ports with SO_REUSEPORT, but not with another server: a second
     ``--workers`` server on a port of the first one's fails as one process would (it used to start
     and take half of the first one's connections), and the first serves on."""
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    ports = {"http": 0, "grpc": 0, "metrics": 0}
     ports[taken] = workers.port if taken == "http" else workers.grpc_port
     cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(workers.repository)]
     cmd += ["--workers", "2", "--exit-on-error=false"]
@@ -359,12 +353,14 @@ def test_a_second_server_on_the_same_ports_fails_to_start(workers: InferdProcess
     assert {_whoami_fresh_connection(workers) for _ in range(20)} <= _serving_processes(workers)
 
 
-def test_workers_need_fixed_ports(tmp_path: Path) -> None:
+def test_workers_need_a_fixed_cloud_port(tmp_path: Path) -> None:
+    """HTTP, gRPC and metrics on port 0 get one port for every process (the supervisor picks it:
+    every server of these tests starts that way); a cloud port 0 is refused."""
     cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(tmp_path), "--workers", "2"]
-    cmd += ["--http-port", "0"]
+    cmd += ["--allow-sagemaker=true", "--sagemaker-port", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert done.returncode == 1
-    assert "--workers 2 needs a fixed port: --http-port 0 would give each process its own" in done.stderr
+    assert "--workers 2 needs a fixed port: --sagemaker-port 0 would give each process its own" in done.stderr
 
 
 def test_each_process_writes_its_own_trace_file(tmp_path: Path) -> None:

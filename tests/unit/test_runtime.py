@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ import tritonclient.grpc as grpcclient
 from inferd import Server
 from inferd.options import ServerOptions
 from inferd.runtime import FrontendError, Runtime
+from waiting import wait_until
 
 CONFIG = """
 name: "slow_identity"
@@ -185,14 +185,16 @@ def test_an_idle_keep_alive_connection_gets_an_answer_while_the_server_drains(re
         assert started.wait(10)
         stopper = threading.Thread(target=server.stop)
         stopper.start()
+
         # the drain has begun once new connections are refused
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        def refused() -> bool:
             try:
                 socket.create_connection(("127.0.0.1", server.http_port or 0), timeout=1).close()
             except OSError:
-                break
-            time.sleep(0)
+                return True
+            return False
+
+        wait_until(refused, "new connections to be refused", 10, interval=0)
         idle.request("GET", "/v2/health/live")  # on the connection that was idle when the drain began
         second = idle.getresponse()
         second.read()

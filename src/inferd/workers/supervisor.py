@@ -22,7 +22,9 @@ of the supervisor's (``peers.py``).
   ...: address in use"), then holds it bound (not listening, so it takes no connection) with
   SO_REUSEPORT until it exits. SO_REUSEPORT alone would let a second ``--workers`` server of the
   same user join the port and take half of this one's connections, silently; every supervisor binds
-  alone first, so a second one fails, also across a process's restart.
+  alone first, so a second one fails, also across a process's restart. Port 0 (HTTP, gRPC,
+  metrics) is resolved here, once: the supervisor takes a free port and hands it to every process
+  on its command line, so they all share it (each logs it in its "Started ..." line).
 """
 
 from __future__ import annotations
@@ -63,10 +65,7 @@ class _Worker:
 def _refusal(options: ServerOptions) -> str | None:
     if options.workers < 1:
         return f"--workers must be at least 1, got {options.workers}"
-    ports = [
-        ("--http-port", options.http_port, options.allow_http),
-        ("--grpc-port", options.grpc_port, options.allow_grpc),
-        ("--metrics-port", options.metrics_port, options.allow_metrics),
+    ports = [  # HTTP, gRPC and metrics on port 0 are resolved by the supervisor (_claim_ports)
         ("--sagemaker-port", options.sagemaker_port, options.allow_sagemaker),
         ("--vertex-ai-port", options.vertex_ai_port, options.allow_vertex_ai),
     ]
@@ -107,28 +106,63 @@ def _claim(address: str, port: int) -> list[socket.socket]:
     return held
 
 
-def _claim_ports(options: ServerOptions) -> list[socket.socket]:
-    """The server's ports, claimed in the order one process binds them; PortTaken (with the message
-    one process prints) when gRPC or HTTP is taken. A metrics port in use is logged and the server
-    goes on without it, as the reference does."""
+def _free_port(address: str) -> int:
+    """A port the kernel hands out for ``address`` now (bound alone, then let go)."""
+    family, kind, proto, _, where = socket.getaddrinfo(
+        address or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as s:
+        s.bind(where)
+        return int(s.getsockname()[1])
+
+
+def _claim_free(address: str) -> tuple[int, list[socket.socket]]:
+    """Port 0: a free port, claimed as ``_claim`` does. Another process may take the port the kernel
+    handed out before it is claimed (between two binds): then another is picked."""
+    for _ in range(_FREE_PORT_TRIES - 1):
+        port = _free_port(address)
+        try:
+            return port, _claim(address, port)
+        except OSError:
+            continue
+    port = _free_port(address)
+    return port, _claim(address, port)
+
+
+#: how often port 0 is picked again when another process took the port between its two binds
+_FREE_PORT_TRIES = 5
+
+
+def _claim_ports(options: ServerOptions) -> tuple[list[socket.socket], list[str]]:
+    """The server's ports, claimed in the order one process binds them, and the flags that give the
+    processes the ports picked for port 0; PortTaken (with the message one process prints) when gRPC
+    or HTTP is taken. A metrics port in use is logged and the server goes on without it, as the
+    reference does."""
     held: list[socket.socket] = []
+    picked: list[str] = []
     wanted = [
-        ("GRPC service", options.grpc_address, options.grpc_port, options.allow_grpc),
+        ("GRPC service", "--grpc-port", options.grpc_address, options.grpc_port, options.allow_grpc),
         (
             "Metrics Service",
+            "--metrics-port",
             options.metrics_address or options.http_address,
             options.metrics_port,
             options.allow_metrics,
         ),
-        ("Sagemaker service", "0.0.0.0", options.sagemaker_port, options.allow_sagemaker),
-        ("Vertex AI service", "0.0.0.0", options.vertex_ai_port, options.allow_vertex_ai),
-        ("HTTP service", options.http_address, options.http_port, options.allow_http),
+        ("Sagemaker service", "", "0.0.0.0", options.sagemaker_port, options.allow_sagemaker),
+        ("Vertex AI service", "", "0.0.0.0", options.vertex_ai_port, options.allow_vertex_ai),
+        ("HTTP service", "--http-port", options.http_address, options.http_port, options.allow_http),
     ]
-    for what, address, port, used in wanted:
+    for what, flag, address, port, used in wanted:
         if not used:
             continue
         try:
-            held += _claim(address, port)
+            if port == 0:
+                port, sockets = _claim_free(address)
+                picked.append(f"{flag}={port}")
+            else:
+                sockets = _claim(address, port)
+            held += sockets
         except OSError as e:
             if what == "Metrics Service":
                 log.error("failed to start Metrics Service at %s:%d: %s", address, port, e)
@@ -136,7 +170,7 @@ def _claim_ports(options: ServerOptions) -> list[socket.socket]:
             for s in held:
                 s.close()
             raise PortTaken(f"failed to start {what} at {address}:{port}: {e}") from e
-    return held
+    return held, picked
 
 
 class Supervisor:
@@ -291,12 +325,13 @@ def supervise(options: ServerOptions, command_line: list[str]) -> int:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
     try:
-        ports = _claim_ports(options)
+        ports, picked = _claim_ports(options)
     except PortTaken as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     try:
-        return Supervisor(options, command_line).run()
+        # the ports picked for port 0 come last on the command line: they win over the 0 given
+        return Supervisor(options, [*command_line, *picked]).run()
     finally:
         for s in ports:
             s.close()

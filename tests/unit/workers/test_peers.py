@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,7 +20,7 @@ from inferd.trace import Tracing
 from inferd.trace.settings import NewSetting
 from inferd.workers.peers import Peers, PeerServer, WorkersCore
 from inferd.workers.place import WorkerPlace
-from inferd.workers.supervisor import _refusal
+from inferd.workers.supervisor import _claim_ports, _refusal
 
 
 class _Core:
@@ -142,9 +143,29 @@ def test_place_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
 def test_the_supervisor_refuses_what_cannot_work() -> None:
     assert _refusal(ServerOptions(workers=2, http_port=8000)) is None
     assert _refusal(ServerOptions(workers=0)) == "--workers must be at least 1, got 0"
-    text = _refusal(ServerOptions(workers=3, grpc_port=0))
-    assert text == "--workers 3 needs a fixed port: --grpc-port 0 would give each process its own"
-    assert _refusal(ServerOptions(workers=3, grpc_port=0, allow_grpc=False)) is None
+    # HTTP, gRPC and metrics on port 0: the supervisor picks one port for every process
+    assert _refusal(ServerOptions(workers=3, http_port=0, grpc_port=0, metrics_port=0)) is None
+    text = _refusal(ServerOptions(workers=3, sagemaker_port=0, allow_sagemaker=True))
+    assert text == "--workers 3 needs a fixed port: --sagemaker-port 0 would give each process its own"
+    assert _refusal(ServerOptions(workers=3, sagemaker_port=0)) is None
+
+
+def test_the_supervisor_picks_one_port_for_port_0() -> None:
+    """Port 0 is claimed once, by the supervisor: the flags it hands its processes name the port it
+    holds, and a second server binding that port alone fails (it is held)."""
+    options = ServerOptions(http_address="127.0.0.1", http_port=0, grpc_address="127.0.0.1", grpc_port=0)
+    options.allow_metrics = False
+    held, picked = _claim_ports(options)
+    try:
+        assert [flag.split("=")[0] for flag in picked] == ["--grpc-port", "--http-port"]
+        ports = {int(flag.split("=")[1]) for flag in picked}
+        assert ports == {s.getsockname()[1] for s in held} and 0 not in ports
+        for port in ports:
+            with socket.socket() as other, pytest.raises(OSError):
+                other.bind(("127.0.0.1", port))
+    finally:
+        for s in held:
+            s.close()
 
 
 def test_shared_memory_changes_reach_every_process(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from inferd import Server
 from inferd.backends.process.instance import EVENTS
 from inferd.backends.process.ipc import SHM_DIR
 from inferd.errors import InferdError, UnavailableError
+from waiting import wait_until
 
 WORKER = """
 import ctypes
@@ -314,11 +315,13 @@ def test_auto_moves_gil_bound_models_to_processes_and_keeps_the_others(tmp_path:
                 calls = [pool.submit(s.infer, model, {"X": np.ones(1, np.float32)}) for _ in range(n)]
                 return {int(c.result()["PID"][0]) for c in calls}
 
-            deadline = time.monotonic() + 60
-            moved = pids("python_work", 20)
-            while time.monotonic() < deadline and (os.getpid() in moved or len(moved) < 2):
-                moved = pids("python_work", 20)
-            assert os.getpid() not in moved and len(moved) == 2  # two worker processes
+            moved = wait_until(
+                lambda: m if os.getpid() not in (m := pids("python_work", 20)) and len(m) >= 2 else None,
+                "python_work to move to worker processes",
+                60,
+                interval=0,
+            )
+            assert len(moved) == 2  # two worker processes
             assert pids("python_work", 20) == moved  # and they stay
             for _ in range(10):
                 assert pids("sleeps", 20) == {os.getpid()}  # lets go of the lock: stays in threads
