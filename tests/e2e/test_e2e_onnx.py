@@ -3,6 +3,8 @@
 tiny_mlp (no config.pbtxt: auto-completed from the graph), densenet_onnx (the Triton quickstart
 model, with reshape and a labels file) and digits_onnx (a scikit-learn classifier trained on the
 bundled digits dataset, exported by skl2onnx) driven by tritonclient.http with binary tensors.
+What ONNX Runtime does as every native backend does (metadata, HTTP and gRPC, batching, bad inputs) is
+tested in test_e2e_native_backends.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 from conftest import REPO_ROOT, InferdProcess, http_client, serving
-from tritonclient.utils import InferenceServerException
 
+from native_backends import http_input
 from repo_paths import load_script
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,12 +53,6 @@ def client(onnx_server: InferdProcess) -> Iterator[httpclient.InferenceServerCli
         yield c
 
 
-def _input(name: str, arr: np.ndarray[Any, Any]) -> Any:
-    t = httpclient.InferInput(name, list(arr.shape), "FP32")
-    t.set_data_from_numpy(arr, binary_data=True)
-    return t
-
-
 def test_every_example_model_is_ready(client: httpclient.InferenceServerClient) -> None:
     assert client.is_server_ready()
     for name in (
@@ -84,35 +80,13 @@ def test_tiny_mlp_config_is_completed_from_the_graph(client: httpclient.Inferenc
 
 def test_tiny_mlp_answers_what_the_graph_computes(client: httpclient.InferenceServerClient) -> None:
     x = np.random.default_rng(7).random((3, 4), dtype=np.float32)
-    result = client.infer("tiny_mlp", [_input("INPUT0", x)])
+    result = client.infer("tiny_mlp", [http_input("INPUT0", x)])
     y = result.as_numpy("OUTPUT0")
     assert y.shape == (3, 3)
     np.testing.assert_allclose(
         y, build_models.family("onnx_models").tiny_mlp_reference(x), rtol=1e-5, atol=1e-6
     )
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
-
-
-def test_tiny_mlp_concurrent_requests(client: httpclient.InferenceServerClient) -> None:
-    xs = [np.random.default_rng(i).random((1, 4), dtype=np.float32) for i in range(16)]
-    pending = [client.async_infer("tiny_mlp", [_input("INPUT0", x)]) for x in xs]
-    for x, p in zip(xs, pending, strict=True):
-        np.testing.assert_allclose(
-            p.get_result().as_numpy("OUTPUT0"),
-            build_models.family("onnx_models").tiny_mlp_reference(x),
-            rtol=1e-5,
-            atol=1e-6,
-        )
-
-
-def test_tiny_mlp_wrong_shape_is_refused(client: httpclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException) as e:
-        client.infer("tiny_mlp", [_input("INPUT0", np.zeros((1, 5), np.float32))])
-    assert "unexpected shape for input 'INPUT0' for model 'tiny_mlp'. Expected [-1,4], got [1,5]" in str(
-        e.value
-    )
-    with pytest.raises(InferenceServerException, match="batch-size must be <= 4"):
-        client.infer("tiny_mlp", [_input("INPUT0", np.zeros((5, 4), np.float32))])
 
 
 def _image() -> np.ndarray[Any, Any]:
@@ -139,7 +113,7 @@ def test_densenet_scores_match_bare_onnxruntime(
     client: httpclient.InferenceServerClient, examples: Path
 ) -> None:
     image = _image()
-    scores = client.infer("densenet_onnx", [_input("data_0", image)]).as_numpy("fc6_1")
+    scores = client.infer("densenet_onnx", [http_input("data_0", image)]).as_numpy("fc6_1")
     assert scores.shape == (1000,)
     np.testing.assert_allclose(scores, _densenet_bare(examples, image), rtol=1e-3, atol=1e-4)
 
@@ -147,7 +121,7 @@ def test_densenet_scores_match_bare_onnxruntime(
 def test_densenet_classification(client: httpclient.InferenceServerClient, examples: Path) -> None:
     image = _image()
     out = httpclient.InferRequestedOutput("fc6_1", binary_data=False, class_count=3)
-    result = client.infer("densenet_onnx", [_input("data_0", image)], outputs=[out])
+    result = client.infer("densenet_onnx", [http_input("data_0", image)], outputs=[out])
     top = [str(v) for v in result.as_numpy("fc6_1")]
     assert len(top) == 3
     expected = _densenet_bare(examples, image)
@@ -157,15 +131,6 @@ def test_densenet_classification(client: httpclient.InferenceServerClient, examp
     assert float(score) == pytest.approx(float(expected[best]), rel=1e-3, abs=1e-4)
     values = [float(t.split(":")[0]) for t in top]
     assert values == sorted(values, reverse=True)
-
-
-def test_densenet_wrong_datatype_is_refused(client: httpclient.InferenceServerClient) -> None:
-    t = httpclient.InferInput("data_0", [3, 224, 224], "FP64")
-    t.set_data_from_numpy(np.zeros((3, 224, 224), np.float64), binary_data=True)
-    with pytest.raises(
-        InferenceServerException, match="data-type is 'FP64', but model 'densenet_onnx' expects 'FP32'"
-    ):
-        client.infer("densenet_onnx", [t])
 
 
 # -- digits_onnx: scikit-learn's digits, a real classifier -------------------------------------------
@@ -200,7 +165,7 @@ def test_digits_top_class_matches_sklearn(
 ) -> None:
     clf, x_test = digits
     images = x_test[:12]
-    result = client.infer("digits_onnx", [_input("pixels", images)])
+    result = client.infer("digits_onnx", [http_input("pixels", images)])
     probs = result.as_numpy("probabilities")
     assert probs.shape == (12, 10)
     expected = clf.predict(images)
@@ -215,7 +180,9 @@ def test_digits_single_images_batched_concurrently(
 ) -> None:
     clf, x_test = digits
     images = x_test[12:36]
-    pending = [client.async_infer("digits_onnx", [_input("pixels", images[i : i + 1])]) for i in range(24)]
+    pending = [
+        client.async_infer("digits_onnx", [http_input("pixels", images[i : i + 1])]) for i in range(24)
+    ]
     got = [int(p.get_result().as_numpy("probabilities").argmax()) for p in pending]
     assert got == clf.predict(images).tolist()
 
@@ -226,7 +193,7 @@ def test_digits_classification_with_labels(
     clf, x_test = digits
     images = x_test[36:40]
     out = httpclient.InferRequestedOutput("probabilities", binary_data=False, class_count=3)
-    result = client.infer("digits_onnx", [_input("pixels", images)], outputs=[out])
+    result = client.infer("digits_onnx", [http_input("pixels", images)], outputs=[out])
     top = result.as_numpy("probabilities")
     assert top.shape == (4, 3)
     proba = clf.predict_proba(images)
@@ -278,5 +245,5 @@ def test_a_model_exported_from_pytorch_in_this_venv_serves(tmp_path: Path) -> No
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
     with serving(repo, tmp_path / "server.log") as proc, http_client(proc) as c:
-        got = c.infer("exported", [_input("INPUT0", x)]).as_numpy("OUTPUT0")
+        got = c.infer("exported", [http_input("INPUT0", x)]).as_numpy("OUTPUT0")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
