@@ -16,13 +16,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from repo_paths import FIXTURES, ROOT
+from waiting import wait_until
 
 SOURCES = FIXTURES / "c_backends"
 NATIVE = ROOT / "src" / "inferd" / "backends" / "tritonc" / "native"
@@ -290,9 +290,9 @@ def settled_stats(server: Any, model: str, successes: int) -> dict[str, Any]:
     """The model's statistics once ``successes`` requests are counted: an execute in a worker thread is
     counted when it returns, which may be a moment after its responses went (as the reference counts a
     request when its backend reports it)."""
-    deadline = time.monotonic() + 10
-    while True:
-        stats: dict[str, Any] = server.request("GET", f"/v2/models/{model}/stats").json()["model_stats"][0]
-        if stats["inference_stats"]["success"]["count"] >= successes or time.monotonic() > deadline:
-            return stats
-        time.sleep(0.02)
+
+    def stats() -> dict[str, Any] | None:
+        doc: dict[str, Any] = server.request("GET", f"/v2/models/{model}/stats").json()["model_stats"][0]
+        return doc if doc["inference_stats"]["success"]["count"] >= successes else None
+
+    return wait_until(stats, f"{successes} successes of {model}", 10)

@@ -431,10 +431,8 @@ def serve_here(args: list[str], cwd: Path, limit_s: float = 600.0) -> Iterator[P
                 )
                 return ports if ports[0] and _ready(ports[0]) else None
 
-            found = wait_until(ready, f"inferd {' '.join(args)} to be ready", limit_s, interval=0.1,
-                               detail=lambda: read_text(Path(log.name))[-3000:])  # fmt: skip
-            assert found is not None
-            yield found
+            yield wait_until(ready, f"inferd {' '.join(args)} to be ready", limit_s, interval=0.1,
+                             detail=lambda: read_text(Path(log.name))[-3000:])  # fmt: skip
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

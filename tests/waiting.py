@@ -30,7 +30,7 @@ class WaitTimeout(AssertionError):
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     what: str,
     timeout: float = WAIT_S,
     *,
@@ -52,13 +52,22 @@ def wait_until(
             if value:
                 return value
         if time.monotonic() >= deadline:
-            message = f"timed out after {timeout:g} s waiting for {what}"
-            if last_error is not None:
-                message += f" (last: {type(last_error).__name__}: {last_error})"
-            if detail is not None:
-                message += f"\n{detail()}"
-            raise WaitTimeout(message)
+            raise _timeout(what, timeout, last_error, detail)
         time.sleep(interval)
+
+
+def _timeout(
+    what: str,
+    timeout: float,
+    last_error: BaseException | None = None,
+    detail: Callable[[], object] | None = None,
+) -> WaitTimeout:
+    message = f"timed out after {timeout:g} s waiting for {what}"
+    if last_error is not None:
+        message += f" (last: {type(last_error).__name__}: {last_error})"
+    if detail is not None:
+        message += f"\n{detail()}"
+    return WaitTimeout(message)
 
 
 def wait_for_event(event: threading.Event, what: str, timeout: float = WAIT_S) -> None:

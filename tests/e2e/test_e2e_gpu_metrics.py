@@ -89,11 +89,9 @@ def _wait_for(
         last[:] = [_gpu_samples(server)]
         return last[0] if ok(last[0]) else None
 
-    found = wait_until(
+    return wait_until(
         scrape, what, limit_s, interval=INTERVAL_MS / 1000 / 2, detail=lambda: f"last scrape: {last}"
     )
-    assert found is not None
-    return found
 
 
 def test_every_family_for_every_gpu_with_its_uuid(gpu_server: InferdProcess) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from conftest import REFERENCE_MODELS, InferdProcess
 
+from waiting import wait_until
+
 pytestmark = pytest.mark.timeout(90)
 
 _PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
@@ -52,10 +54,8 @@ def test_sigterm_drains_in_flight_requests(start_server: Any, tmp_path: Path) ->
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 20
-    while not all(p.exists() for p in started):  # both executing (the model has two instances)
-        assert time.monotonic() < deadline, "the slow requests never started"
-        time.sleep(0.01)
+    # both executing (the model has two instances)
+    wait_until(lambda: all(p.exists() for p in started), "both slow requests to start", 20, interval=0.01)
     assert srv.proc is not None
     t_term = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)

@@ -18,8 +18,7 @@ import json
 import shutil
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import h2.config
 import h2.connection
@@ -35,6 +34,10 @@ from conftest import InferdProcess, grpc_client, http_client, serving
 from tritonclient.grpc import service_pb2
 
 from repo_paths import FIXTURES
+from waiting import wait_until
+
+#: how long the memory held for clients may take to go back (a loaded machine)
+WAIT_S = 60.0
 
 MiB = 1 << 20
 BUDGET = 8 * MiB
@@ -78,13 +81,6 @@ def _executed(server: InferdProcess) -> int:
     return int(stats["success"]["count"]) + int(stats["fail"]["count"])
 
 
-def _until(check: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
-    end = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < end, what
-        time.sleep(0.05)
-
-
 def _others_served(server: InferdProcess) -> None:
     """tritonclient (HTTP and gRPC, connections of their own that read) gets its answers."""
     with http_client(server) as c:
@@ -98,9 +94,12 @@ def _others_served(server: InferdProcess) -> None:
 
 
 def _returns(server: InferdProcess, idle: int) -> None:
-    _until(lambda: _held(server) == 0, "the closed connections' answers are still counted")
-    _until(
-        lambda: _rss(server) - idle <= RETURN_SLACK, f"RSS {_rss(server) - idle:,} over idle after closing"
+    wait_until(lambda: _held(server) == 0, "the closed connections' answers to be let go", WAIT_S)
+    wait_until(
+        lambda: _rss(server) - idle <= RETURN_SLACK,
+        "RSS back to idle after closing",
+        WAIT_S,
+        detail=lambda: f"RSS {_rss(server) - idle:,} over idle",
     )
 
 
@@ -186,9 +185,13 @@ def test_a_grpc_connection_with_no_window_holds_the_budget_and_one_answer(
     client = WindowZero(server.grpc_port)
     try:
         client.model_infer(calls, ANSWER)
-        _until(lambda: _executed(server) - before == calls, "the calls were not all run")
+        wait_until(lambda: _executed(server) - before == calls, "every call to run", WAIT_S)
         # every call ended but those whose answers wait for the window
-        _until(lambda: sum(client.ended().values()) == calls - _held(server) // ANSWER, "calls not ended")
+        wait_until(
+            lambda: sum(client.ended().values()) == calls - _held(server) // ANSWER,
+            "the calls to end",
+            WAIT_S,
+        )
         held, rss = _held(server), _rss(server)
         assert BUDGET < held <= BUDGET + ANSWER + 4096  # (before: all 100 answers, 100 MiB)
         assert rss - idle <= BUDGET + ANSWER + RSS_SLACK, f"RSS +{(rss - idle) / MiB:.0f} MiB while held"
@@ -227,7 +230,7 @@ def test_http_connections_pipelining_without_reading_hold_twice_the_budget_at_mo
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)  # the kernel keeps little of it
             s.sendall(_pipelined(ANSWER, k))
             socks.append(s)
-        _until(lambda: _executed(server) - before == connections * k, "the requests were not all run")
+        wait_until(lambda: _executed(server) - before == connections * k, "every request to run", WAIT_S)
         held, rss = _held(server), _rss(server)
         # twice the budget (past it no large answer is kept), and the answer that passed it
         assert BUDGET < held <= 2 * BUDGET + ANSWER + 4096, held  # (before: unbounded)

@@ -8,7 +8,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from conftest import InferdProcess
 from tritonclient.utils import InferenceServerException
 
 from repo_paths import REFERENCE_MODELS
+from waiting import wait_for_file, wait_until
 
 # sleeps MS milliseconds, with a file "executing" in its folder meanwhile
 SLEEP_MODEL = """
@@ -259,7 +260,7 @@ def test_unload_answers_once_the_requests_in_flight_are_done(explicit: InferdPro
 
         t = threading.Thread(target=slow)
         t.start()
-        _until((explicit.repository / "sleeper" / "executing").exists)
+        wait_for_file(explicit.repository / "sleeper" / "executing")
         t0 = time.monotonic()
         client.unload_model("sleeper")
         assert time.monotonic() - t0 > 0.1  # the unload waited for the execute in flight
@@ -310,13 +311,6 @@ def test_reloads_under_load_fail_no_request(explicit: InferdProcess) -> None:
     assert sum(counts) > 30
 
 
-def _until(pred: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "the server never got there"
-        time.sleep(0.02)
-
-
 def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
     repo = tmp_path / "models"
     shutil.copytree(REFERENCE_MODELS / "identity_fp32", repo / "identity_fp32")
@@ -328,15 +322,18 @@ def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
         with pytest.raises(InferenceServerException, match="polling is enabled"):
             client.load_model("identity_fp32")
         shutil.copytree(REFERENCE_MODELS / "add_sub", repo / "add_sub")
-        _until(lambda: client.is_model_ready("add_sub"))
+        wait_until(lambda: client.is_model_ready("add_sub"), "add_sub to be loaded")
         config = repo / "add_sub" / "config.pbtxt"
         config.write_text(
             config.read_text() + '\nparameters { key: "marker" value: { string_value: "2" } }\n'
         )
-        _until(lambda: client.get_model_config("add_sub").get("parameters", {}).get("marker") is not None)
+        wait_until(
+            lambda: client.get_model_config("add_sub").get("parameters", {}).get("marker") is not None,
+            "add_sub's new config",
+        )
         assert client.is_model_ready("add_sub")
         shutil.rmtree(repo / "add_sub")
-        _until(lambda: not client.is_model_ready("add_sub"))
+        wait_until(lambda: not client.is_model_ready("add_sub"), "add_sub to be unloaded")
         assert client.is_model_ready("identity_fp32")
     finally:
         client.close()

@@ -18,6 +18,8 @@ import tritonclient.http as httpclient
 from conftest import InferdProcess
 from tritonclient.utils import InferenceServerException
 
+from waiting import wait_until
+
 # sleeps SLEEP_MS; a sleep of a second or more says so with a file in the model's folder meanwhile
 SLEEPY = """
 import os
@@ -107,14 +109,8 @@ def _grpc_inputs(ms: int, batched: bool = False) -> list[grpcclient.InferInput]:
 
 def _until_ok(call: Callable[[], Any], timeout_s: float = 30) -> Any:
     """The model serves again (a stuck thread returned, a process restarted)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except InferenceServerException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    return wait_until(lambda: (call(),), "the model to serve again", timeout_s, interval=0.05,
+                      ignore=(InferenceServerException,))[0]  # fmt: skip
 
 
 def test_a_hanging_thread_instance_fails_its_request_at_the_limit(server: InferdProcess) -> None:

@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from repo_paths import FIXTURES, REFERENCE_MODELS
+from waiting import wait_until
 
 HAVE_OTEL = importlib.util.find_spec("opentelemetry.sdk") is not None
 SUMMARY = FIXTURES / "trace_summary.py"
@@ -72,16 +73,18 @@ def _inputs(mod: Any) -> list[Any]:
 
 def _read(path: Path, traces: int, timeout: float = 10.0) -> list[dict[str, Any]]:
     """The records of a trace file once it holds ``traces`` traces without a parent (polled)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        doc: list[dict[str, Any]] = []
-        if path.exists():
-            doc = json.loads(path.read_text())
-        roots = {r["id"] for r in doc if "model_name" in r and "parent_id" not in r}
-        if len(roots) >= traces or time.monotonic() > deadline:
-            assert len(roots) == traces, doc
-            return doc
-        time.sleep(0.02)
+
+    def read() -> list[dict[str, Any]]:
+        doc: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
+        return doc
+
+    def roots(doc: list[dict[str, Any]]) -> set[Any]:
+        return {r["id"] for r in doc if "model_name" in r and "parent_id" not in r}
+
+    found = wait_until(lambda: (doc,) if len(roots(doc := read())) >= traces else None,
+                       f"{traces} traces in {path.name}", timeout, detail=read)  # fmt: skip
+    assert len(roots(found[0])) == traces, found[0]
+    return found[0]
 
 
 def _by_id(doc: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
