@@ -1,4 +1,4 @@
-"""What the reliability suites share: the model repository, a real ``inferd serve`` on free ports, its
+"""What the reliability suites share: the model repository, a real ``inferd serve`` on port 0, its
 memory, a health check timed every 100 ms, a raw HTTP/1.1 client, how answers are judged, and
 RELIABILITY.md's sections.
 """
@@ -56,10 +56,8 @@ def build_repository(dest: Path, sources: Sequence[Path], only: Sequence[str] | 
     return dest
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: a start-up line naming the port a front end got: the server binds port 0 and says which it got
+_LISTENING = re.compile(r"Started (GRPCInferenceService|Metrics Service|HTTPService) at (\S+):(\d+)")
 
 
 def raise_fd_limit(want: int) -> int:
@@ -73,7 +71,9 @@ def raise_fd_limit(want: int) -> int:
 
 # -- the server ------------------------------------------------------------------------------------
 class Server:
-    """``python -m inferd serve`` (this checkout's ``src`` first) on free ports of 127.0.0.1."""
+    """``python -m inferd serve`` (this checkout's ``src`` first) on port 0 of 127.0.0.1: the ports
+    it got are read from its start-up lines (ports picked ahead raced: bound and let go one after
+    another, the kernel once gave HTTP and gRPC the same port)."""
 
     def __init__(
         self, repository: Path, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None
@@ -87,48 +87,58 @@ class Server:
         self.command: list[str] = []
 
     def start(self, timeout: float = 60.0) -> Server:
-        for _attempt in range(3):  # another process may take a port between picking and binding it
-            self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-            self.command = [
-                sys.executable,
-                "-m",
-                "inferd",
-                "serve",
-                "--model-repository",
-                str(self.repository),
-                "--http-address",
-                "127.0.0.1",
-                "--grpc-address",
-                "127.0.0.1",
-                "--http-port",
-                str(self.http_port),
-                "--grpc-port",
-                str(self.grpc_port),
-                "--metrics-port",
-                str(self.metrics_port),
-                "--exit-on-error=false",
-                *self.args,
-            ]
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
-            # INFERD_SRC: another source tree to attack (a worktree of an older commit: before/after)
-            src = os.environ.get("INFERD_SRC") or str(ROOT / "src")
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    self.command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=ROOT,
-                    preexec_fn=_server_limits,
-                )
-            if self.wait_ready(timeout):
-                return self
-            tail = self.log()[-3000:]
-            self.kill()
-            if "address already in use" not in tail.lower():
-                raise RuntimeError(f"inferd did not become ready; log:\n{tail}")
-        raise RuntimeError("inferd could not bind its ports")
+        self.http_port = self.grpc_port = self.metrics_port = 0
+        self.command = [
+            sys.executable,
+            "-m",
+            "inferd",
+            "serve",
+            "--model-repository",
+            str(self.repository),
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-address",
+            "127.0.0.1",
+            "--http-port=0",
+            "--grpc-port=0",
+            "--metrics-port=0",
+            "--exit-on-error=false",
+            *self.args,
+        ]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **self.env)
+        # INFERD_SRC: another source tree to attack (a worktree of an older commit: before/after)
+        src = os.environ.get("INFERD_SRC") or str(ROOT / "src")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=ROOT,
+                preexec_fn=_server_limits,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._read_ports(offset):  # HTTP opens last: once it is named, every port is
+            if not self.alive() or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if self.http_port and self.wait_ready(max(0.0, deadline - time.monotonic())):
+            return self
+        tail = self.log()[-3000:]
+        self.kill()
+        raise RuntimeError(f"inferd did not become ready; log:\n{tail}")
+
+    def _read_ports(self, offset: int) -> bool:
+        """The ports the start-up lines written since ``offset`` name; True once HTTP's is known."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            ports = {m[1]: int(m[3]) for m in _LISTENING.finditer(f.read().decode(errors="replace"))}
+        self.http_port = ports.get("HTTPService", 0)
+        self.grpc_port = ports.get("GRPCInferenceService", 0)
+        self.metrics_port = ports.get("Metrics Service", 0)
+        return self.http_port != 0
 
     @property
     def pid(self) -> int:
