@@ -11,12 +11,12 @@ from typing import Any
 
 from conftest import InferdProcess, Response
 
-from ports import free_port
-
 
 class CloudProcess(InferdProcess):
     """``python -m inferd serve ...`` (or the ``serve`` entry point) with a cloud front end on
-    ``cloud_port``: live once that port listens and the server logged that it is ready."""
+    ``cloud_port``: live once that port listens and the server logged that it is ready. The port is
+    0 (the flags and variables a test writes with it ask for any free port) until the server's
+    start-up line names the port it got."""
 
     def __init__(
         self,
@@ -26,7 +26,7 @@ class CloudProcess(InferdProcess):
         env: dict[str, str] | None = None,
         serve_entry_point: bool = False,
     ) -> None:
-        self.cloud_port = free_port()
+        self.cloud_port = 0
         self.serve_entry_point = serve_entry_point
         super().__init__(repository, log_path, args, env=env)
         if serve_entry_point:  # SageMaker's `serve`: everything comes from the environment
@@ -36,7 +36,11 @@ class CloudProcess(InferdProcess):
 
     def _wait_live(self) -> bool:
         def listening() -> bool:
-            self.read_ports()  # HTTP, gRPC and metrics (port 0), where they are served
+            self.read_ports()
+            ports = self.ports
+            self.cloud_port = ports.get("Sagemaker HTTPService") or ports.get("Vertex AI HTTPService", 0)
+            if not self.cloud_port:
+                return False
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", self.cloud_port)) == 0 and "ready in" in self.log()
 

@@ -214,6 +214,8 @@ class InferdProcess:
         self.host = "127.0.0.1"
         #: the files the start-up lines go to, each with its size before the start
         self._logs: list[tuple[Path, int]] = [(log_path, 0)]
+        #: every port the start-up lines name, by service ("HTTPService", "Sagemaker HTTPService"...)
+        self.ports: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> InferdProcess:
@@ -260,7 +262,7 @@ class InferdProcess:
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 f.seek(offset)
                 text += f.read().decode(errors="replace")
-        ports = listening_ports(text)
+        self.ports = ports = listening_ports(text)
         self.port = ports.get("HTTPService", 0)
         self.grpc_port = ports.get("GRPCInferenceService", 0)
         self.metrics_port = ports.get("Metrics Service", 0)

@@ -353,16 +353,6 @@ def test_a_second_server_on_the_same_ports_fails_to_start(workers: InferdProcess
     assert {_whoami_fresh_connection(workers) for _ in range(20)} <= _serving_processes(workers)
 
 
-def test_workers_need_a_fixed_cloud_port(tmp_path: Path) -> None:
-    """HTTP, gRPC and metrics on port 0 get one port for every process (the supervisor picks it:
-    every server of these tests starts that way); a cloud port 0 is refused."""
-    cmd = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(tmp_path), "--workers", "2"]
-    cmd += ["--allow-sagemaker=true", "--sagemaker-port", "0"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
-    assert done.returncode == 1
-    assert "--workers 2 needs a fixed port: --sagemaker-port 0 would give each process its own" in done.stderr
-
-
 def test_each_process_writes_its_own_trace_file(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
     flags = ("--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS")

@@ -22,9 +22,9 @@ of the supervisor's (``peers.py``).
   ...: address in use"), then holds it bound (not listening, so it takes no connection) with
   SO_REUSEPORT until it exits. SO_REUSEPORT alone would let a second ``--workers`` server of the
   same user join the port and take half of this one's connections, silently; every supervisor binds
-  alone first, so a second one fails, also across a process's restart. Port 0 (HTTP, gRPC,
-  metrics) is resolved here, once: the supervisor takes a free port and hands it to every process
-  on its command line, so they all share it (each logs it in its "Started ..." line).
+  alone first, so a second one fails, also across a process's restart. Port 0 is resolved here,
+  once: the supervisor takes a free port and hands it to every process on its command line, so
+  they all share it (each logs it in its "Started ..." line).
 """
 
 from __future__ import annotations
@@ -65,14 +65,7 @@ class _Worker:
 def _refusal(options: ServerOptions) -> str | None:
     if options.workers < 1:
         return f"--workers must be at least 1, got {options.workers}"
-    ports = [  # HTTP, gRPC and metrics on port 0 are resolved by the supervisor (_claim_ports)
-        ("--sagemaker-port", options.sagemaker_port, options.allow_sagemaker),
-        ("--vertex-ai-port", options.vertex_ai_port, options.allow_vertex_ai),
-    ]
-    for flag, port, used in ports:
-        if used and port == 0:
-            return f"--workers {options.workers} needs a fixed port: {flag} 0 would give each process its own"
-    return None
+    return None  # (a port 0 is resolved once, by the supervisor: _claim_ports)
 
 
 class PortTaken(Exception):
@@ -149,8 +142,8 @@ def _claim_ports(options: ServerOptions) -> tuple[list[socket.socket], list[str]
             options.metrics_port,
             options.allow_metrics,
         ),
-        ("Sagemaker service", "", "0.0.0.0", options.sagemaker_port, options.allow_sagemaker),
-        ("Vertex AI service", "", "0.0.0.0", options.vertex_ai_port, options.allow_vertex_ai),
+        ("Sagemaker service", "--sagemaker-port", "0.0.0.0", options.sagemaker_port, options.allow_sagemaker),
+        ("Vertex AI service", "--vertex-ai-port", "0.0.0.0", options.vertex_ai_port, options.allow_vertex_ai),
         ("HTTP service", "--http-port", options.http_address, options.http_port, options.allow_http),
     ]
     for what, flag, address, port, used in wanted:

@@ -143,11 +143,9 @@ def test_place_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
 def test_the_supervisor_refuses_what_cannot_work() -> None:
     assert _refusal(ServerOptions(workers=2, http_port=8000)) is None
     assert _refusal(ServerOptions(workers=0)) == "--workers must be at least 1, got 0"
-    # HTTP, gRPC and metrics on port 0: the supervisor picks one port for every process
+    # port 0: the supervisor picks one port for every process
     assert _refusal(ServerOptions(workers=3, http_port=0, grpc_port=0, metrics_port=0)) is None
-    text = _refusal(ServerOptions(workers=3, sagemaker_port=0, allow_sagemaker=True))
-    assert text == "--workers 3 needs a fixed port: --sagemaker-port 0 would give each process its own"
-    assert _refusal(ServerOptions(workers=3, sagemaker_port=0)) is None
+    assert _refusal(ServerOptions(workers=3, sagemaker_port=0, allow_sagemaker=True)) is None
 
 
 def test_the_supervisor_picks_one_port_for_port_0() -> None:
