@@ -176,14 +176,20 @@ def _infer(server: Server, mode: int, x: np.ndarray[Any, Any]) -> dict[str, np.n
 
 
 def _pids() -> set[int]:
+    """This process's worker children (other tests and servers on the machine start workers too)."""
     out = set()
+    me = os.getpid()
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"inferd.backends.process.worker" in f.read():
-                    out.add(int(pid))
-        except OSError:
-            pass
+                if b"inferd.backends.process.worker" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            out.add(int(pid))
     return out
 
 
