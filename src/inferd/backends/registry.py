@@ -1,11 +1,11 @@
 """Backend name -> implementation, imported lazily; third-party backends come through entry points;
-any other name is a Triton C/C++ backend (``backends/tritonc``), its library found per model."""
+any other name is a Triton C/C++ backend (``backends/tritonc``) or a Python-based backend
+(``backends/python/based.py``), which of the two found per model."""
 
 from __future__ import annotations
 
 import importlib
 import logging
-import re
 from typing import Any
 
 from inferd.backends.base import Backend
@@ -23,8 +23,6 @@ _BUILTIN: dict[str, str] = {
 _ENTRY_POINT_GROUP = "inferd.backends"
 log = logging.getLogger("inferd.backends")
 _cache: dict[str, Backend] = {}
-#: what may name a C/C++ backend's library (libtriton_<name>.so): no path, nothing a file name cannot hold
-_C_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
 
 
 def builtin_names() -> list[str]:
@@ -38,30 +36,21 @@ def get_backend(name: str) -> Backend:
     if cached is not None:
         return cached
     target = _BUILTIN.get(name)
-    installed: list[str] = []
     if target is None:
         from importlib.metadata import entry_points  # only for third-party backends: 90 ms at start
 
         for ep in entry_points(group=_ENTRY_POINT_GROUP):
-            installed.append(ep.name)
             if ep.name == name:
                 target = ep.value
                 break
-    if target is None and not _C_NAME.fullmatch(name):
-        names = ", ".join(sorted(_BUILTIN))
-        more = f"; installed through the '{_ENTRY_POINT_GROUP}' entry point: {', '.join(sorted(installed))}"
-        raise InvalidArgumentError(
-            f"unable to find backend '{name}': inferd's backends are {names}"
-            + (more if installed else "")
-            + f" (a third-party backend registers under the '{_ENTRY_POINT_GROUP}' entry point)"
-        )
     backend: Backend
     if target is None:
-        # any other name may be a Triton C/C++ backend (libtriton_<name>.so): each model finds its
-        # library, or says where it looked (backends/tritonc)
-        from inferd.backends.tritonc.backend import TritonCBackend
+        # any other name may be a Triton C/C++ backend (libtriton_<name>.so) or a Python-based one
+        # (<backend directory>/<name>/model.py): each model finds which, or fails its load saying
+        # where it looked (a name with a path in it finds nothing: tritonc/search.py)
+        from inferd.backends.python.based import NamedBackend
 
-        backend = TritonCBackend(name)
+        backend = NamedBackend(name)
     else:
         module_name, _, attr = target.partition(":")
         factory = getattr(importlib.import_module(module_name), attr)

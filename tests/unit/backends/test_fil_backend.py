@@ -117,7 +117,10 @@ def test_an_unknown_backend_says_which_exist(tmp_path: Path) -> None:
     cfg = parse_config_text('name: "m" backend: "nope"', "test")
     with pytest.raises(InvalidArgumentError) as e:
         get_backend("nope").find_library(cfg, tmp_path, None)  # type: ignore[attr-defined]
-    assert "unable to find backend 'nope': inferd's backends are fil, onnxruntime, openvino" in str(e.value)
+    assert (
+        "unable to find backend library for backend 'nope', try specifying runtime on the model configuration. "
+        "inferd's backends are fil, onnxruntime, openvino" in str(e.value)
+    )
 
 
 @pytest.mark.parametrize("model_type", ["xgboost", "xgboost_json", "xgboost_ubj"])

@@ -55,6 +55,7 @@ from inferd.backends.process.ipc import (
 from inferd.backends.process.memory import WATCH, over_limit, rss_bytes
 from inferd.backends.process.relay import BlsRelay, answer, answer_call
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
+from inferd.backends.tritonc.search import backend_directory
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
@@ -304,6 +305,7 @@ class ProcessInstance:
             "log": for_workers(),
             "backend_config": dict(ctx.backend_config),
             "uploaded": ctx.uploaded,
+            "backend_directory": backend_directory(),  # a backend's library or model.py is found there
         }
         starting = Starting(proc, chan, deadline, self._memory_limit, self._limit_name)
         try:

@@ -36,6 +36,7 @@ from inferd.backends.base import LoadContext
 from inferd.backends.process.ipc import ChannelClosed
 from inferd.backends.process.model import ProcessModel
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
+from inferd.backends.tritonc.search import backend_directory
 from inferd.errors import ErrorCode, InvalidArgumentError, UnavailableError, error_for_code
 from inferd.logs import for_workers
 
@@ -157,6 +158,7 @@ def complete_in_worker(
         "default_max_batch_size": default_max_batch_size,
         "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
         "log": for_workers(),
+        "backend_directory": backend_directory(),
     }
     starting = Starting(
         proc, chan, time.monotonic() + limits.load_timeout_s, limits.memory_limit, MEMORY_LIMIT_SETTING

@@ -70,6 +70,11 @@ class PythonBackend:
         are GPUs (the reference's Python backend prefers KIND_GPU), ``args`` saying which."""
         return True
 
+    def model_py(self, config: Any, version_dir: Path) -> tuple[Path, list[str] | None]:
+        """The model's file and the folders of its own modules (None: its version and model folders);
+        a Python-based backend's are the backend's (based.py)."""
+        return model_file(config, version_dir), None
+
     def auto_complete(
         self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
     ) -> None:
@@ -77,8 +82,8 @@ class PythonBackend:
         if version_dir is None:
             return
         recursion.install()  # model.py runs here (in a worker process too for an uploaded model: it ends)
-        path = model_file(config, version_dir)
-        module = import_model(path, f"_inferd_autocomplete_{config.name}")
+        path, folders = self.model_py(config, version_dir)
+        module = import_model(path, f"_inferd_autocomplete_{config.name}", folders)
         try:
             self._complete(module, config)
         finally:
@@ -111,7 +116,7 @@ class PythonBackend:
         from inferd.backends.process.model import ProcessModel
 
         mode = execution_mode(ctx)
-        path = model_file(ctx.config, ctx.version_dir)
+        path, folders = self.model_py(ctx.config, ctx.version_dir)
         limited = memory_limit(ctx) > 0  # (checked in every mode: a bad value fails the load)
         if mode == "auto" and runs_in_workers(ctx.model_name, path, limited):
             mode = "process"
@@ -126,7 +131,7 @@ class PythonBackend:
                 ctx.model_name,
             )
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
-        module = import_model(path, module_name)
+        module = import_model(path, module_name, folders)
         model = PythonModel(ctx, module)
         if mode == "auto":
             model.auto = ProcessModel(ctx)
