@@ -193,8 +193,8 @@ def _complete(
         cfg, md.name, default_max_batch_size=default_mbs, gpus=gpus, auto_gpu=auto_gpu(cfg, bool(gpus.gpus))
     )
     validate_config(cfg, gpus)
-    if cfg.platform != "ensemble" and cfg.backend != "python":
-        # a Python model may declare no tensors at all: the reference loads it READY
+    if cfg.platform != "ensemble" and cfg.backend != "python" and cfg.runtime != "model.py":
+        # a Python model (a Python-based backend's too) may declare no tensors: the reference loads it READY
         require_io(cfg)
     if not strict and log.isEnabledFor(VERBOSE1):  # as the reference logs it (one escaped line here)
         log.log(VERBOSE1, "Server side auto-completed config: %s", text_format.MessageToString(cfg))

@@ -114,3 +114,19 @@ def test_no_backend_file_fails_the_load_with_the_reference_s_text(server: Server
     assert "unable to find backend library for backend 'nosuch', try specifying runtime" in e.value.message
     server.load_model("lin_a")  # and the next load serves
     np.testing.assert_array_equal(_y(server, "lin_a", X), X * 2 + 1)
+
+
+def test_a_model_with_no_tensors_loads_as_a_python_model_does(
+    server: Server, layout: tuple[Path, Path]
+) -> None:
+    # the reference loads it READY (config.pbtxt: backend only; the backend completes nothing)
+    models, backends = layout
+    (backends / "bare").mkdir()
+    (backends / "bare" / "model.py").write_text(
+        "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+    )
+    (models / "noio" / "1").mkdir(parents=True)
+    (models / "noio" / "config.pbtxt").write_text('backend: "bare"\n')
+    server.load_model("noio")
+    config = server.model_config("noio")
+    assert (config["runtime"], config["input"], config["output"]) == ("model.py", [], [])
