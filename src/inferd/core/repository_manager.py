@@ -319,7 +319,8 @@ def _load_once(
             cfg,
             settings.links.infer_blocking,
             settings.links,
-            settings.for_backend(cfg.backend),
+            # a Python-based backend's model (runtime model.py) has the python backend's, as the reference's
+            settings.for_backend("python" if cfg.runtime == "model.py" else cfg.backend),
             settings.load_timeout_s,
             uploaded=md.uploaded,
         )
