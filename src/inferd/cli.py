@@ -231,8 +231,8 @@ _CONTROL_MODES = {"none": "MODE_NONE", "poll": "MODE_POLL", "explicit": "MODE_EX
 def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
     """The reference's start-up options table, row for row, from inferd's options (the pinned
     memory pool: 0, inferd keeps none)."""
-    from inferd.core.cache import cache_size
-    from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
+    from inferd.engine.cache import cache_size
+    from inferd.engine.server import EXTENSIONS, PROTOCOL_VERSION
 
     rows = [
         ("server_id", options.id),
@@ -354,7 +354,7 @@ async def _serve(
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
-            if not version:  # a version's failure was logged when it failed (core/repository_manager.py)
+            if not version:  # a version's failure was logged when it failed (engine/repository_manager.py)
                 log.error("failed to load '%s': %s", name, reason)
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
         await runtime.stop()  # the loaded models unload (finalize), as the reference's do
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model_repository = [Path(os.environ["AIP_STORAGE_URI"])]  # as tritonserver reads it
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
-    from inferd.core.on_demand import budget_from_options
+    from inferd.engine.on_demand import budget_from_options
 
     try:
         budget_from_options(args.model_memory_budget, args.model_control_mode)

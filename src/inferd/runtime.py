@@ -20,9 +20,9 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
-from inferd.core.repository_manager import parse_backend_config
-from inferd.core.server import ServerCore
 from inferd.core.unsent import UnsentBudget, default_limit, trim_forever
+from inferd.engine.repository_manager import parse_backend_config
+from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
@@ -47,7 +47,7 @@ from inferd.trace.config import option_int
 from inferd.workers.place import WorkerPlace
 
 if TYPE_CHECKING:
-    from inferd.core.facade import Core
+    from inferd.engine.facade import Core
     from inferd.frontends.grpc.service import InferenceServicer
     from inferd.frontends.http.app import HttpApp
     from inferd.workers.peers import PeerServer

@@ -133,7 +133,7 @@ def _violations(applies: Callable[[str], bool], allowed: Callable[[Edge], bool])
 def test_every_layer_is_found() -> None:
     for name in (
         "inferd.errors",
-        "inferd.core.server",
+        "inferd.engine.server",
         "inferd.scheduling.instances",
         "inferd.repository",
         "inferd.backends.python.backend",
@@ -146,21 +146,21 @@ def test_every_layer_is_found() -> None:
 
 def test_edges_are_read() -> None:
     edges = {(e.module, e.target) for e in EDGES}
-    assert ("inferd.core.server", "inferd.core.validate") in edges
-    assert ("inferd.runtime", "inferd.core.server") in edges
+    assert ("inferd.engine.server", "inferd.engine.validate") in edges
+    assert ("inferd.runtime", "inferd.engine.server") in edges
     # ``from inferd.core import request as _core_request``
     assert ("inferd.backends.python.pb_utils", "inferd.core.request") in edges
     # ``from inferd import Server`` names the module that defines it
     assert ROOT_EXPORTS["Server"] == "inferd.api"
     type_only = {(e.module, e.target) for e in EDGES if e.type_only}
-    assert ("inferd.core.model", "inferd.scheduling.base") in type_only
+    assert ("inferd.engine.model", "inferd.scheduling.base") in type_only
 
 
 def test_relative_imports_resolve() -> None:
     tree = ast.parse("from . import a\nfrom ..errors import X\nfrom .tensor import Tensor\n")
     nodes = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
-    assert _resolve("inferd.core.validate", nodes[0]) == "inferd.core"
-    assert _resolve("inferd.core.validate", nodes[1]) == "inferd.errors"
+    assert _resolve("inferd.core.request", nodes[0]) == "inferd.core"
+    assert _resolve("inferd.core.request", nodes[1]) == "inferd.errors"
     assert _resolve("inferd.core", nodes[2]) == "inferd.core.tensor"
 
 
@@ -254,7 +254,7 @@ def _scheduling_allows(e: Edge) -> bool:
         return True
     if _in(e.target, "inferd.errors", "inferd.scheduling"):
         return True
-    return e.type_only and e.target == "inferd.core.model"
+    return e.type_only and e.target == "inferd.engine.model"
 
 
 def test_scheduling_imports_only_errors_core_data_backend_seams_and_itself() -> None:
@@ -282,13 +282,15 @@ def test_gpu_discovery_imports_nothing_of_the_server() -> None:
 @pytest.mark.parametrize("forbidden", ["inferd.frontends", "inferd.cli", "inferd.api"])
 def test_nothing_below_the_frontends_imports_them(forbidden: str) -> None:
     below = [m for m in MODULES if m != ROOT and not _in(m, *TOP)]
-    assert "inferd.core.server" in below and "inferd.options" in below
+    assert "inferd.engine.server" in below and "inferd.options" in below
     assert _violations(lambda m: m in below, lambda e: not _in(e.target, forbidden)) == []
 
 
 def test_frontends_see_the_core_through_its_facade() -> None:
-    """HTTP and gRPC know ``core.facade.Core``, not ServerCore: the composition root hands it over."""
-    assert _violations(lambda m: _in(m, "inferd.frontends"), lambda e: e.target != "inferd.core.server") == []
+    """HTTP and gRPC know ``engine.facade.Core``, not ServerCore: the composition root hands it over."""
+    assert (
+        _violations(lambda m: _in(m, "inferd.frontends"), lambda e: e.target != "inferd.engine.server") == []
+    )
 
 
 def test_trace_imports_only_errors_core_data_and_itself() -> None:

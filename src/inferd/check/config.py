@@ -1,6 +1,6 @@
 """One model's config, read and completed as the server does at load, every problem reported.
 
-The steps are ``core.repository_manager.prepare_config``'s, with the same functions: parse,
+The steps are ``engine.repository_manager.prepare_config``'s, with the same functions: parse,
 ``autofill_backend_fields``, the backend's auto-complete, ``normalize_config``, the checks of
 ``validate_config`` (one by one: :func:`~inferd.repository.config.validate.config_checks`),
 ``require_io``, then the version folders and ``select_versions``. Where the server stops at the

@@ -11,7 +11,7 @@ from typing import Any
 from inferd.core.histogram import Histogram
 from inferd.core.summary import new_summaries
 
-#: requests the status page's window remembers per model version (core/status.py)
+#: requests the status page's window remembers per model version (engine/status.py)
 RECENT = 4096
 
 
@@ -176,7 +176,7 @@ class ModelStats:
 
     def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a success with its queue and lookup times,
-        no inference, execution or compute (core/cache.py)."""
+        no inference, execution or compute (engine/cache.py)."""
         with self._lock:
             self.recent_requests.append((time.monotonic_ns(), duration_ns, True))
             self.success.add(duration_ns)

@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Category
 from inferd.frontends.http.app import HttpApp

@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Category
 from inferd.frontends.http.app import HttpApp

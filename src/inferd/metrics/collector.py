@@ -20,7 +20,7 @@ from inferd.metrics.scaling import queue_time_per_request
 from inferd.metrics.system import SYSTEM
 
 if TYPE_CHECKING:
-    from inferd.core.server import ServerCore
+    from inferd.engine.server import ServerCore
 
 #: Triton's counter families (name, help), in its order; the failure family follows the first
 _COUNTERS = (
@@ -173,7 +173,7 @@ def render(server: ServerCore) -> bytes:
         value = queue_time_per_request(model.stats)
         out.append(f'{SCALING[0]}{{model="{name}",version="{version}"}} {value:.1f}')
     _process_events(out, family)
-    if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
+    if server.budget is not None:  # --model-memory-budget (engine/on_demand.py)
         out.extend(server.budget.metric_lines())
     if server.unsent is not None:  # --max-unsent-bytes (core/unsent.py)
         out.extend(server.unsent.metric_lines())

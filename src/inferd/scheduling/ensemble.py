@@ -20,7 +20,7 @@ from inferd.core.tensor import Tensor
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
 if TYPE_CHECKING:
-    from inferd.core.model import Model
+    from inferd.engine.model import Model
 
 log = logging.getLogger("inferd.ensemble")
 

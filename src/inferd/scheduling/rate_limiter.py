@@ -21,7 +21,7 @@ that fits, in order, is granted at once.
 ``--rate-limit off`` (the default) registers nothing: the pools never call the limiter.
 
 Instances come and go with their model, and with an ``instance_group`` update made in place
-(core/instance_update.py): the added ones register (the update fails, with the reference's text, when
+(engine/instance_update.py): the added ones register (the update fails, with the reference's text, when
 the counts cannot fit them), the removed ones leave once their worker stopped. Each registration and
 removal recomputes the server's counts and, at ``--log-verbose 1``, logs them as the reference's
 ``UpdateResourceLimits`` does (``Max Resource Map===>``, then each device's resources).

@@ -29,7 +29,7 @@ START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
   comes back to its slot flagged 0, behind what the sequence has queued. Its final response ends
   the sequence (the reference enqueues a cancelled END request then, counted as a CANCELED
   failure: so is it here).
-- An ``instance_group`` update (core/instance_update.py) adds instances with their slots; a removed
+- An ``instance_group`` update (engine/instance_update.py) adds instances with their slots; a removed
   instance's slots take no new sequence, and it unloads once its sequences ended (the update does
   not wait for them).
 - Instances unload one at a time, at a removal as at the stop, as an InstancePool's do (and the
@@ -484,7 +484,7 @@ class SequenceBatcher:
             self._waiting += 1
         self._pump(slot)
 
-    # -- instance_group updates (core/instance_update.py) -------------------------------------------
+    # -- instance_group updates (engine/instance_update.py) -------------------------------------------
     @property
     def promoted(self) -> bool:
         return False  # its pools never move to processes

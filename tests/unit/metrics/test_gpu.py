@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.gpu.devices import Gpu
 from inferd.metrics import gpu as gpu_metrics
 from inferd.metrics.aggregate import MACHINE_FAMILIES, merge_metrics

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import LogSettings
 from inferd.options import ServerOptions

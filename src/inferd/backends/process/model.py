@@ -11,7 +11,7 @@ from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.process.instance import ProcessInstance
 from inferd.backends.process.memory import memory_limit
 
-#: model name -> its process instances not unloaded yet (their workers' memory: core/on_demand.py)
+#: model name -> its process instances not unloaded yet (their workers' memory: engine/on_demand.py)
 _WORKERS: dict[str, set[ProcessInstance]] = {}
 
 
@@ -68,7 +68,7 @@ class ProcessModel:
             instance.abort(reason)
 
     def is_ready(self) -> bool:
-        """Every live instance's ``is_ready()`` (core/readiness.py)."""
+        """Every live instance's ``is_ready()`` (engine/readiness.py)."""
         with self._lock:
             instances = list(self._instances)
         return all(i.is_ready() for i in instances)

@@ -388,7 +388,7 @@ class Worker:
         return requests
 
     def answer_ready(self, ask_id: int) -> None:
-        """The model's ``is_ready()`` (core/readiness.py), in a thread of its own: it may block."""
+        """The model's ``is_ready()`` (engine/readiness.py), in a thread of its own: it may block."""
         check = getattr(self.instance, "is_ready", None)
         try:
             answer: tuple[str, Any] = ("ok", True if check is None else bool(check()))

@@ -170,7 +170,7 @@ class PythonModel:
         self.instances: set[PythonInstance] = set()
 
     def ready_check(self) -> Callable[[], bool] | None:
-        """What the model-ready endpoints ask when the model defines ``is_ready`` (core/readiness.py):
+        """What the model-ready endpoints ask when the model defines ``is_ready`` (engine/readiness.py):
         every live instance, the thread ones and those moved to processes."""
         if not hasattr(self.module.TritonPythonModel, "is_ready"):
             return None

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
-from inferd.core.validate import request_prefix
+from inferd.engine.model import Model
+from inferd.engine.validate import request_prefix
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.shm.system import write_to_target
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, Target
+from inferd.engine.model import Model
 from inferd.errors import InternalError
 from inferd.frontends.grpc import trace as _trace
 from inferd.frontends.grpc._pb import pb

@@ -22,11 +22,11 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from inferd.core.facade import Core
-from inferd.core.model_control import load_parameters
 from inferd.core.request import parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.unsent import UnsentBudget
+from inferd.engine.facade import Core
+from inferd.engine.model_control import load_parameters
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.forward import compile_forward_pattern
@@ -338,7 +338,7 @@ class InferenceServicer:
             return pb.ModelReadyResponse(ready=False)
         ready = self.core.model_ready(request.name, version)
         check = self.core.ready_check(request.name, version) if ready else None
-        if check is not None:  # the model's own is_ready(): bounded by core/readiness.py
+        if check is not None:  # the model's own is_ready(): bounded by engine/readiness.py
             ready = await check()
         return pb.ModelReadyResponse(ready=ready)
 

@@ -14,7 +14,7 @@ from inferd.trace import Trace, Tracing
 from inferd.trace.protocol import grpc_answer, grpc_update, unknown_model
 
 if TYPE_CHECKING:
-    from inferd.core.facade import Core
+    from inferd.engine.facade import Core
 
 Metadata = Any
 Callback = Callable[[InferResponse | None, bool], None]

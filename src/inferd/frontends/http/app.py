@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from inferd.core.facade import Core
-from inferd.core.model import Model
-from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
+from inferd.engine.facade import Core
+from inferd.engine.model import Model
+from inferd.engine.model_control import load_parameters
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
@@ -279,7 +279,7 @@ class HttpApp:
                 check = server.ready_check(name, version)
                 if check is None:
                     resp.send(200, _EMPTY, _TEXT)
-                else:  # the model's own is_ready(): bounded by core/readiness.py
+                else:  # the model's own is_ready(): bounded by engine/readiness.py
                     self._spawn(self._ready_answer(resp, check), resp)
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))

@@ -17,12 +17,12 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import InferResult, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, parse_version
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, NotFoundError
 from inferd.frontends.grpc import codec
 from inferd.frontends.grpc._pb import pb as inferd_pb

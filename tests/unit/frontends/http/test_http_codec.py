@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.http import InferenceServerClient, InferInput, InferRequestedOutput, InferResult
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import InferdError, InternalError, InvalidArgumentError
 from inferd.frontends.http.decode import RESERVED_PARAMETERS, decode_infer_request
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response

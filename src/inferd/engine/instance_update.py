@@ -30,30 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, instance_devices
-from inferd.core.warmup import warm_up
+from inferd.engine.model import Member, Model
+from inferd.engine.warmup import warm_up
 from inferd.scheduling.rate_limiter import Gate, RateLimiter, admit, group_limits
 
 if TYPE_CHECKING:
-    from inferd.core.model import Model
     from inferd.scheduling.base import Resizable
 
 log = logging.getLogger("inferd.repository")
 
 _KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
-
-
-@dataclass(slots=True)
-class Member:
-    """One serving instance: how it was made, its signature, its index in the scheduler."""
-
-    spec: InstanceSpec
-    signature: bytes
-    index: int
 
 
 def wanted_instances(cfg: Any) -> list[tuple[InstanceSpec, bytes]]:

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from inferd.core.lifecycle import ModelState
 from inferd.core.request import InferRequest, RequestedOutput
-from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
-from inferd.core.server import ServerCore as Server
 from inferd.core.tensor import Tensor
+from inferd.engine.lifecycle import ModelState
+from inferd.engine.server import EXTENSIONS, PROTOCOL_VERSION
+from inferd.engine.server import ServerCore as Server
 from inferd.errors import (
     InferdError,
     InvalidArgumentError,

@@ -11,7 +11,7 @@
 A load of a model whose folder did not change since it was loaded (no file added, removed or
 modified, no config override) does nothing, as the reference's. A version whose files did not
 change and whose new config differs only in ``instance_group`` (or ``version_policy``) is updated
-where it serves: instances added and removed, the others kept (core/instance_update.py). Any other
+where it serves: instances added and removed, the others kept (engine/instance_update.py). Any other
 reload brings the new versions up beside the old ones and switches when they are READY: a
 request is routed to the old or to the new, never to neither (routing and the switch both happen
 on the event loop). The old versions then drain (their in-flight requests finish, up to
@@ -41,13 +41,13 @@ from typing import Any, NoReturn
 
 from google.protobuf import json_format
 
-from inferd.core.agents import AgentAction, AgentChain
-from inferd.core.instance_update import requires_reload, update_instances
-from inferd.core.lifecycle import ModelState
-from inferd.core.model import Model
-from inferd.core.on_demand import MemoryBudget
-from inferd.core.overrides import FILE_PREFIX, Uploads, sweep_stale
-from inferd.core.repository_manager import (
+from inferd.engine.agents import AgentAction, AgentChain
+from inferd.engine.instance_update import requires_reload, update_instances
+from inferd.engine.lifecycle import ModelState
+from inferd.engine.model import Model
+from inferd.engine.on_demand import MemoryBudget
+from inferd.engine.overrides import FILE_PREFIX, Uploads, sweep_stale
+from inferd.engine.repository_manager import (
     FoundAtLoad,
     LoadedModels,
     LoadSettings,
@@ -149,7 +149,7 @@ class ModelControl:
         self._stamps: dict[str, Fingerprint] = {}
         #: model name -> the private folder of its file overrides (removed when it unloads)
         self._override_dirs: dict[str, Path] = {}
-        #: model name -> its repository agents (core/agents.py), told of its unload
+        #: model name -> its repository agents (engine/agents.py), told of its unload
         self._agents: dict[str, AgentChain] = {}
         #: the folders of file overrides and their bytes (``--model-upload-max-bytes``)
         self.uploads = uploads if uploads is not None else Uploads(0)
@@ -163,7 +163,7 @@ class ModelControl:
         #: model's files are read, its versions load and its old versions drain (``_window``), so
         #: a slow load holds up no other model's; an action on the same model waits for that end
         self._inflight: dict[str, tuple[asyncio.Task[Any] | None, asyncio.Future[None]]] = {}
-        #: ``--model-memory-budget`` (core/on_demand.py): loads measured, idle models unloaded to fit
+        #: ``--model-memory-budget`` (engine/on_demand.py): loads measured, idle models unloaded to fit
         self.budget: MemoryBudget | None = None
 
     # -- start ---------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class ModelControl:
             await self._load(name, config, files or {}, set())
 
     async def load_if_needed(self, name: str) -> None:
-        """Load ``name`` unless it is READY (a load on demand: core/on_demand.py)."""
+        """Load ``name`` unless it is READY (a load on demand: engine/on_demand.py)."""
         async with self._lock:
             await self._wait_free(name, True)  # a load of it under way: its outcome first
             if not self._registry.is_ready(name):
@@ -384,7 +384,7 @@ class ModelControl:
     async def _window(self, locked: bool) -> AsyncIterator[None]:
         """The lock let go for a slow part (reading files, loading versions, draining old ones):
         other models' loads and unloads run meanwhile. Not under a memory budget, which measures
-        each load alone (core/on_demand.py), nor where this chain does not hold the lock."""
+        each load alone (engine/on_demand.py), nor where this chain does not hold the lock."""
         if not locked or self.budget is not None:
             yield
             return

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.core.classification import classify
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES
+from inferd.engine.classification import classify
 from inferd.errors import InvalidArgumentError
 
 

@@ -1,4 +1,4 @@
-"""The response cache (core/cache.py): flags, keys, LRU within a byte budget, threads, the lifecycle's part."""
+"""The response cache (engine/cache.py): flags, keys, LRU within a byte budget, threads, the lifecycle's part."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.core.cache import (
+from inferd.core.request import InferRequest, RequestedOutput
+from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.stats import ModelStats
+from inferd.core.tensor import Tensor
+from inferd.engine.cache import (
     MIN_SIZE,
     Entry,
     ResponseCache,
@@ -20,10 +24,6 @@ from inferd.core.cache import (
     entry_of,
     request_key,
 )
-from inferd.core.request import InferRequest, RequestedOutput
-from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.stats import ModelStats
-from inferd.core.tensor import Tensor
 from inferd.errors import InvalidArgumentError
 
 

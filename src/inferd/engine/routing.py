@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.core.model import Model
+from inferd.engine.model import Model
 from inferd.errors import InvalidArgumentError
 
 WEIGHTS_PARAM = "version_weights"

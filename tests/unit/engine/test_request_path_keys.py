@@ -14,7 +14,7 @@ from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import validation_key
+from inferd.engine.validate import validation_key
 from inferd.frontends.grpc.codec import ResponseEncoder
 from inferd.frontends.http.encode import JOIN_UNDER, OutputEncoding, encode_infer_body, encode_infer_response
 

@@ -1,6 +1,6 @@
-"""The memory budget's pieces (core/on_demand.py): sizes, which model is unloaded to fit (least
+"""The memory budget's pieces (engine/on_demand.py): sizes, which model is unloaded to fit (least
 recently used, idle, not an ensemble's busy step), one load shared by concurrent requests, a model
-over the whole budget, and the readiness check's bounds (core/readiness.py)."""
+over the whole budget, and the readiness check's bounds (engine/readiness.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.lifecycle import ModelState
-from inferd.core.model import Model
-from inferd.core.on_demand import Evict, MemoryBudget, budget_from_options, files_bytes, parse_size, rss_bytes
-from inferd.core.readiness import ReadinessCheck
-from inferd.core.repository_manager import LoadedModels
+from inferd.engine.lifecycle import ModelState
+from inferd.engine.model import Model
+from inferd.engine.on_demand import (
+    Evict,
+    MemoryBudget,
+    budget_from_options,
+    files_bytes,
+    parse_size,
+    rss_bytes,
+)
+from inferd.engine.readiness import ReadinessCheck
+from inferd.engine.repository_manager import LoadedModels
 from inferd.errors import InvalidArgumentError
 from inferd.repository.config.schema import ModelConfig
 
@@ -192,7 +199,7 @@ def test_metric_lines() -> None:
     assert f"inferd_model_memory_budget_bytes {100 * MIB}" in lines
 
 
-# -- core/readiness.py -----------------------------------------------------------------------------
+# -- engine/readiness.py -----------------------------------------------------------------------------
 def test_a_readiness_check_answers_and_never_raises() -> None:
     def boom() -> bool:
         raise RuntimeError("database unreachable")

@@ -17,24 +17,24 @@ from typing import TYPE_CHECKING, Any
 from inferd import __version__
 from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
 from inferd.backends.tritonc.library import configure as configure_c_backends
-from inferd.core.cache import ResponseCache, answer_from_cache, cache_size
-from inferd.core.classification import apply_classification
-from inferd.core.facade import Decoder
-from inferd.core.lifecycle import ModelState
-from inferd.core.model import Model
-from inferd.core.model_control import ModelControl, load_parameters
-from inferd.core.on_demand import MemoryBudget, budget_from_options
-from inferd.core.overrides import Uploads
-from inferd.core.readiness import ReadinessCheck
-from inferd.core.repository_manager import LoadedModels, LoadSettings, parse_backend_config
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.status import status
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.summary import MetricsConfig
 from inferd.core.summary import configure as configure_summaries
 from inferd.core.unsent import UnsentBudget
-from inferd.core.validate import validate_request, validation_key
+from inferd.engine.cache import ResponseCache, answer_from_cache, cache_size
+from inferd.engine.classification import apply_classification
+from inferd.engine.facade import Decoder
+from inferd.engine.lifecycle import ModelState
+from inferd.engine.model import Model
+from inferd.engine.model_control import ModelControl, load_parameters
+from inferd.engine.on_demand import MemoryBudget, budget_from_options
+from inferd.engine.overrides import Uploads
+from inferd.engine.readiness import ReadinessCheck
+from inferd.engine.repository_manager import LoadedModels, LoadSettings, parse_backend_config
+from inferd.engine.status import status
+from inferd.engine.validate import validate_request, validation_key
 from inferd.errors import (
     InferdError,
     InternalError,
@@ -115,13 +115,13 @@ class ServerCore:
         self.stream_limits = StreamLimits(
             options.stream_max_unread_bytes, options.stream_stall_timeout_secs, unsent
         )
-        #: loads and unloads after start (core/model_control.py); made by ``start``
+        #: loads and unloads after start (engine/model_control.py); made by ``start``
         self.control: ModelControl | None = None
         self._poll: asyncio.Task[None] | None = None
         size = cache_size(options.cache_config, options.response_cache_byte_size)
-        #: the response cache (--cache-config local,size=N), None when off (core/cache.py)
+        #: the response cache (--cache-config local,size=N), None when off (engine/cache.py)
         self.response_cache = ResponseCache(size) if size is not None else None
-        #: ``--model-memory-budget``: requests load models on demand (core/on_demand.py)
+        #: ``--model-memory-budget``: requests load models on demand (engine/on_demand.py)
         self.budget: MemoryBudget | None = None
         #: requests waiting for their model's load on demand
         self._later: set[asyncio.Task[None]] = set()
@@ -286,7 +286,7 @@ class ServerCore:
             return None
 
     async def model_ready_checked(self, name: str, version: str = "") -> bool:
-        """What the model-ready endpoints answer: READY, and its own check (core/readiness.py) passes."""
+        """What the model-ready endpoints answer: READY, and its own check (engine/readiness.py) passes."""
         if not self.model_ready(name, version):
             return False
         check = self.ready_check(name, version)
@@ -320,7 +320,7 @@ class ServerCore:
         refused with ``decoupled_error`` when the caller takes exactly one response and the model
         is decoupled, ``decode(model)`` turns the caller's wire data into the request, the request
         is validated (once per model version and validation key: the decoder's, else
-        ``core.validate.validation_key``), the classification extension is set
+        ``engine.validate.validation_key``), the classification extension is set
         to run on its responses, and it is queued on the model's scheduler. Statistics are the
         scheduler's; cancellation is ``stream.cancel(reason)``.
         """
@@ -491,7 +491,7 @@ class ServerCore:
         unload_dependents: bool,
     ) -> None:
         """A model's ``pb_utils.load_model`` / ``unload_model`` from a worker thread: the repository
-        API's load or unload, waited for (core/model_control.py lets a model that is loading, the
+        API's load or unload, waited for (engine/model_control.py lets a model that is loading, the
         reference's example loads in ``initialize``, load another meanwhile)."""
         assert self.loop is not None
         if self._loop_thread == threading.get_ident():

@@ -29,7 +29,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from inferd.core.repository_manager import LoadedModels
+from inferd.engine.repository_manager import LoadedModels
 from inferd.errors import InvalidArgumentError
 
 log = logging.getLogger("inferd.repository")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import request_prefix, validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import request_prefix, validate_request
 from inferd.errors import InvalidArgumentError
 from inferd.repository import parse_config_text
 

@@ -19,7 +19,7 @@ import numpy as np
 from inferd.backends.base import instance_devices
 
 if TYPE_CHECKING:
-    from inferd.core.server import ServerCore
+    from inferd.engine.server import ServerCore
 
 WINDOW_S = 60.0
 RATE_WINDOW_S = 10.0

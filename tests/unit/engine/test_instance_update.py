@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.core.instance_update import Member, plan, requires_reload, wanted_instances
-from inferd.core.model_control import version_files
+from inferd.engine.instance_update import plan, requires_reload, wanted_instances
+from inferd.engine.model import Member
+from inferd.engine.model_control import version_files
 from inferd.repository.config.parse import parse_config_text
 
 

@@ -1,5 +1,5 @@
 """Loads the models of the repositories into the registry: every model at start, or one version at a time
-(``load_version``, also for core/model_control.py)."""
+(``load_version``, also for engine/model_control.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from google.protobuf import text_format
 
 from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
 from inferd.backends.registry import auto_gpu, backend_for
-from inferd.core.agents import AgentAction, AgentChain, load_agents
-from inferd.core.instance_update import Member, wanted_instances
-from inferd.core.lifecycle import ModelState
-from inferd.core.model import Model
-from inferd.core.readiness import ReadinessCheck
-from inferd.core.routing import VersionRouter, parse_weights, router_for
-from inferd.core.warmup import warm_up
+from inferd.engine.agents import AgentAction, AgentChain, load_agents
+from inferd.engine.instance_update import wanted_instances
+from inferd.engine.lifecycle import ModelState
+from inferd.engine.model import Member, Model
+from inferd.engine.readiness import ReadinessCheck
+from inferd.engine.routing import VersionRouter, parse_weights, router_for
+from inferd.engine.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.gpu.devices import NO_GPUS, SupportedGpus
 from inferd.logs import VERBOSE1
@@ -84,7 +84,7 @@ class LoadedModels:
         self.models: dict[str, dict[int, Model]] = {}
         self.failed: dict[str, str] = {}  # model name -> reason, when no version could be made
         self.ready_default: dict[str, Model] = {}  # name -> highest READY version
-        #: name -> how requests naming no version are split between versions (core/routing.py)
+        #: name -> how requests naming no version are split between versions (engine/routing.py)
         self.routes: dict[str, VersionRouter] = {}
         #: loads given up after their timeout whose threads may still run
         self.abandoned_loads = 0
@@ -129,7 +129,7 @@ class FoundAtLoad(Exception):
 @dataclass(slots=True)
 class Prepared:
     """A model ready to load: its config, the folder to load it from (a repository agent may have
-    moved it) and its repository agents (core/agents.py; None: it names none)."""
+    moved it) and its repository agents (engine/agents.py; None: it names none)."""
 
     config: Any
     md: ModelDir
@@ -426,7 +426,7 @@ async def load_repositories(
 ) -> dict[str, ModelDir]:
     """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles;
     the folders of the models it found; ``agents`` gets the repository agents of each model that
-    names some (core/agents.py).
+    names some (engine/agents.py).
 
     A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
     with that reason and the others go on; if its load ever finishes, what it made is unloaded.

@@ -11,8 +11,8 @@ from inferd.core.types import BYTES
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.core.model import Model
     from inferd.core.response import InferResponse
+    from inferd.engine.model import Model
 
 #: the output datatypes Triton classifies; integers print as integers, floats with %f
 _SUPPORTED = frozenset(

@@ -1,4 +1,4 @@
-"""Repository agents (core/agents.py): the checksum agent's texts as the reference agent's, an
+"""Repository agents (engine/agents.py): the checksum agent's texts as the reference agent's, an
 agent that moves a model to a folder it acquired, and what an unknown agent says."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from inferd.core.agents import AgentAction, AgentModel, ChecksumAgent, get_agent, load_agents
+from inferd.engine.agents import AgentAction, AgentModel, ChecksumAgent, get_agent, load_agents
 from inferd.errors import InvalidArgumentError, UnsupportedError
 from inferd.repository.config.schema import ModelConfig
 

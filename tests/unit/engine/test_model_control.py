@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.model_control import fingerprint, load_parameters
+from inferd.engine.model_control import fingerprint, load_parameters
 from inferd.errors import InternalError, InvalidArgumentError
 
 

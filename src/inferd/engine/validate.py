@@ -10,10 +10,10 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES
+from inferd.engine.model import Model
 from inferd.errors import InvalidArgumentError
 
 _BATCH_NOTE = (

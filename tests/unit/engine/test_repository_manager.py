@@ -1,4 +1,4 @@
-"""Loading at start (core/repository_manager.py): --model-load-retry-count loads a version whose load
+"""Loading at start (engine/repository_manager.py): --model-load-retry-count loads a version whose load
 failed again, up to that many times, before it is UNAVAILABLE with the last failure's reason."""
 
 from __future__ import annotations

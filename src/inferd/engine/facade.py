@@ -1,6 +1,6 @@
 """``Core``: what a front end may ask of the core, and nothing more.
 
-``ServerCore`` (``core/server.py``) implements it; the front ends (``frontends/http``,
+``ServerCore`` (``engine/server.py``) implements it; the front ends (``frontends/http``,
 ``frontends/grpc``, ``metrics``) are typed against this protocol, so their unit tests drive them
 with a small fake core instead of a loaded repository.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import ResponseStream
+from inferd.engine.model import Model
 
 #: turns a front end's wire data into the request, once the core found its model
 Decoder = Callable[[Model], InferRequest]
@@ -34,7 +34,7 @@ class Core(Protocol):
     def model_ready(self, name: str, version: str = "") -> bool: ...
 
     def ready_check(self, name: str, version: str = "") -> Callable[[], Awaitable[bool]] | None:
-        """The READY version's own readiness check (core/readiness.py), None without one."""
+        """The READY version's own readiness check (engine/readiness.py), None without one."""
         ...
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]: ...
@@ -59,7 +59,7 @@ class Core(Protocol):
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
 
     def status(self) -> dict[str, Any] | None:
-        """The live status page's data (core/status.py); None when the page is turned off."""
+        """The live status page's data (engine/status.py); None when the page is turned off."""
         ...
 
     async def load_model(

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.core.histogram import first_response_histogram
-from inferd.core.lifecycle import ModelState
 from inferd.core.stats import ModelStats
 from inferd.core.summary import config as metrics_config
 from inferd.core.tensor import TensorSpec
+from inferd.engine.lifecycle import ModelState
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.backends.base import BackendModel
-    from inferd.core.instance_update import Member
-    from inferd.core.readiness import ReadinessCheck
+    from inferd.backends.base import BackendModel, InstanceSpec
+    from inferd.engine.readiness import ReadinessCheck
     from inferd.scheduling.base import Scheduler
 
 
@@ -35,6 +35,15 @@ def tensor_specs(config: Any, model_dir: Path) -> tuple[dict[str, TensorSpec], d
     inputs = {i.name: TensorSpec.from_config(i) for i in config.input}
     outputs = {o.name: TensorSpec.from_config(o, _labels(model_dir, o.label_filename)) for o in config.output}
     return inputs, outputs
+
+
+@dataclass(slots=True)
+class Member:
+    """One serving instance: how it was made, its signature, its index in the scheduler."""
+
+    spec: InstanceSpec
+    signature: bytes
+    index: int
 
 
 class Model:
@@ -61,12 +70,12 @@ class Model:
         self._config_json: dict[str, Any] | None = None
         #: seconds its load took (instances, initialize and warmup; nv_model_load_duration_secs)
         self.load_seconds = 0.0
-        #: validation keys this version accepted -> the batch size they validated to (core.server)
+        #: validation keys this version accepted -> the batch size they validated to (engine.server)
         self.validated: dict[Hashable, int] = {}
         #: the model's own readiness check (a Python model's ``is_ready``), asked by the ready endpoints
         self.ready_check: ReadinessCheck | None = None
         #: what made its instances, and the instances in the reference's order (an instance_group
-        #: update made in place adds and removes them: core/instance_update.py)
+        #: update made in place adds and removes them: engine/instance_update.py)
         self.backend_model: BackendModel | None = None
         self.members: list[Member] = []
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inferd import Server
-from inferd.core.routing import VersionRouter, parse_weights
+from inferd.engine.routing import VersionRouter, parse_weights
 from inferd.repository.config.schema import ModelConfig
 from repo_paths import REFERENCE_MODELS
 

@@ -34,8 +34,8 @@ from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.core.model import Model
     from inferd.core.request import InferRequest
+    from inferd.engine.model import Model
 
 log = logging.getLogger("inferd")
 

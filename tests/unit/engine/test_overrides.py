@@ -1,4 +1,4 @@
-"""A load's file overrides (core/overrides.py): a private folder each, every path checked before a
+"""A load's file overrides (engine/overrides.py): a private folder each, every path checked before a
 byte is written, the bytes held bounded, the folders of servers that are gone swept at start."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.overrides import MAX_DEPTH, MAX_FILES, OVERRIDE_PREFIX, Uploads, sweep_stale
+from inferd.engine.overrides import MAX_DEPTH, MAX_FILES, OVERRIDE_PREFIX, Uploads, sweep_stale
 from inferd.errors import InvalidArgumentError
 
 
