@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.engine.facade import Decoder
-from inferd.engine.lifecycle import ModelState
+from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Model
 from inferd.engine.validate import validate_request
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
@@ -110,7 +110,7 @@ def config_model(text: str, version: int = 1) -> Model:
     cfg = parse_config_text(text, "config.pbtxt")
     normalize_config(cfg, cfg.name)
     model = Model(cfg.name, version, cfg, Path("/nonexistent"))
-    model.state = ModelState.READY
+    ModelLifecycle().ready(model)
     return model
 
 

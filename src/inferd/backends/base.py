@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,49 @@ class MetricRegistry(Protocol):
     def release_owner(self, owner: str) -> None: ...
 
 
+class WorkerProcess(Protocol):
+    """A model instance in a worker process of its own (backends/process/instance.py)."""
+
+    def running_pid(self) -> int:
+        """Its worker's process id while one runs, else 0."""
+        ...
+
+
+class WorkerProcesses:
+    """One server's worker processes of model instances: those live now, by model (their memory
+    counts in the model's size under a memory budget: engine/on_demand.py), and what befell them
+    (``events``: (model, version, "exited" | "restarted") -> count, on /metrics). Each server has its
+    own (in its ``ServerLinks``): two servers in one process count apart."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, set[WorkerProcess]] = {}
+        self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
+
+    def add(self, model: str, worker: WorkerProcess) -> None:
+        with self._lock:
+            self._live.setdefault(model, set()).add(worker)
+
+    def discard(self, model: str, worker: WorkerProcess) -> None:
+        with self._lock:
+            workers = self._live.get(model)
+            if workers is not None:
+                workers.discard(worker)
+                if not workers:
+                    del self._live[model]
+
+    def pids(self, model: str) -> list[int]:
+        """The worker processes running now for ``model``'s instances (every version's)."""
+        with self._lock:
+            workers = list(self._live.get(model, ()))
+        return [pid for pid in (w.running_pid() for w in workers) if pid]
+
+    def count(self, model: str, version: int, event: str) -> None:
+        """A worker of ``model`` ``version`` ``event`` ("exited" unexpectedly, "restarted")."""
+        with self._lock:
+            self.events[(model, str(version), event)] += 1
+
+
 ModelControlLink = Callable[[str, str, str, str, "dict[str, bytes] | None", bool], None]
 
 
@@ -87,6 +132,8 @@ class ServerLinks:
     #: (calling model, "load" | "unload", model name, config JSON, file overrides, unload_dependents);
     #: waits until done and raises InferdError as the API answers
     model_control: ModelControlLink | None = None
+    #: the server's worker processes of model instances, and what befell them
+    processes: WorkerProcesses = field(default_factory=WorkerProcesses)
 
 
 @dataclass(slots=True)
@@ -192,3 +239,12 @@ class Backend(Protocol):
         ...
 
     def load(self, ctx: LoadContext) -> BackendModel: ...
+
+
+class BackendLookup(Protocol):
+    """Where the engine finds a model's backend: ``backends.registry`` (a module satisfies this),
+    or a test's fake (tests/unit/engine/fake_backend.py)."""
+
+    def backend_for(self, config: Any) -> Backend: ...
+
+    def auto_gpu(self, cfg: Any, have_gpus: bool) -> bool: ...

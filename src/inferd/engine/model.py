@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,13 +12,22 @@ from inferd.core.histogram import first_response_histogram
 from inferd.core.stats import ModelStats
 from inferd.core.summary import config as metrics_config
 from inferd.core.tensor import TensorSpec
-from inferd.engine.lifecycle import ModelState
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from inferd.backends.base import BackendModel, InstanceSpec
     from inferd.engine.readiness import ReadinessCheck
     from inferd.scheduling.base import Scheduler
+
+
+class ModelState(enum.Enum):
+    """The state of one model version, as Triton names them (written by engine/lifecycle.py alone)."""
+
+    UNKNOWN = "UNKNOWN"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
 
 
 def _labels(model_dir: Path, filename: str) -> tuple[str, ...]:
@@ -55,8 +65,9 @@ class Model:
         self.version_str = str(version)
         self.config = config
         self.model_dir = model_dir
-        self.state = ModelState.LOADING
-        self.reason = ""
+        # read through ``state`` and ``reason``; written by ``ModelLifecycle`` (engine/lifecycle.py) alone
+        self._state = ModelState.LOADING
+        self._reason = ""
         self.platform = config.platform or config.backend
         # the reference's ensembles report no cache metrics ("not supported at top level"), whatever they cache
         self.stats = ModelStats(cached=bool(config.response_cache.enable) and self.platform != "ensemble")
@@ -80,8 +91,17 @@ class Model:
         self.members: list[Member] = []
 
     @property
+    def state(self) -> ModelState:
+        return self._state
+
+    @property
+    def reason(self) -> str:
+        """Why it is not READY (the load's failure, "unloaded"); "" when it is."""
+        return self._reason
+
+    @property
     def ready(self) -> bool:
-        return self.state is ModelState.READY
+        return self._state is ModelState.READY
 
     def set_config(self, config: Any) -> None:
         """The config after an instance_group update (the rest of it is the same by definition)."""
@@ -111,4 +131,4 @@ class Model:
         )
 
     def __repr__(self) -> str:
-        return f"Model({self.name!r}, {self.version}, {self.state.value})"
+        return f"Model({self.name!r}, {self.version}, {self._state.value})"

@@ -43,24 +43,19 @@ from google.protobuf import json_format
 
 from inferd.engine.agents import AgentAction, AgentChain
 from inferd.engine.instance_update import requires_reload, update_instances
-from inferd.engine.lifecycle import ModelState
+from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Model
 from inferd.engine.on_demand import MemoryBudget
 from inferd.engine.overrides import FILE_PREFIX, Uploads, sweep_stale
 from inferd.engine.repository_manager import (
     FoundAtLoad,
-    LoadedModels,
-    LoadSettings,
+    Loader,
     Prepared,
-    ensemble_versions,
-    load_bounded,
-    load_repositories,
-    prepare_config,
     status_text,
     without_paths,
 )
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.repository import DuplicateModel, ModelDir, fingerprint, select_versions
+from inferd.repository import DuplicateModel, ModelDir, fingerprint
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet, Unreadable
 from inferd.repository.scan import Fingerprint, scan_model_dir
@@ -129,17 +124,19 @@ class ModelControl:
         self,
         mode: str,
         repositories: list[Path],
-        registry: LoadedModels,
-        settings: LoadSettings,
+        loader: Loader,
         drain_timeout_s: float,
         uploads: Uploads | None = None,
     ) -> None:
         self.mode = mode
         self._repositories = repositories
         #: the repositories, local and in object storage (repository/remote.py)
-        self._sources = RepositorySet(repositories, namespacing=settings.model_namespacing)
-        self._registry = registry
-        self._settings = settings
+        self._sources = RepositorySet(repositories, namespacing=loader.settings.model_namespacing)
+        #: the one load path, shared with the start (engine/repository_manager.py)
+        self._loader = loader
+        #: the registry, and the one writer of the versions' states (engine/lifecycle.py)
+        self._registry: ModelLifecycle = loader.lifecycle
+        self._settings = loader.settings
         self._drain_timeout_s = drain_timeout_s
         self._lock = asyncio.Lock()
         #: model name -> the fingerprint of the folder it was loaded from (poll mode's look)
@@ -182,9 +179,9 @@ class ModelControl:
                 except InferdError as e:
                     log.error("%s", e.message)
                     if not self._registry.models.get(name):
-                        self._registry.failed[name] = e.message
+                        self._registry.refused(name, e.message)
             return
-        found = await load_repositories(self._sources, self._registry, self._settings, self._agents)
+        found = await self._loader.load_all(self._sources, self._agents)
         if self.mode != "none":
             ready = {n: md for n, md in found.items() if self._registry.is_ready(n)}
             self._stamps = await asyncio.to_thread(lambda: {n: fingerprint(md) for n, md in ready.items()})
@@ -258,8 +255,7 @@ class ModelControl:
             for name in served - still:
                 versions = self._registry.models.get(name, {})
                 if not any(m.scheduler is not None for m in versions.values()):
-                    self._registry.models.pop(name, None)
-                    self._registry.failed.pop(name, None)
+                    self._registry.forget(name)
 
     def registrations(self) -> list[tuple[str, str, dict[str, str]]]:
         """The registered folders, oldest first: (label, path, mapping)."""
@@ -303,7 +299,8 @@ class ModelControl:
             except InferdError as e:
                 log.error("polling the model repositories failed: %s", e.message)
                 return
-            self._sources.clear_recovered(self._registry.failed)
+            for recovered in self._sources.recovered():
+                self._registry.clear_failure(recovered)
             for name in sorted(set(self._seen) - set(now)):
                 log.info("'%s' left the repository: unloading it", name)
                 await self._unload(name, False)
@@ -407,7 +404,7 @@ class ModelControl:
     async def _load_busy(
         self, name: str, config: str | None, files: dict[str, bytes], loading: set[str], locked: bool
     ) -> None:
-        settings, registry = self._settings, self._registry
+        registry = self._registry
         if loading:  # a step an ensemble's load needs, not a model asked for by name
             self._implicit.add(name)
         else:
@@ -428,16 +425,7 @@ class ModelControl:
         src = md  # where the load came from; the versions load from where its agents put them
         try:
             async with self._window(locked):
-                prepared = await asyncio.to_thread(
-                    prepare_config,
-                    md,
-                    settings.config_name,
-                    settings.strict_model_config,
-                    settings.default_max_batch_size,
-                    override,
-                    settings.gpus,
-                    settings,  # an uploaded folder's auto-complete runs in a worker, held to its limits
-                )
+                prepared = await self._loader.prepare(md, override)
         except FoundAtLoad as found:  # as the reference's backends find it at load: the version fails
             e = found.error
             if not md.versions:
@@ -445,8 +433,7 @@ class ModelControl:
                 raise _poll_failed(name, without_paths(e.message, md)) from None
             failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
             log.error("failed to load '%s' version %d: %s", name, failed_model.version, status_text(e))
-            failed_model.state = ModelState.UNAVAILABLE
-            failed_model.reason = without_paths(status_text(e), md)
+            registry.unavailable(failed_model, without_paths(status_text(e), md))
             self._fail(name, [failed_model], md, files)
         except InferdError as e:  # the reference finds it reading the repository: nothing is loaded,
             self._drop_override(md, files)  # what serves serves on, the server stays ready
@@ -475,7 +462,7 @@ class ModelControl:
         """The versions of a model whose config is ready: loaded beside the old ones, switched to,
         the old ones drained. ``src`` is the folder the load came from (its file overrides), the
         versions load from ``prepared.md`` (where its repository agents put it)."""
-        settings, registry = self._settings, self._registry
+        settings, registry, loader = self._settings, self._registry, self._loader
         cfg, md, agents = prepared.config, prepared.md, prepared.agents
         old = registry.models.get(name, {})
         updated: dict[int, Model] = {}  # the versions updated in place
@@ -483,10 +470,10 @@ class ModelControl:
             for step in cfg.ensemble_scheduling.step:
                 if step.model_name not in loading and not registry.is_ready(step.model_name):
                     await self._load(step.model_name, None, {}, loading, locked)
-            new = ensemble_versions(md, cfg, registry, settings)
+            new = loader.ensemble(md, cfg)
         else:
             try:
-                versions = select_versions(cfg.version_policy, list(md.versions), model_name=name)
+                versions = loader.versions(name, cfg, md)
             except InferdError as e:  # as the reference words it
                 self._drop_override(src, files)
                 raise InvalidArgumentError(f"load failed for model '{name}': {e.message}\n") from None
@@ -502,7 +489,7 @@ class ModelControl:
             budget = self.budget if to_load else None
             baseline = 0 if budget is None else await budget.before_load(name, md.path, loading, self._evict)
             async with self._window(locked):
-                new = [await load_bounded(name, v, md, cfg, settings) for v in to_load]
+                new = await loader.load_versions(name, to_load, md, cfg)
             if budget is not None and all(m.ready for m in new):
                 try:
                     budget.loaded(name, baseline)
@@ -511,7 +498,7 @@ class ModelControl:
                         await self._stop(m)
                     self._drop_override(src, files)
                     if not registry.is_ready(name):
-                        registry.failed[name] = e.message
+                        registry.refused(name, e.message)
                     raise
         if any(not m.ready for m in new):
             for m in new:
@@ -532,10 +519,9 @@ class ModelControl:
                     f"load failed for model '{name}': version {version} is at READY state: {why};\n"
                 ) from e
         fresh = {m.version: m for m in new} | updated
-        # versions the new load leaves out stay listed, as UNAVAILABLE "unloaded" once stopped
-        registry.models[name] = {**{v: m for v, m in old.items() if v not in fresh}, **fresh}
-        registry.failed.pop(name, None)
-        registry.refresh_defaults()  # requests go to the new versions from here on
+        # requests go to the new versions from here on; versions the new load leaves out stay
+        # listed, as UNAVAILABLE "unloaded" once stopped
+        registry.register(name, fresh)
         if mark is None:
             self._stamps.pop(name, None)
         else:
@@ -579,8 +565,7 @@ class ModelControl:
         self._drop_override(md, files)
         registry = self._registry
         if not any(m.ready for m in registry.models.get(name, {}).values()):
-            registry.models[name] = {m.version: m for m in new}
-            registry.refresh_defaults()
+            registry.list_failed(name, {m.version: m for m in new})
         failed = [m for m in new if not m.ready]
         reasons = "".join(f"version {m.version} is at UNAVAILABLE state: {m.reason};\n" for m in failed)
         raise InvalidArgumentError(f"load failed for model '{name}': {reasons}")
@@ -610,9 +595,7 @@ class ModelControl:
             if m.config.platform == "ensemble"
             for s in m.config.ensemble_scheduling.step
         }
-        for m in live:
-            m.state = ModelState.UNLOADING  # no new requests
-        registry.refresh_defaults()
+        registry.unloading(live)  # no new requests
         agents = self._agents.pop(name, None)
         if agents is not None:
             agents.act(AgentAction.UNLOAD)
@@ -648,12 +631,11 @@ class ModelControl:
 
     async def _stop(self, model: Model) -> None:
         """Drain ``model`` (in-flight requests finish) and release it."""
-        model.state = ModelState.UNLOADING
+        self._registry.unloading([model])
         scheduler, model.scheduler = model.scheduler, None
         if scheduler is not None:
             await scheduler.stop(self._drain_timeout_s)
-        model.state = ModelState.UNAVAILABLE
-        model.reason = "unloaded"
+        self._registry.unloaded(model)
 
 
 def _uses(model: Model, name: str) -> bool:

@@ -29,7 +29,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from inferd.engine.repository_manager import LoadedModels
+from inferd.backends.base import WorkerProcesses
+from inferd.engine.lifecycle import ModelLifecycle
 from inferd.errors import InvalidArgumentError
 
 log = logging.getLogger("inferd.repository")
@@ -82,11 +83,10 @@ def rss_bytes(pid: int | str = "self") -> int:
         return 0
 
 
-def worker_bytes(name: str) -> int:
-    """Resident memory of the worker processes of model ``name``'s Python instances."""
-    from inferd.backends.process.model import worker_pids
-
-    return sum(rss_bytes(pid) for pid in worker_pids(name))
+def worker_bytes(processes: WorkerProcesses, name: str) -> int:
+    """Resident memory of the worker processes of model ``name``'s instances (the server's
+    ``processes``: backends/base.py)."""
+    return sum(rss_bytes(pid) for pid in processes.pids(name))
 
 
 def files_bytes(path: Path) -> int:
@@ -111,10 +111,11 @@ class MemoryBudget:
     def __init__(
         self,
         limit: int,
-        registry: LoadedModels,
+        registry: ModelLifecycle,
+        workers: Callable[[str], int],
         measure: Callable[[], int] = rss_bytes,
-        workers: Callable[[str], int] = worker_bytes,
     ) -> None:
+        """``workers``: a model's bytes in worker processes (``worker_bytes`` of the server's)."""
         self.limit = limit
         self._registry = registry
         self._measure = measure

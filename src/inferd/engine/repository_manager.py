@@ -1,5 +1,6 @@
-"""Loads the models of the repositories into the registry: every model at start, or one version at a time
-(``load_version``, also for engine/model_control.py)."""
+"""The one load path (``Loader``): a model's config, its versions, each version's load, and their
+registration in the ``ModelLifecycle``; every model at start (``Loader.load_all``), one model at a
+time after it (engine/model_control.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,18 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import text_format
 
-from inferd.backends.base import BackendInstance, BackendModel, LoadContext, ServerLinks
-from inferd.backends.registry import auto_gpu, backend_for
+from inferd.backends import registry as backend_registry
+from inferd.backends.base import BackendInstance, BackendLookup, BackendModel, LoadContext, ServerLinks
 from inferd.engine.agents import AgentAction, AgentChain, load_agents
 from inferd.engine.instance_update import wanted_instances
-from inferd.engine.lifecycle import ModelState
-from inferd.engine.model import Member, Model
+from inferd.engine.lifecycle import ModelLifecycle
+from inferd.engine.model import Member, Model, ModelState
 from inferd.engine.readiness import ReadinessCheck
-from inferd.engine.routing import VersionRouter, parse_weights, router_for
+from inferd.engine.routing import parse_weights
 from inferd.engine.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
 from inferd.gpu.devices import NO_GPUS, SupportedGpus
@@ -75,44 +75,6 @@ def without_paths(text: str, md: ModelDir) -> str:
     for folder in sorted({str(md.path), str(md.path.resolve())}, key=len, reverse=True):
         text = text.replace(folder, md.name)
     return text
-
-
-class LoadedModels:
-    """name -> {version -> Model}, plus what failed to load and why (for the index and the table)."""
-
-    def __init__(self) -> None:
-        self.models: dict[str, dict[int, Model]] = {}
-        self.failed: dict[str, str] = {}  # model name -> reason, when no version could be made
-        self.ready_default: dict[str, Model] = {}  # name -> highest READY version
-        #: name -> how requests naming no version are split between versions (engine/routing.py)
-        self.routes: dict[str, VersionRouter] = {}
-        #: loads given up after their timeout whose threads may still run
-        self.abandoned_loads = 0
-
-    def add(self, model: Model) -> None:
-        self.models.setdefault(model.name, {})[model.version] = model
-
-    def is_ready(self, name: str, version: str = "") -> bool:
-        """Whether ``name`` has a READY version (``version`` "": any)."""
-        versions = self.models.get(name, {})
-        if not version:
-            return any(m.ready for m in versions.values())
-        m = versions.get(int(version))
-        return m is not None and m.ready
-
-    def refresh_defaults(self) -> None:
-        self.ready_default = {}
-        self.routes = {}
-        for name, versions in self.models.items():
-            ready = [m for m in versions.values() if m.ready]
-            if ready:
-                self.ready_default[name] = max(ready, key=lambda m: m.version)
-                try:
-                    router = router_for(ready)
-                except InferdError:  # checked at load; an ensemble's config is not: it serves unsplit
-                    router = None
-                if router is not None:
-                    self.routes[name] = router
 
 
 class FoundAtLoad(Exception):
@@ -174,10 +136,11 @@ def _complete(
     md: ModelDir, cfg: Any, strict: bool, default_mbs: int, gpus: SupportedGpus, settings: LoadSettings | None
 ) -> Any:
     """``prepare_config``'s steps once the config is read: auto-complete, normalise, check."""
+    backends = settings.backends if settings is not None else backend_registry
     versions = [md.versions[v] for v in sorted(md.versions)]
     autofill_backend_fields(cfg, md.name, md.path, version_dirs=versions)
     if cfg.platform != "ensemble" and not strict:
-        backend = backend_for(cfg)
+        backend = backends.backend_for(cfg)
         first = versions[0] if versions else None
         try:
             if md.uploaded:  # it imports model.py or parses the model file: never in this process
@@ -190,7 +153,11 @@ def _complete(
         except InferdError as e:
             raise FoundAtLoad(e) from e
     normalize_config(
-        cfg, md.name, default_max_batch_size=default_mbs, gpus=gpus, auto_gpu=auto_gpu(cfg, bool(gpus.gpus))
+        cfg,
+        md.name,
+        default_max_batch_size=default_mbs,
+        gpus=gpus,
+        auto_gpu=backends.auto_gpu(cfg, bool(gpus.gpus)),
     )
     validate_config(cfg, gpus)
     if cfg.platform != "ensemble" and cfg.backend != "python" and cfg.runtime != "model.py":
@@ -264,6 +231,8 @@ class LoadSettings:
     #: the GPUs instance groups may use (gpu/devices.py: those NVML finds at or above
     #: ``--min-supported-compute-capability``; ServerCore passes them, none by default)
     gpus: SupportedGpus = NO_GPUS
+    #: where a model's backend is found (a test's fake backend: tests/unit/engine/fake_backend.py)
+    backends: BackendLookup = backend_registry
 
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
@@ -275,109 +244,255 @@ class LoadSettings:
         return upload_limits(self.for_backend(backend), self.load_timeout_s)
 
 
-def load_version(
-    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None = None
-) -> Model:
-    """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE once
-    ``settings.load_retries`` more tries failed too (the reference's ``--model-load-retry-count``).
-    ``abort``: an uploaded model's, which stops the load by killing its workers."""
-    model = _load_once(name, version, md, cfg, settings, abort)
-    for attempt in range(1, settings.load_retries + 1):
-        if model.state is ModelState.READY:
-            break
-        log.warning(
-            "loading '%s' version %d failed: %s; retry %d of %d",
-            name,
-            version,
-            model.reason,
-            attempt,
-            settings.load_retries,
+class Loader:
+    """The one way a model loads, at start (``load_all``) and after it (engine/model_control.py):
+    its config (``prepare``), its versions (``versions``), each version's load (``load_versions``,
+    ``ensemble``) and their registration in the ``ModelLifecycle``, which alone writes their state."""
+
+    def __init__(self, settings: LoadSettings, lifecycle: ModelLifecycle) -> None:
+        self.settings = settings
+        self.lifecycle = lifecycle
+
+    async def prepare(self, md: ModelDir, override: Any | None = None) -> Prepared:
+        """``prepare_config`` with the server's settings, on a thread (it reads the model's files,
+        and an uploaded folder's auto-complete runs in a worker, held to its limits)."""
+        s = self.settings
+        return await asyncio.to_thread(
+            prepare_config,
+            md,
+            s.config_name,
+            s.strict_model_config,
+            s.default_max_batch_size,
+            override,
+            s.gpus,
+            s,
         )
-        model = _load_once(name, version, md, cfg, settings, abort)
-    if model.state is not ModelState.READY and model.reason:
-        log.error("failed to load '%s' version %d: %s", name, version, model.reason)  # the reference's line
-        model.reason = without_paths(model.reason, md)  # clients read it: no server paths
-    return model
 
+    @staticmethod
+    def versions(name: str, cfg: Any, md: ModelDir) -> list[int]:
+        """The versions of ``md`` its config's ``version_policy`` serves."""
+        return select_versions(cfg.version_policy, list(md.versions), model_name=name)
 
-def _load_once(
-    name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings, abort: LoadAbort | None
-) -> Model:
-    """One try at loading a version (see ``load_version``)."""
-    log.info("loading: %s:%d", name, version)  # as the reference logs it
-    t0 = time.monotonic()
-    model = Model(name, version, cfg, md.path)
-    try:
-        execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
-        parse_weights(cfg)  # a bad version_weights fails the load, not the routing
-        backend = backend_for(cfg)
-        ctx = LoadContext(
-            name,
-            version,
-            md.path,
-            md.versions[version],
-            cfg,
-            settings.links.infer_blocking,
-            settings.links,
-            # a Python-based backend's model (runtime model.py) has the python backend's, as the reference's
-            settings.for_backend("python" if cfg.runtime == "model.py" else cfg.backend),
-            settings.load_timeout_s,
-            uploaded=md.uploaded,
-        )
-        bmodel: BackendModel
-        if md.uploaded:  # a client's files: read and run in worker processes only
-            from inferd.backends.process.uploaded import contained_model
+    async def load_versions(self, name: str, versions: list[int], md: ModelDir, cfg: Any) -> list[Model]:
+        """Each of ``versions`` of a non-ensemble model, one after the other (``load_bounded``);
+        not registered yet."""
+        return [await self.load_bounded(name, v, md, cfg) for v in versions]
 
-            limits = settings.uploads(cfg.backend)
-            contained = contained_model(ctx, limits, t0 + limits.load_timeout_s)
-            if abort is not None:
-                abort.track(contained)
-            bmodel = contained
-        else:
-            bmodel = backend.load(ctx)
-        wanted = wanted_instances(cfg)
-        specs = [spec for spec, _ in wanted]
-        # registered first: a model the limiter cannot fit is refused before it initializes, and each
-        # instance's initialize and warmup wait for its resources (scheduling/rate_limiter.py)
-        gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
-        instances: list[tuple[str, BackendInstance]] = []
+    def ensemble(self, md: ModelDir, cfg: Any) -> list[Model]:
+        """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
+        models = []
+        for v in self.versions(md.name, cfg, md):
+            model = Model(md.name, v, cfg, md.path)
+            try:
+                model.scheduler = EnsembleScheduler(model, self.lifecycle.is_ready, self.settings.submit_step)
+                self.lifecycle.ready(model)
+            except InferdError as e:
+                self.lifecycle.unavailable(model, e.message)
+            models.append(model)
+        return models
+
+    # -- at start ------------------------------------------------------------------------------------
+    async def load_all(
+        self, sources: RepositorySet, agents: dict[str, AgentChain] | None = None
+    ) -> dict[str, ModelDir]:
+        """Load every model of ``sources``: plain models in parallel (``load_threads`` at a time),
+        then ensembles; the folders of the models it found; ``agents`` gets the repository agents of
+        each model that names some (engine/agents.py). A model whose config fails is listed as
+        failed by name; each version is registered as it loads, READY or not.
+
+        A version whose load takes longer than ``load_timeout_s`` (0: no limit) is UNAVAILABLE with
+        that reason and the others go on; if its load ever finishes, what it made is unloaded.
+        """
+        lifecycle = self.lifecycle
+        found = await asyncio.to_thread(sources.scan)  # remote repositories are fetched: off the loop
+        sem = asyncio.Semaphore(max(1, self.settings.load_threads))
+        ensembles: list[tuple[ModelDir, Any]] = []
+
+        async def one(name: str, entry: ModelDir | DuplicateModel | Unreadable) -> None:
+            if not isinstance(entry, ModelDir):  # a duplicate, or a model or store that cannot be read
+                lifecycle.refused(name, entry.reason)
+                return
+            async with sem:
+                try:
+                    prepared = await self.prepare(entry)
+                    cfg, entry = prepared.config, prepared.md
+                    if prepared.agents is not None and agents is not None:
+                        agents[name] = prepared.agents
+                    versions = self.versions(name, cfg, entry)
+                except FoundAtLoad as e:
+                    lifecycle.refused(name, without_paths(e.error.message, entry))
+                    return
+                except InferdError as e:
+                    lifecycle.refused(name, without_paths(e.message, entry))
+                    return
+                except Exception as e:
+                    lifecycle.refused(name, without_paths(f"{type(e).__name__}: {e}", entry))
+                    return
+                if cfg.platform == "ensemble":
+                    ensembles.append((entry, cfg))
+                    return
+                loaded = []
+                for v in versions:
+                    model = (await self.load_versions(name, [v], entry, cfg))[0]
+                    lifecycle.register(name, {v: model})
+                    loaded.append(model)
+                if prepared.agents is not None:
+                    ok = all(m.ready for m in loaded)
+                    prepared.agents.act(AgentAction.LOAD_COMPLETE if ok else AgentAction.LOAD_FAIL)
+
+        await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
+        for entry, cfg in ensembles:
+            lifecycle.register(entry.name, {m.version: m for m in self.ensemble(entry, cfg)})
+        return {name: entry for name, entry in found.items() if isinstance(entry, ModelDir)}
+
+    # -- one version ---------------------------------------------------------------------------------
+    async def load_bounded(self, name: str, version: int, md: ModelDir, cfg: Any) -> Model:
+        """``load_version`` on a worker thread, given up on after the load timeout (the thread
+        cannot be stopped: a load that finishes later is unloaded at once). An uploaded model's
+        load always has a timeout, and is stopped there: its workers are killed, and what it made
+        is released before this returns (backends/process/uploaded.py)."""
+        settings = self.settings
+        timeout_s, loop = settings.load_timeout_s, settings.loop
+        abort = None
+        if md.uploaded:
+            from inferd.backends.process.uploaded import LoadAbort
+
+            timeout_s, abort = settings.uploads(cfg.backend).load_timeout_s, LoadAbort()
+        future = asyncio.ensure_future(asyncio.to_thread(self.load_version, name, version, md, cfg, abort))
+        if not timeout_s:
+            return await future
+        done, _ = await asyncio.wait({future}, timeout=timeout_s)
+        if done:
+            return future.result()
+        log.error("loading '%s' version %d did not finish within %g s", name, version, timeout_s)
+        if abort is not None:
+            abort.fire(f"loading did not finish within {timeout_s:g} s (--model-load-timeout-secs)")
+            # its workers are gone, so the load's thread ends: wait for it to have released everything
+            await asyncio.wait({future}, timeout=_ABORT_GRACE_S)
+
+        def late(f: asyncio.Future[Model]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return
+            model = f.result()
+            if model.scheduler is not None:
+                log.warning("'%s' version %d finished loading after its timeout: unloading it", name, version)
+                task = loop.create_task(model.scheduler.stop(0))
+                _LATE.add(task)
+                task.add_done_callback(_LATE.discard)
+
+        future.add_done_callback(late)
+        model = Model(name, version, cfg, md.path)
+        self.lifecycle.unavailable(model, f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)")
+        return model
+
+    def load_version(
+        self, name: str, version: int, md: ModelDir, cfg: Any, abort: LoadAbort | None = None
+    ) -> Model:
+        """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE
+        once ``load_retries`` more tries failed too (the reference's ``--model-load-retry-count``).
+        ``abort``: an uploaded model's, which stops the load by killing its workers."""
+        retries = self.settings.load_retries
+        model = self._load_once(name, version, md, cfg, abort)
+        for attempt in range(1, retries + 1):
+            if model.state is ModelState.READY:
+                break
+            log.warning(
+                "loading '%s' version %d failed: %s; retry %d of %d",
+                name,
+                version,
+                model.reason,
+                attempt,
+                retries,
+            )
+            model = self._load_once(name, version, md, cfg, abort)
+        if model.state is not ModelState.READY and model.reason:
+            log.error(
+                "failed to load '%s' version %d: %s", name, version, model.reason
+            )  # the reference's line
+            self.lifecycle.unavailable(
+                model, without_paths(model.reason, md)
+            )  # clients read it: no server paths
+        return model
+
+    def _load_once(self, name: str, version: int, md: ModelDir, cfg: Any, abort: LoadAbort | None) -> Model:
+        """One try at loading a version (see ``load_version``)."""
+        settings = self.settings
+        log.info("loading: %s:%d", name, version)  # as the reference logs it
+        t0 = time.monotonic()
+        model = Model(name, version, cfg, md.path)
         try:
-            for i, spec in enumerate(specs):
-                with held(gate, i):
-                    instances.append((spec.name, bmodel.create_instance(spec)))
-            warm_up(cfg, md.path, instances, settings.loop, gate)
-            promotion = bmodel.promotion()
-            model.members = [Member(spec, sig, i) for i, (spec, sig) in enumerate(wanted)]
-            # inside the try: a scheduler that cannot start (no thread left) releases the instances
-            model.scheduler = _scheduler(model, md, instances, settings, execute_timeout_ns, gate, promotion)
-        except BaseException:
-            for _, inst in instances:
-                inst.unload()
-            if gate is not None:
-                gate.close()
-            raise
-        model.backend_model = bmodel
-        check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()
-        ready_fn = check() if check is not None else None
-        if ready_fn is not None:
-            model.ready_check = ReadinessCheck(f"model '{name}' version {version}", ready_fn)
-        model.state = ModelState.READY
-        model.load_seconds = time.monotonic() - t0
-        log.info("successfully loaded '%s' version %d", name, version)
-        log.log(
-            VERBOSE1,
-            "'%s' version %d: backend %s, %d instance(s), loaded in %.0f ms",
-            name,
-            version,
-            cfg.backend,
-            len(instances),
-            model.load_seconds * 1000,
-        )
-    except InferdError as e:
-        model.state, model.reason = ModelState.UNAVAILABLE, status_text(e)
-    except Exception as e:  # a model's own import or initialize error: keep the others serving
-        model.state, model.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
-    return model
+            execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
+            parse_weights(cfg)  # a bad version_weights fails the load, not the routing
+            backend = settings.backends.backend_for(cfg)
+            ctx = LoadContext(
+                name,
+                version,
+                md.path,
+                md.versions[version],
+                cfg,
+                settings.links.infer_blocking,
+                settings.links,
+                # a Python-based backend's model (runtime model.py) has the python backend's, as the reference's
+                settings.for_backend("python" if cfg.runtime == "model.py" else cfg.backend),
+                settings.load_timeout_s,
+                uploaded=md.uploaded,
+            )
+            bmodel: BackendModel
+            if md.uploaded:  # a client's files: read and run in worker processes only
+                from inferd.backends.process.uploaded import contained_model
+
+                limits = settings.uploads(cfg.backend)
+                contained = contained_model(ctx, limits, t0 + limits.load_timeout_s)
+                if abort is not None:
+                    abort.track(contained)
+                bmodel = contained
+            else:
+                bmodel = backend.load(ctx)
+            wanted = wanted_instances(cfg)
+            specs = [spec for spec, _ in wanted]
+            # registered first: a model the limiter cannot fit is refused before it initializes, and each
+            # instance's initialize and warmup wait for its resources (scheduling/rate_limiter.py)
+            gate = open_gate(settings.rate_limiter, cfg, [(s.name, s.device_id) for s in specs])
+            instances: list[tuple[str, BackendInstance]] = []
+            try:
+                for i, spec in enumerate(specs):
+                    with held(gate, i):
+                        instances.append((spec.name, bmodel.create_instance(spec)))
+                warm_up(cfg, md.path, instances, settings.loop, gate)
+                promotion = bmodel.promotion()
+                model.members = [Member(spec, sig, i) for i, (spec, sig) in enumerate(wanted)]
+                # inside the try: a scheduler that cannot start (no thread left) releases the instances
+                model.scheduler = _scheduler(
+                    model, md, instances, settings, execute_timeout_ns, gate, promotion
+                )
+            except BaseException:
+                for _, inst in instances:
+                    inst.unload()
+                if gate is not None:
+                    gate.close()
+                raise
+            model.backend_model = bmodel
+            check = getattr(bmodel, "ready_check", None)  # optional: a Python model's is_ready()
+            ready_fn = check() if check is not None else None
+            if ready_fn is not None:
+                model.ready_check = ReadinessCheck(f"model '{name}' version {version}", ready_fn)
+            self.lifecycle.ready(model)
+            model.load_seconds = time.monotonic() - t0
+            log.info("successfully loaded '%s' version %d", name, version)
+            log.log(
+                VERBOSE1,
+                "'%s' version %d: backend %s, %d instance(s), loaded in %.0f ms",
+                name,
+                version,
+                cfg.backend,
+                len(instances),
+                model.load_seconds * 1000,
+            )
+        except InferdError as e:
+            self.lifecycle.unavailable(model, status_text(e))
+        except Exception as e:  # a model's own import or initialize error: keep the others serving
+            self.lifecycle.unavailable(model, f"{type(e).__name__}: {e}")
+        return model
 
 
 def _scheduler(
@@ -416,130 +531,6 @@ def _scheduler(
         execute_timeout_ns=execute_timeout_ns,
         gate=gate,
     )
-
-
-async def load_repositories(
-    paths: list[Path] | RepositorySet,
-    registry: LoadedModels,
-    settings: LoadSettings,
-    agents: dict[str, AgentChain] | None = None,
-) -> dict[str, ModelDir]:
-    """Load every model of ``paths`` into ``registry``: plain models in parallel, then ensembles;
-    the folders of the models it found; ``agents`` gets the repository agents of each model that
-    names some (engine/agents.py).
-
-    A version whose load takes longer than ``settings.load_timeout_s`` (0: no limit) is UNAVAILABLE
-    with that reason and the others go on; if its load ever finishes, what it made is unloaded.
-    """
-    sources = paths if isinstance(paths, RepositorySet) else RepositorySet(paths)
-    found = await asyncio.to_thread(sources.scan)  # remote repositories are fetched: off the loop
-    sem = asyncio.Semaphore(max(1, settings.load_threads))
-    ensembles: list[tuple[ModelDir, Any]] = []
-
-    async def one(name: str, entry: ModelDir | DuplicateModel | Unreadable) -> None:
-        if not isinstance(entry, ModelDir):  # a duplicate, or a model or store that cannot be read
-            registry.failed[name] = entry.reason
-            return
-        async with sem:
-            try:
-                prepared = await asyncio.to_thread(
-                    prepare_config,
-                    entry,
-                    settings.config_name,
-                    settings.strict_model_config,
-                    settings.default_max_batch_size,
-                    None,
-                    settings.gpus,
-                    settings,
-                )
-                cfg, entry = prepared.config, prepared.md
-                if prepared.agents is not None and agents is not None:
-                    agents[name] = prepared.agents
-                versions = select_versions(cfg.version_policy, list(entry.versions), model_name=name)
-            except FoundAtLoad as e:
-                registry.failed[name] = without_paths(e.error.message, entry)
-                return
-            except InferdError as e:
-                registry.failed[name] = without_paths(e.message, entry)
-                return
-            except Exception as e:
-                registry.failed[name] = without_paths(f"{type(e).__name__}: {e}", entry)
-                return
-            if cfg.platform == "ensemble":
-                ensembles.append((entry, cfg))
-                return
-            loaded = []
-            for v in versions:
-                model = await load_bounded(name, v, entry, cfg, settings)
-                if model.reason.startswith(_GIVEN_UP):
-                    registry.abandoned_loads += 1
-                registry.add(model)
-                loaded.append(model)
-            if prepared.agents is not None:
-                ok = all(m.ready for m in loaded)
-                prepared.agents.act(AgentAction.LOAD_COMPLETE if ok else AgentAction.LOAD_FAIL)
-
-    await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
-    registry.refresh_defaults()
-    for entry, cfg in ensembles:
-        for model in ensemble_versions(entry, cfg, registry, settings):
-            registry.add(model)
-    registry.refresh_defaults()
-    return {name: entry for name, entry in found.items() if isinstance(entry, ModelDir)}
-
-
-def ensemble_versions(md: ModelDir, cfg: Any, registry: LoadedModels, settings: LoadSettings) -> list[Model]:
-    """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
-    models = []
-    for v in select_versions(cfg.version_policy, list(md.versions), model_name=md.name):
-        model = Model(md.name, v, cfg, md.path)
-        try:
-            model.scheduler = EnsembleScheduler(model, registry.is_ready, settings.submit_step)
-            model.state = ModelState.READY
-        except InferdError as e:
-            model.state, model.reason = ModelState.UNAVAILABLE, e.message
-        models.append(model)
-    return models
-
-
-async def load_bounded(name: str, version: int, md: ModelDir, cfg: Any, settings: LoadSettings) -> Model:
-    """``load_version`` on a worker thread, given up on after the load timeout (the thread cannot
-    be stopped: a load that finishes later is unloaded at once). An uploaded model's load always has
-    a timeout, and is stopped there: its workers are killed, and what it made is released before
-    this returns (backends/process/uploaded.py)."""
-    timeout_s, loop = settings.load_timeout_s, settings.loop
-    abort = None
-    if md.uploaded:
-        from inferd.backends.process.uploaded import LoadAbort
-
-        timeout_s, abort = settings.uploads(cfg.backend).load_timeout_s, LoadAbort()
-    future = asyncio.ensure_future(asyncio.to_thread(load_version, name, version, md, cfg, settings, abort))
-    if not timeout_s:
-        return await future
-    done, _ = await asyncio.wait({future}, timeout=timeout_s)
-    if done:
-        return future.result()
-    log.error("loading '%s' version %d did not finish within %g s", name, version, timeout_s)
-    if abort is not None:
-        abort.fire(f"loading did not finish within {timeout_s:g} s (--model-load-timeout-secs)")
-        # its workers are gone, so the load's thread ends: wait for it to have released everything
-        await asyncio.wait({future}, timeout=_ABORT_GRACE_S)
-
-    def late(f: asyncio.Future[Model]) -> None:
-        if f.cancelled() or f.exception() is not None:
-            return
-        model = f.result()
-        if model.scheduler is not None:
-            log.warning("'%s' version %d finished loading after its timeout: unloading it", name, version)
-            task = loop.create_task(model.scheduler.stop(0))
-            _LATE.add(task)
-            task.add_done_callback(_LATE.discard)
-
-    future.add_done_callback(late)
-    model = Model(name, version, cfg, md.path)
-    model.state = ModelState.UNAVAILABLE
-    model.reason = f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)"
-    return model
 
 
 _GIVEN_UP = "Unavailable: loading did not finish within"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
-from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks
+from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks, WorkerProcesses
 from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
@@ -26,13 +26,13 @@ from inferd.core.unsent import UnsentBudget
 from inferd.engine.cache import ResponseCache, answer_from_cache, cache_size
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
-from inferd.engine.lifecycle import ModelState
-from inferd.engine.model import Model
+from inferd.engine.lifecycle import ModelLifecycle
+from inferd.engine.model import Model, ModelState
 from inferd.engine.model_control import ModelControl, load_parameters
-from inferd.engine.on_demand import MemoryBudget, budget_from_options
+from inferd.engine.on_demand import MemoryBudget, budget_from_options, worker_bytes
 from inferd.engine.overrides import Uploads
 from inferd.engine.readiness import ReadinessCheck
-from inferd.engine.repository_manager import LoadedModels, LoadSettings, parse_backend_config
+from inferd.engine.repository_manager import Loader, LoadSettings, parse_backend_config
 from inferd.engine.status import status
 from inferd.engine.validate import validate_request, validation_key
 from inferd.errors import (
@@ -100,7 +100,10 @@ class ServerCore:
         self.rate_limiter = rate_limiter
         #: the custom metrics its models define (``inferd.metrics.custom``; the Runtime gives one)
         self.custom_metrics = custom_metrics
-        self.registry = LoadedModels()
+        #: every model version, and the one writer of their states (engine/lifecycle.py)
+        self.registry = ModelLifecycle()
+        #: its models' worker processes and what befell them (on /metrics: metrics/collector.py)
+        self.worker_processes = WorkerProcesses()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._live = False
@@ -150,6 +153,7 @@ class ServerCore:
                 self.model_ready,
                 self.custom_metrics,
                 self.model_control_blocking,
+                processes=self.worker_processes,
             ),
             strict_model_config=options.strict_model_config,
             config_name=options.model_config_name,
@@ -169,13 +173,14 @@ class ServerCore:
         self.control = ModelControl(
             options.model_control_mode,
             list(options.model_repository),
-            self.registry,
-            settings,
+            Loader(settings, self.registry),
             drain_timeout_s=float(options.exit_timeout_secs),
             uploads=Uploads(options.model_upload_max_bytes),
         )
         if limit is not None:
-            self.budget = self.control.budget = MemoryBudget(limit, self.registry)
+            self.budget = self.control.budget = MemoryBudget(
+                limit, self.registry, partial(worker_bytes, self.worker_processes)
+            )
         await self.control.start(list(options.load_model))
         if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
             self._poll = self.loop.create_task(self.control.poll_forever(options.repository_poll_secs))
@@ -191,15 +196,13 @@ class ServerCore:
             task.cancel()
         timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout  # one deadline for all: not one timeout per model
-        models = [m for versions in self.registry.models.values() for m in versions.values()]
+        models = self.registry.all_versions()
         # ensembles first: they feed the others
         models.sort(key=lambda m: 0 if m.platform == "ensemble" else 1)
         for m in models:
             if m.scheduler is not None:
                 await m.scheduler.stop(max(0.0, deadline - time.monotonic()))
-            m.state = ModelState.UNAVAILABLE
-            m.reason = "unloaded"
-        self.registry.refresh_defaults()
+            self.registry.unloaded(m)
         self._live = False
 
     def inflight(self) -> int:
@@ -571,7 +574,11 @@ class ServerCore:
 
     def status(self) -> dict[str, Any] | None:
         """The live status page's data, or None with ``--allow-status-page=false``."""
-        return status(self) if self.options.allow_status_page else None
+        if not self.options.allow_status_page:
+            return None
+        server = {"id": self.options.id, "version": self.version, "live": self.live(), "ready": self.ready()}
+        gpus = self.gpu_metrics.status() if self.gpu_metrics is not None else None
+        return status(self.repository_index(), self.registry.models, server, gpus)
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

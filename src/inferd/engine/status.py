@@ -12,14 +12,13 @@ nothing is counted for the page alone but the ring.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from inferd.backends.base import instance_devices
-
-if TYPE_CHECKING:
-    from inferd.engine.server import ServerCore
+from inferd.engine.model import Model
 
 WINDOW_S = 60.0
 RATE_WINDOW_S = 10.0
@@ -33,13 +32,20 @@ def _quantiles(values: list[int]) -> tuple[float | None, float | None]:
     return round(float(p50) / 1e6, 3), round(float(p99) / 1e6, 3)
 
 
-def status(core: ServerCore) -> dict[str, Any]:
-    """The page's data: the server and every model version it knows."""
+def status(
+    index: list[dict[str, Any]],
+    models_by_name: Mapping[str, Mapping[int, Model]],
+    server: dict[str, Any],
+    gpus: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The page's data: ``server`` (id, version, live, ready) and every model version of the
+    repository ``index`` (``models_by_name``: the versions listed, engine/lifecycle.py), with
+    ``gpus`` where the server finds some."""
     now = time.monotonic_ns()
     since = now - int(WINDOW_S * 1e9)
     rate_since = now - int(RATE_WINDOW_S * 1e9)
     models: list[dict[str, Any]] = []
-    for entry in core.repository_index():
+    for entry in index:
         name, version = entry["name"], entry.get("version", "")
         row: dict[str, Any] = {
             "name": name,
@@ -47,7 +53,7 @@ def status(core: ServerCore) -> dict[str, Any]:
             "state": entry.get("state", "UNLOADED"),
             "reason": entry.get("reason", ""),
         }
-        model = core.registry.models.get(name, {}).get(int(version)) if version else None
+        model = models_by_name.get(name, {}).get(int(version)) if version else None
         if model is not None:
             stats = model.stats
             with stats._lock:  # a consistent copy, taken quickly
@@ -76,18 +82,13 @@ def status(core: ServerCore) -> dict[str, Any]:
             )
         models.append(row)
     doc: dict[str, Any] = {
-        "server": {
-            "id": core.options.id,
-            "version": core.version,
-            "live": core.live(),
-            "ready": core.ready(),
-        },
+        "server": server,
         "window_s": WINDOW_S,
         "rate_window_s": RATE_WINDOW_S,
         "models": models,
     }
-    if core.gpu_metrics is not None:  # only where GPUs are found: elsewhere the answer is as before
-        doc["gpus"] = core.gpu_metrics.status()
+    if gpus is not None:  # only where GPUs are found: elsewhere the answer is as before
+        doc["gpus"] = gpus
     return doc
 
 

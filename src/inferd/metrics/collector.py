@@ -172,7 +172,7 @@ def render(server: ServerCore) -> bytes:
     for name, version, model, _ in rows:
         value = queue_time_per_request(model.stats)
         out.append(f'{SCALING[0]}{{model="{name}",version="{version}"}} {value:.1f}')
-    _process_events(out, family)
+    _process_events(out, family, server)
     if server.budget is not None:  # --model-memory-budget (engine/on_demand.py)
         out.extend(server.budget.metric_lines())
     if server.unsent is not None:  # --max-unsent-bytes (core/unsent.py)
@@ -197,10 +197,8 @@ _PROCESS_FAMILIES = (
 )
 
 
-def _process_events(out: list[str], family: Any) -> None:
-    from inferd.backends.process.instance import EVENTS
-
-    events = dict(EVENTS)
+def _process_events(out: list[str], family: Any, server: ServerCore) -> None:
+    events = dict(server.worker_processes.events)
     models = sorted({(m, v) for m, v, _ in events})
     for event, fam, doc in _PROCESS_FAMILIES:
         family(fam, doc, "counter")

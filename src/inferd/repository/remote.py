@@ -370,9 +370,11 @@ class RepositorySet:
                 )
         return {n: m for n, m in sorted(marks.items()) if counts[n] == 1}
 
-    def clear_recovered(self, failed: dict[str, str]) -> None:
-        """Drop from ``failed`` (name -> reason) the repositories whose last listing succeeded."""
-        for repo in self.remote:
-            url = str(repo.url)
-            if url not in self.failures and repo.last is not None:
-                failed.pop(url, None)
+    def recovered(self) -> list[str]:
+        """The repositories (their URLs: the names their failures are listed under) whose last
+        listing succeeded."""
+        return [
+            str(repo.url)
+            for repo in self.remote
+            if str(repo.url) not in self.failures and repo.last is not None
+        ]

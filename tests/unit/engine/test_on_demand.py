@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.engine.lifecycle import ModelState
+from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Model
 from inferd.engine.on_demand import (
     Evict,
@@ -21,7 +21,6 @@ from inferd.engine.on_demand import (
     rss_bytes,
 )
 from inferd.engine.readiness import ReadinessCheck
-from inferd.engine.repository_manager import LoadedModels
 from inferd.errors import InvalidArgumentError
 from inferd.repository.config.schema import ModelConfig
 
@@ -80,21 +79,21 @@ class FakeScheduler:
         return None
 
 
-def _add(registry: LoadedModels, name: str, steps: tuple[str, ...] = ()) -> FakeScheduler:
+def _add(registry: ModelLifecycle, name: str, steps: tuple[str, ...] = ()) -> FakeScheduler:
     cfg = ModelConfig(name=name, backend="python")
     if steps:
         cfg = ModelConfig(name=name, platform="ensemble")
         for s in steps:
             cfg.ensemble_scheduling.step.add(model_name=s)
     m = Model(name, 1, cfg, Path("/nonexistent"))
-    m.state = ModelState.READY
+    registry.ready(m)
     sched = FakeScheduler()
     m.scheduler = sched  # type: ignore[assignment]
-    registry.add(m)
+    registry.register(name, {1: m})
     return sched
 
 
-def _budget(registry: LoadedModels, sizes: dict[str, int], limit: int = 100 * MIB) -> MemoryBudget:
+def _budget(registry: ModelLifecycle, sizes: dict[str, int], limit: int = 100 * MIB) -> MemoryBudget:
     budget = MemoryBudget(limit, registry, measure=lambda: 0, workers=lambda _name: 0)
     budget.sizes.update(sizes)
     for name in sizes:
@@ -102,17 +101,17 @@ def _budget(registry: LoadedModels, sizes: dict[str, int], limit: int = 100 * MI
     return budget
 
 
-def _evictor(registry: LoadedModels, evicted: list[str]) -> Evict:
+def _evictor(registry: ModelLifecycle, evicted: list[str]) -> Evict:
     async def evict(name: str) -> None:
         evicted.append(name)
         for m in registry.models[name].values():
-            m.state = ModelState.UNAVAILABLE
+            registry.unavailable(m, "")
 
     return evict
 
 
 def test_the_least_recently_used_idle_model_goes_first() -> None:
-    registry = LoadedModels()
+    registry = ModelLifecycle()
     for name in ("a", "b", "c"):
         _add(registry, name)
     budget = _budget(registry, {"a": 40 * MIB, "b": 40 * MIB, "c": 40 * MIB})
@@ -127,7 +126,7 @@ def test_the_least_recently_used_idle_model_goes_first() -> None:
 
 
 def test_busy_models_and_the_steps_of_a_busy_ensemble_stay() -> None:
-    registry = LoadedModels()
+    registry = ModelLifecycle()
     busy = _add(registry, "busy")
     _add(registry, "step")
     _add(registry, "idle")
@@ -145,7 +144,7 @@ def test_busy_models_and_the_steps_of_a_busy_ensemble_stay() -> None:
 
 
 def test_a_load_is_measured_and_a_model_over_the_budget_refused() -> None:
-    registry = LoadedModels()
+    registry = ModelLifecycle()
     rss = [100 * MIB]
     budget = MemoryBudget(
         50 * MIB, registry, measure=lambda: rss[0], workers=lambda n: 5 * MIB if n == "w" else 0
@@ -165,8 +164,8 @@ def test_a_load_is_measured_and_a_model_over_the_budget_refused() -> None:
 
 
 def test_concurrent_requests_share_one_load_and_a_known_giant_is_refused_without_one() -> None:
-    registry = LoadedModels()
-    budget = MemoryBudget(50 * MIB, registry)
+    registry = ModelLifecycle()
+    budget = MemoryBudget(50 * MIB, registry, workers=lambda _name: 0)
     loads: list[str] = []
 
     async def main() -> None:
@@ -189,7 +188,7 @@ def test_concurrent_requests_share_one_load_and_a_known_giant_is_refused_without
 
 
 def test_metric_lines() -> None:
-    registry = LoadedModels()
+    registry = ModelLifecycle()
     _add(registry, "a")
     budget = _budget(registry, {"a": 3 * MIB})
     budget.evictions["b"] += 2

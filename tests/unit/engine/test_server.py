@@ -12,7 +12,7 @@ import pytest
 
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.tensor import Tensor
-from inferd.engine.lifecycle import ModelState
+from inferd.engine.model import ModelState
 from inferd.engine.server import EXTENSIONS, PROTOCOL_VERSION
 from inferd.engine.server import ServerCore as Server
 from inferd.errors import (

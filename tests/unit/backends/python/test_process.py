@@ -16,7 +16,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd import Server
-from inferd.backends.process.instance import EVENTS
 from inferd.backends.process.ipc import SHM_DIR
 from inferd.errors import InferdError, UnavailableError
 
@@ -233,11 +232,12 @@ def test_decoupled_responses_from_a_worker_thread(server: Server) -> None:
 def test_a_crash_fails_its_request_only_and_the_instance_comes_back(
     server: Server, mode: int, how: str
 ) -> None:
-    exited = EVENTS[("worker", "1", "exited")]
+    events = server.runtime.core.worker_processes.events  # this server's
+    exited = events[("worker", "1", "exited")]
     with pytest.raises(UnavailableError) as info:
         _infer(server, mode, np.ones(2, np.float32))
     assert how in info.value.message and "model 'worker' instance" in info.value.message
-    assert EVENTS[("worker", "1", "exited")] == exited + 1
+    assert events[("worker", "1", "exited")] == exited + 1
     deadline = time.monotonic() + 30  # the next requests run, on a new worker where one crashed
     answers = []
     while len(answers) < 4 and time.monotonic() < deadline:
