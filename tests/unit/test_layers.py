@@ -302,3 +302,91 @@ def test_trace_imports_only_errors_core_data_and_itself() -> None:
         )
         == []
     )
+
+
+# -- core/ below, engine/ above, no circles ----------------------------------------------------------
+
+ABOVE_CORE = ("inferd.engine", "inferd.scheduling", "inferd.backends", "inferd.frontends")
+
+
+def test_core_imports_nothing_above_it() -> None:
+    """The request data (core/) sits below the engine, the schedulers, the backends and the front
+    ends: no arrow runs back up, not even one for types alone."""
+    assert _violations(lambda m: _in(m, "inferd.core"), lambda e: not _in(e.target, *ABOVE_CORE)) == []
+    assert (
+        _violations(
+            lambda m: _in(m, "inferd.core"),
+            lambda e: _in(e.target, "inferd.core", "inferd.errors") or e.target == "inferd.gpu.cuda",
+        )
+        == []
+    )
+
+
+def _circles(package: str, edges: list[Edge] = EDGES) -> list[list[str]]:
+    """The import circles among ``package``'s modules (every edge: lazy and type-only ones too),
+    each as its strongly connected set of modules (Tarjan's algorithm)."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if _in(e.module, package) and _in(e.target, package) and e.target != e.module:
+            graph.setdefault(e.module, set()).add(e.target)
+            graph.setdefault(e.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                out.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_circles_are_found() -> None:
+    def edge(a: str, b: str) -> Edge:
+        return Edge(f"inferd.x.{a}", f"inferd.x.{b}", 1, True)
+
+    edges = [edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("c", "d"), edge("d", "e")]
+    assert _circles("inferd.x", edges) == [["inferd.x.a", "inferd.x.b", "inferd.x.c"]]
+    assert _circles("inferd.x", edges[1:]) == []
+
+
+@pytest.mark.parametrize("package", ["inferd.core", "inferd.engine"])
+def test_no_import_circle_inside(package: str) -> None:
+    assert _circles(package) == []
+
+
+def test_one_writer_of_a_models_state() -> None:
+    """A version's state and reason are written by ``ModelLifecycle`` alone (engine/lifecycle.py;
+    ``Model.__init__`` sets the first ones): nothing else assigns them."""
+    writers = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                for leaf in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if (
+                        isinstance(leaf, ast.Attribute)
+                        and leaf.attr in ("_state", "_reason")
+                        and not (isinstance(leaf.value, ast.Name) and leaf.value.id == "self")
+                    ):
+                        writers.add(module)
+    assert writers == {"inferd.engine.lifecycle"}
