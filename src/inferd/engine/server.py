@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
-from inferd.backends.base import MetricRegistry, ResponseCallback, ServerLinks, WorkerProcesses
+from inferd.backends import registry as backend_registry
+from inferd.backends.base import BackendLookup, MetricRegistry, ResponseCallback, ServerLinks, WorkerProcesses
 from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
@@ -91,7 +92,9 @@ class ServerCore:
         custom_metrics: MetricRegistry | None = None,
         rate_limiter: RateLimiter | None = None,
         unsent: UnsentBudget | None = None,
+        backends: BackendLookup = backend_registry,
     ) -> None:
+        """``backends``: where its models' backends are found (a test's fake: tests/unit/engine)."""
         self.options = options
         #: the process's budget of response bytes held for clients (core/unsent.py; the Runtime's),
         #: which decoupled models' streams count in; None: streams are bounded by their windows alone
@@ -102,6 +105,7 @@ class ServerCore:
         self.custom_metrics = custom_metrics
         #: every model version, and the one writer of their states (engine/lifecycle.py)
         self.registry = ModelLifecycle()
+        self._backends = backends
         #: its models' worker processes and what befell them (on /metrics: metrics/collector.py)
         self.worker_processes = WorkerProcesses()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -166,6 +170,7 @@ class ServerCore:
             load_retries=options.model_load_retry_count,
             model_namespacing=options.model_namespacing,
             gpus=gpus_for_models(options.min_supported_compute_capability),
+            backends=self._backends,
         )
         # C/C++ backends (backends/tritonc): where their libraries are, and what they call back into (their
         # Initialize may create custom metrics before any model loads)

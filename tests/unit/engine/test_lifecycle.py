@@ -4,19 +4,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fake_backend import FakeBackend, FakeBackends, write_model
 
 from inferd.backends.base import ServerLinks
+from inferd.core.request import InferRequest
+from inferd.core.tensor import Tensor
 from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
 from inferd.engine.model import Model, ModelState
 from inferd.engine.model_control import ModelControl
 from inferd.engine.repository_manager import Loader, LoadSettings
+from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, InvalidArgumentError
+from inferd.options import ServerOptions
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet
 
@@ -90,7 +95,7 @@ def _settings(backend: FakeBackend, **kw: Any) -> LoadSettings:
     )
 
 
-def _run(main: Callable[[], Awaitable[None]]) -> None:
+def _run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
@@ -183,5 +188,26 @@ def test_a_model_that_never_loaded_lists_its_failed_versions(tmp_path: Path) -> 
         assert life.models["m"][1].reason == "Invalid argument: no" and "m" not in life.ready_default
         with pytest.raises(InferdError, match="model not found in any model repository"):
             await control.load("absent")
+
+    _run(main)
+
+
+def test_the_server_core_serves_a_fake_backends_model(tmp_path: Path) -> None:
+    """ServerCore takes its backend lookup too: start, a request, the index, stop."""
+    write_model(tmp_path, "m")
+    backend = FakeBackend()
+
+    async def main() -> None:
+        core = ServerCore(ServerOptions(model_repository=[tmp_path]), backends=FakeBackends(backend))
+        await core.start()
+        try:
+            x = np.array([1.0, 2.0], np.float32)
+            request = InferRequest(model_name="m", inputs={"INPUT0": Tensor.from_array("INPUT0", x)})
+            response = await core.infer(request)
+            assert response.error is None and response.outputs[0].array.tolist() == [1.0, 2.0]
+            assert core.repository_index() == [{"name": "m", "version": "1", "state": "READY"}]
+        finally:
+            await core.stop(1)
+        assert backend.live == set() and core.registry.models["m"][1].reason == UNLOADED
 
     _run(main)
