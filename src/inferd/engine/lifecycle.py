@@ -86,7 +86,8 @@ class ModelLifecycle:
         """A load of ``name`` made ``versions``: they serve from now on (READY ones take the requests
         naming no version), beside the versions listed before that the load did not make again,
         and the name's earlier failure is forgotten."""
-        self._models[name] = {**self._models.get(name, {}), **versions}
+        before = self._models.get(name, {})
+        self._models[name] = {**{v: m for v, m in before.items() if v not in versions}, **versions}
         self._failed.pop(name, None)
         self._refresh(name)
 

@@ -27,7 +27,7 @@ from inferd.core.unsent import UnsentBudget
 from inferd.engine.cache import ResponseCache, answer_from_cache, cache_size
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
-from inferd.engine.lifecycle import ModelLifecycle
+from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
 from inferd.engine.model import Model, ModelState
 from inferd.engine.model_control import ModelControl, load_parameters
 from inferd.engine.on_demand import MemoryBudget, budget_from_options, worker_bytes
@@ -226,7 +226,7 @@ class ServerCore:
         out = [(name, "", reason) for name, reason in sorted(self.registry.failed.items())]
         for name, versions in sorted(self.registry.models.items()):
             for v, m in sorted(versions.items()):
-                if m.state is ModelState.UNAVAILABLE and m.reason != "unloaded":
+                if m.state is ModelState.UNAVAILABLE and m.reason != UNLOADED:
                     out.append((name, str(v), m.reason))
         return out
 
