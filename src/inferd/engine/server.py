@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd import __version__
+from inferd._version import __version__
 from inferd.backends import registry as backend_registry
 from inferd.backends.base import BackendLookup, MetricRegistry, ResponseCallback, ServerLinks, WorkerProcesses
 from inferd.backends.tritonc.library import configure as configure_c_backends
