@@ -9,25 +9,12 @@ import logging
 from typing import Any
 
 from inferd.backends.base import Backend
+from inferd.backends.builtin import BUILTIN as _BUILTIN
 from inferd.errors import InvalidArgumentError
 
-#: built-in backends: name -> "module:factory"
-_BUILTIN: dict[str, str] = {
-    "python": "inferd.backends.python.backend:PythonBackend",
-    "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
-    "pytorch": "inferd.backends.pytorch.backend:PyTorchBackend",
-    "openvino": "inferd.backends.openvino.backend:OpenVinoBackend",
-    "tensorflow": "inferd.backends.tensorflow.backend:TensorFlowBackend",
-    "fil": "inferd.backends.fil.backend:FilBackend",
-}
 _ENTRY_POINT_GROUP = "inferd.backends"
 log = logging.getLogger("inferd.backends")
 _cache: dict[str, Backend] = {}
-
-
-def builtin_names() -> list[str]:
-    """inferd's own backends, sorted."""
-    return sorted(_BUILTIN)
 
 
 def get_backend(name: str) -> Backend:

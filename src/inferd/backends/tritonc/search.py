@@ -21,6 +21,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.builtin import builtin_names
 from inferd.errors import InvalidArgumentError, NotFoundError
 
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
@@ -82,8 +83,6 @@ def find_library(config: Any, model_dir: Path, version_dir: Path | None) -> Path
 def not_found(backend: str, paths: list[Path] | None = None) -> InvalidArgumentError:
     """Neither a library nor a Python-based backend's model.py: the reference's words, then where
     inferd looked (``paths``: the library's folders) and what it has of its own."""
-    from inferd.backends.registry import builtin_names
-
     where = ""
     if paths:
         where = (
