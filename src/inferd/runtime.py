@@ -32,7 +32,8 @@ from inferd.frontends.access import (
     parse_restrictions,
 )
 from inferd.frontends.forward import compile_forward_pattern
-from inferd.frontends.http.protocol import HttpLimits
+from inferd.frontends.starting import FrontendError as FrontendError  # what cli.py catches
+from inferd.frontends.starting import http_limits
 from inferd.frontends.tls import check_flags as check_tls_flags
 from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
@@ -68,19 +69,6 @@ _REPORT_S = 1.0
 _GRPC_GRACE_S = 0.5
 
 
-def http_limits(options: ServerOptions) -> HttpLimits:
-    """The HTTP connection limits the options set."""
-    return HttpLimits(
-        max_body=options.http_max_input_size,
-        max_url=options.http_max_url_size,
-        max_header_bytes=options.http_max_header_size,
-        max_headers=options.http_max_header_count,
-        max_connections=options.max_connections,
-        header_timeout_s=options.http_header_timeout_secs,
-        idle_timeout_s=options.http_idle_timeout_secs,
-    )
-
-
 def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> int:
     """``--max-unsent-bytes``, or its default from the machine's memory; one of ``--workers``
     processes gets its share."""
@@ -88,10 +76,6 @@ def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> in
     if options.max_unsent_bytes is None:
         return default_limit(processes=processes)
     return options.max_unsent_bytes // processes
-
-
-class FrontendError(Exception):
-    """A front end could not start; the message is what ``inferd serve`` prints."""
 
 
 class Runtime:
