@@ -322,42 +322,15 @@ def test_core_imports_nothing_above_it() -> None:
     )
 
 
-def _circles(package: str, edges: list[Edge] = EDGES) -> list[list[str]]:
-    """The import circles among ``package``'s modules (every edge: lazy and type-only ones too),
-    each as its strongly connected set of modules (Tarjan's algorithm)."""
+def _package_circles(package: str, edges: list[Edge] = EDGES) -> list[list[str]]:
+    """The import circles among ``package``'s modules counting every edge (lazy and type-only ones
+    too), each as its sorted strongly connected set of modules (``_circles`` below)."""
     graph: dict[str, set[str]] = {}
     for e in edges:
         if _in(e.module, package) and _in(e.target, package) and e.target != e.module:
             graph.setdefault(e.module, set()).add(e.target)
             graph.setdefault(e.target, set())
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            members = []
-            while True:
-                w = stack.pop()
-                members.append(w)
-                if w == v:
-                    break
-            if len(members) > 1:
-                out.append(sorted(members))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
+    return sorted(sorted(c) for c in _circles(graph))
 
 
 def test_circles_are_found() -> None:
@@ -365,13 +338,13 @@ def test_circles_are_found() -> None:
         return Edge(f"inferd.x.{a}", f"inferd.x.{b}", 1, True)
 
     edges = [edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("c", "d"), edge("d", "e")]
-    assert _circles("inferd.x", edges) == [["inferd.x.a", "inferd.x.b", "inferd.x.c"]]
-    assert _circles("inferd.x", edges[1:]) == []
+    assert _package_circles("inferd.x", edges) == [["inferd.x.a", "inferd.x.b", "inferd.x.c"]]
+    assert _package_circles("inferd.x", edges[1:]) == []
 
 
 @pytest.mark.parametrize("package", ["inferd.core", "inferd.engine"])
 def test_no_import_circle_inside(package: str) -> None:
-    assert _circles(package) == []
+    assert _package_circles(package) == []
 
 
 def test_one_writer_of_a_models_state() -> None:
@@ -390,3 +363,147 @@ def test_one_writer_of_a_models_state() -> None:
                     ):
                         writers.add(module)
     assert writers == {"inferd.engine.lifecycle"}
+
+
+# -- circles ---------------------------------------------------------------------------------------
+# A circle is a set of modules each reaching every other through imports (a strongly connected
+# component of the graph). TYPE_CHECKING imports never run, so they make none; an import inside a
+# function runs, later, and counts.
+
+#: circles that stay, each with the reason: none (a circle is broken by moving what both sides share
+#: into a module below them, not by hiding an import in a function)
+ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The circles of ``graph`` (Tarjan's strongly connected components of two modules or more),
+    iteratively: the graph is deeper than the recursion limit allows for."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def _graph(edges: list[Edge]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.target != e.module and e.target in MODULES:
+            graph.setdefault(e.module, set()).add(e.target)
+    return graph
+
+
+def _describe(circle: frozenset[str], edges: list[Edge]) -> str:
+    inside = sorted(
+        {str(e) for e in edges if e.module in circle and e.target in circle and e.module != e.target}
+    )
+    return "circle " + ", ".join(sorted(circle)) + ":\n  " + "\n  ".join(inside)
+
+
+def _module_level_edges(module: str, tree: ast.Module) -> list[Edge]:
+    """The imports ``module`` runs while it is imported: none inside a function, none under
+    TYPE_CHECKING. ``from inferd import name`` (not a submodule) reads the package ``inferd`` itself,
+    whatever it re-exports: while ``inferd/__init__.py`` runs, only the names bound above its
+    running line are there."""
+    edges: list[Edge] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            targets = _targets(module, node)
+            if isinstance(node, ast.ImportFrom) and _resolve(module, node) == ROOT:
+                targets = [
+                    t if t == f"{ROOT}.{a.name}" else ROOT for t, a in zip(targets, node.names, strict=True)
+                ]
+            edges.extend(Edge(module, t, node.lineno, False) for t in targets if _in(t, ROOT))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return edges
+
+
+MODULE_LEVEL_EDGES: list[Edge] = [
+    e for m, path in MODULES.items() for e in _module_level_edges(m, ast.parse(path.read_text(), str(path)))
+]
+
+
+def test_circles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}, "g": {"g"}}
+    assert sorted(map(sorted, _circles(graph))) == [["a", "b", "c"], ["d", "e"]]
+    # a chain longer than the recursion limit
+    chain = {str(i): {str(i + 1)} for i in range(3 * sys.getrecursionlimit())}
+    chain[str(3 * sys.getrecursionlimit())] = {"0"}
+    assert [len(c) for c in _circles(chain)] == [3 * sys.getrecursionlimit() + 1]
+
+
+def test_module_level_edges_are_read() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from inferd import __version__, errors\n"
+        "from inferd.core import request\n"
+        "if TYPE_CHECKING:\n"
+        "    from inferd.core import response\n"
+        "class A:\n"
+        "    from inferd.core import tensor\n"
+        "def f() -> None:\n"
+        "    from inferd.core import types\n"
+    )
+    edges = _module_level_edges("inferd.core.validate", ast.parse(source))
+    assert [(e.target, e.line) for e in edges] == [
+        (ROOT, 2),  # the package's namespace, while it may still be running
+        ("inferd.errors", 2),
+        ("inferd.core.request", 3),
+        ("inferd.core.tensor", 7),  # a class body runs at import
+    ]
+
+
+def test_no_import_cycle_at_module_level() -> None:
+    """Whatever order the modules are first imported in, each finds the names it imports bound."""
+    circles = _circles(_graph(MODULE_LEVEL_EDGES))
+    assert [_describe(c, MODULE_LEVEL_EDGES) for c in circles] == []
+
+
+def test_no_circle_but_the_allowed() -> None:
+    run_time = [e for e in EDGES if not e.type_only]
+    circles = [c for c in _circles(_graph(run_time)) if c not in ALLOWED_CIRCLES]
+    assert [_describe(c, run_time) for c in circles] == []
