@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import grpc
@@ -42,7 +42,7 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
-from inferd.frontends.grpc.infer_call import InferCall
+from inferd.frontends.grpc.infer_call import InferCall, Metadata
 from inferd.frontends.grpc.log_settings import log_settings
 from inferd.frontends.grpc.request_cache import RequestCache
 from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out, Waiting
@@ -68,7 +68,6 @@ _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction p
 _STATUS: dict[ErrorCode, grpc.StatusCode] = {c: grpc.StatusCode[c.grpc_status_name] for c in ErrorCode}
 #: SERVING / NOT_SERVING HealthCheckResponse
 _HEALTH = {True: b"\x08\x01", False: b"\x08\x02"}
-Metadata = Iterable[tuple[str, str | bytes]]
 
 
 class RpcError(Exception):
