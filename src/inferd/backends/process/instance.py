@@ -54,6 +54,7 @@ from inferd.backends.process.ipc import (
 from inferd.backends.process.memory import WATCH, over_limit, rss_bytes
 from inferd.backends.process.relay import BlsRelay, answer, answer_call
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
+from inferd.backends.python.sending import release  # (only a Python model releases a request)
 from inferd.backends.tritonc.search import backend_directory
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -425,8 +426,6 @@ class ProcessInstance:
             with self._lock:
                 request = self._open.pop(msg[1], None)
             if request is not None:
-                from inferd.backends.python.reschedule import release  # (a Python model's only)
-
                 release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
             self._end(

@@ -17,7 +17,7 @@ from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, Lo
 from inferd.backends.process import IN_WORKER
 from inferd.backends.python import pb_utils, recursion
 from inferd.backends.python.containment import execution_mode, runs_in_workers
-from inferd.backends.python.hooks import InstanceHooks, send_to
+from inferd.backends.python.hooks import InstanceHooks
 from inferd.backends.python.loader import (
     MODEL_ERRORS,
     format_exception,
@@ -28,6 +28,7 @@ from inferd.backends.python.loader import (
 )
 from inferd.backends.python.modelloop import ModelLoop
 from inferd.backends.python.reschedule import reschedule, take_rescheduled
+from inferd.backends.python.sending import send_to
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
