@@ -505,5 +505,7 @@ def test_no_import_cycle_at_module_level() -> None:
 
 def test_no_circle_but_the_allowed() -> None:
     run_time = [e for e in EDGES if not e.type_only]
-    circles = [c for c in _circles(_graph(run_time)) if c not in ALLOWED_CIRCLES]
-    assert [_describe(c, run_time) for c in circles] == []
+    circles = _circles(_graph(run_time))
+    assert [_describe(c, run_time) for c in circles if c not in ALLOWED_CIRCLES] == []
+    # an entry whose circle is gone (or changed) comes off the list
+    assert [sorted(c) for c in ALLOWED_CIRCLES if c not in circles] == []
