@@ -99,7 +99,7 @@ def _before_fork() -> None:
         return  # a child forking: its children reach the server's socket too
     hooks = pb_context._hooks()
     if hooks is pb_context._default_hooks:
-        return  # a thread acting for no instance: the hooks of every other are an instance's
+        return  # a thread acting for no instance (any other hooks are an instance's: hooks.InstanceHooks)
     with _lock:
         _forkers[id(hooks)] = cast("InstanceHooks", hooks)
         if _listener is None:
