@@ -333,7 +333,7 @@ def _package_circles(package: str, edges: list[Edge] = EDGES) -> list[list[str]]
     return sorted(sorted(c) for c in _circles(graph))
 
 
-def test_circles_are_found() -> None:
+def test_package_circles_count_type_only_edges() -> None:
     def edge(a: str, b: str) -> Edge:
         return Edge(f"inferd.x.{a}", f"inferd.x.{b}", 1, True)
 

@@ -12,6 +12,11 @@ BUILTIN: dict[str, str] = {
 }
 
 
+#: any other name: a Triton C/C++ backend or a Python-based one, found per model (python/based.py);
+#: created by name like the built-in ones, so the registry depends on none of them
+NAMED = "inferd.backends.python.based:NamedBackend"
+
+
 def builtin_names() -> list[str]:
     """inferd's own backends, sorted."""
     return sorted(BUILTIN)

@@ -10,6 +10,7 @@ from typing import Any
 
 from inferd.backends.base import Backend
 from inferd.backends.builtin import BUILTIN as _BUILTIN
+from inferd.backends.builtin import NAMED as _NAMED
 from inferd.errors import InvalidArgumentError
 
 _ENTRY_POINT_GROUP = "inferd.backends"
@@ -35,9 +36,8 @@ def get_backend(name: str) -> Backend:
         # any other name may be a Triton C/C++ backend (libtriton_<name>.so) or a Python-based one
         # (<backend directory>/<name>/model.py): each model finds which, or fails its load saying
         # where it looked (a name with a path in it finds nothing: tritonc/search.py)
-        from inferd.backends.python.based import NamedBackend
-
-        backend = NamedBackend(name)
+        module_name, _, attr = _NAMED.partition(":")
+        backend = getattr(importlib.import_module(module_name), attr)(name)
     else:
         module_name, _, attr = target.partition(":")
         factory = getattr(importlib.import_module(module_name), attr)
