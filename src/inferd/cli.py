@@ -22,6 +22,7 @@ from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import FLAG_GROUPS, ServerOptions
 from inferd.repository.remote import parse_store_url
+from inferd.server_config import LogConfig
 from inferd.stop_signals import StopSignals
 from inferd.workers.place import WorkerPlace, die_with_supervisor
 
@@ -437,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(options, command_line)
     if place is not None:
         die_with_supervisor()
-    logs = from_options(options)
+    logs = from_options(LogConfig.from_options(options))
     if deprecated and options.log_format == "json":  # every line JSON: through the log
         log.warning("%s", _STRICT_DEPRECATED)
     for note in compat_notes:

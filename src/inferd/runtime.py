@@ -41,6 +41,8 @@ from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.scheduling.sequence import SequenceBatcher
+from inferd.scheduling.watchdog import Watchdog
+from inferd.server_config import ServerConfig
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Tracing
@@ -87,13 +89,16 @@ class Runtime:
         if place is not None:  # one of --workers processes: the ports are shared
             options = dataclasses.replace(options, reuse_grpc_port=True)
         self.options = options
+        #: the options parsed once, in typed parts: each component gets its own (server_config.py); a
+        #: malformed flag value stops the start here, with its text
+        self.config = ServerConfig.from_options(options)
         #: this process's place among the ``--workers`` processes (None: it is the whole server)
         self.place = place
         #: the log switches (the logging extension changes them); an embedding program keeps its
         #: own handlers unless it hands one over
         # an embedded server logs through its program's own handlers, unless the options name a file
-        self.logs = logs if logs is not None else from_options(options, attach=False)
-        parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
+        self.logs = logs if logs is not None else from_options(self.config.logs, attach=False)
+        self._own_logs = logs is None  # closed at ``stop`` (its file; its verbosity no longer counts)
         for warning in check_tls_flags(options):  # a TLS combination that would protect less: refused
             log.warning("%s", warning)
         #: the trace extension (settings, sampling, trace files or OpenTelemetry spans)
@@ -105,7 +110,11 @@ class Runtime:
         #: the bytes of answers held for clients that have not read them, in this process: one budget
         #: for both front ends and the decoupled streams (core/unsent.py, frontends/flow.py)
         self.unsent = UnsentBudget(unsent_limit(options, place))
-        self.core = ServerCore(options, self.custom_metrics, rate_limiter, self.unsent)
+        #: the execute watchdog of this server's models: its own thread, ended at ``stop``
+        self.watchdog = Watchdog()
+        self.core = ServerCore(
+            self.config.core, self.custom_metrics, rate_limiter, self.unsent, self.watchdog
+        )
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm, self.shm)  # one namespace
@@ -214,7 +223,7 @@ class Runtime:
 
         return InferenceServicer(
             core or self.front_core,
-            self.options,
+            self.config.grpc,
             self.shm,
             self.cuda_shm,
             self.grpc_access,
@@ -405,6 +414,9 @@ class Runtime:
             await self.metrics.stop()
         if self.core.gpu_metrics is not None:
             await asyncio.to_thread(self.core.gpu_metrics.stop)
+        self.watchdog.close()
+        if self._own_logs:
+            self.logs.close()
         self.shm.close()
         self.cuda_shm.close()
         self.tracing.close()  # what the settings still hold goes to the trace files

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.core.histogram import first_response_histogram
 from inferd.core.stats import ModelStats
-from inferd.core.summary import config as metrics_config
+from inferd.core.summary import MetricsConfig
 from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
 
@@ -59,7 +59,10 @@ class Member:
 class Model:
     """One loaded (or failed) version of a model."""
 
-    def __init__(self, name: str, version: int, config: Any, model_dir: Path) -> None:
+    def __init__(
+        self, name: str, version: int, config: Any, model_dir: Path, metrics: MetricsConfig = MetricsConfig()
+    ) -> None:
+        """``metrics``: the server's ``--metrics-config`` (the summaries and histograms the version keeps)."""
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -70,8 +73,10 @@ class Model:
         self._reason = ""
         self.platform = config.platform or config.backend
         # the reference's ensembles report no cache metrics ("not supported at top level"), whatever they cache
-        self.stats = ModelStats(cached=bool(config.response_cache.enable) and self.platform != "ensemble")
-        self.stats.first_response = first_response_histogram(config, metrics_config().histogram_latencies)
+        self.stats = ModelStats(
+            cached=bool(config.response_cache.enable) and self.platform != "ensemble", metrics=metrics
+        )
+        self.stats.first_response = first_response_histogram(config, metrics.histogram_latencies)
         self.scheduler: Scheduler | None = None
         self.max_batch_size = int(config.max_batch_size)
         self.decoupled = bool(config.model_transaction_policy.decoupled)

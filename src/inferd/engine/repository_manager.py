@@ -20,6 +20,7 @@ from inferd.engine.instance_update import wanted_instances
 from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Member, Model, ModelState
 from inferd.engine.readiness import ReadinessCheck
+from inferd.core.summary import MetricsConfig
 from inferd.engine.routing import parse_weights
 from inferd.engine.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
@@ -43,7 +44,7 @@ from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
 from inferd.scheduling.rate_limiter import RateLimiter, held, open_gate
 from inferd.scheduling.sequence import SequenceBatcher
-from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM
+from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM, Watchdog
 
 if TYPE_CHECKING:  # backends/process/uploaded.py is imported at the first upload, not at start
     from inferd.backends.process.uploaded import LoadAbort, UploadLimits
@@ -233,6 +234,11 @@ class LoadSettings:
     gpus: SupportedGpus = NO_GPUS
     #: where a model's backend is found (a test's fake backend: tests/unit/engine/fake_backend.py)
     backends: BackendLookup = backend_registry
+    #: ``--metrics-config``: the latency summaries and histograms its models keep
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    #: the server's execute watchdog (scheduling/watchdog.py), which watches pools with an execute
+    #: timeout (None: each such pool has one of its own)
+    watchdog: Watchdog | None = None
 
     def for_backend(self, name: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(name, {})}
@@ -282,7 +288,7 @@ class Loader:
         """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
         models = []
         for v in self.versions(md.name, cfg, md):
-            model = Model(md.name, v, cfg, md.path)
+            model = Model(md.name, v, cfg, md.path, self.settings.metrics)
             try:
                 model.scheduler = EnsembleScheduler(model, self.lifecycle.is_ready, self.settings.submit_step)
                 self.lifecycle.ready(model)
@@ -381,7 +387,7 @@ class Loader:
                 task.add_done_callback(_LATE.discard)
 
         future.add_done_callback(late)
-        model = Model(name, version, cfg, md.path)
+        model = Model(name, version, cfg, md.path, settings.metrics)
         self.lifecycle.unavailable(model, f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)")
         return model
 
@@ -419,7 +425,7 @@ class Loader:
         settings = self.settings
         log.info("loading: %s:%d", name, version)  # as the reference logs it
         t0 = time.monotonic()
-        model = Model(name, version, cfg, md.path)
+        model = Model(name, version, cfg, md.path, settings.metrics)
         try:
             execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
             parse_weights(cfg)  # a bad version_weights fails the load, not the routing
@@ -518,6 +524,7 @@ def _scheduler(
             model_dir=md.path,
             execute_timeout_ns=execute_timeout_ns,
             gate=gate,
+            watchdog=settings.watchdog,
         )
     return InstancePool(
         name,
@@ -530,6 +537,7 @@ def _scheduler(
         queue=queue_policy(cfg),
         execute_timeout_ns=execute_timeout_ns,
         gate=gate,
+        watchdog=settings.watchdog,
     )
 
 
@@ -546,19 +554,3 @@ def check_mode_allows_load(mode: str) -> None:
     if mode != "explicit":
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
 
-
-def parse_backend_config(settings: list[str]) -> dict[str, dict[str, str]]:
-    """``--backend-config`` values, tritonserver's syntax: ``<backend>,<setting>=<value>`` for one
-    backend, ``<setting>=<value>`` for all (key ``""``)."""
-    out: dict[str, dict[str, str]] = {}
-    for arg in settings:
-        name, comma, rest = arg.partition(",")
-        if not comma:
-            name, rest = "", arg
-        key, eq, value = rest.partition("=")
-        if not eq or not key or not value:
-            raise InvalidArgumentError(
-                f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {arg}"
-            )
-        out.setdefault(name, {})[key] = value
-    return out

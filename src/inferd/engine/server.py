@@ -9,7 +9,6 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,19 +20,17 @@ from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stream_flow import StreamLimits
-from inferd.core.summary import MetricsConfig
-from inferd.core.summary import configure as configure_summaries
 from inferd.core.unsent import UnsentBudget
-from inferd.engine.cache import ResponseCache, answer_from_cache, cache_size
+from inferd.engine.cache import ResponseCache, answer_from_cache
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
 from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
 from inferd.engine.model import Model, ModelState
 from inferd.engine.model_control import ModelControl, load_parameters
-from inferd.engine.on_demand import MemoryBudget, budget_from_options, worker_bytes
+from inferd.engine.on_demand import MemoryBudget, worker_bytes
 from inferd.engine.overrides import Uploads
 from inferd.engine.readiness import ReadinessCheck
-from inferd.engine.repository_manager import Loader, LoadSettings, parse_backend_config
+from inferd.engine.repository_manager import Loader, LoadSettings
 from inferd.engine.status import status
 from inferd.engine.validate import validate_request, validation_key
 from inferd.errors import (
@@ -46,8 +43,9 @@ from inferd.errors import (
     error_for_code,
 )
 from inferd.gpu.devices import gpus_for_models
-from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import RateLimiter
+from inferd.scheduling.watchdog import Watchdog
+from inferd.server_config import CoreConfig
 
 if TYPE_CHECKING:
     from inferd.metrics.gpu import GpuMetrics
@@ -88,14 +86,20 @@ class ServerCore:
 
     def __init__(
         self,
-        options: ServerOptions,
+        config: CoreConfig,
         custom_metrics: MetricRegistry | None = None,
         rate_limiter: RateLimiter | None = None,
         unsent: UnsentBudget | None = None,
+        watchdog: Watchdog | None = None,
         backends: BackendLookup = backend_registry,
     ) -> None:
         """``backends``: where its models' backends are found (a test's fake: tests/unit/engine)."""
-        self.options = options
+        #: its part of the server's configuration (server_config.py), parsed once by the Runtime
+        self.config = config
+        #: the execute watchdog of this server's models (the Runtime's; None: one of its own, which
+        #: ``stop`` ends)
+        self.watchdog = watchdog if watchdog is not None else Watchdog()
+        self._own_watchdog = watchdog is None
         #: the process's budget of response bytes held for clients (core/unsent.py; the Runtime's),
         #: which decoupled models' streams count in; None: streams are bounded by their windows alone
         self.unsent = unsent
@@ -120,14 +124,13 @@ class ServerCore:
         self._closed = self._open.discard
         #: how far a decoupled model's responses may run ahead of their client (core/stream_flow.py)
         self.stream_limits = StreamLimits(
-            options.stream_max_unread_bytes, options.stream_stall_timeout_secs, unsent
+            config.stream_max_unread_bytes, config.stream_stall_timeout_s, unsent
         )
         #: loads and unloads after start (engine/model_control.py); made by ``start``
         self.control: ModelControl | None = None
         self._poll: asyncio.Task[None] | None = None
-        size = cache_size(options.cache_config, options.response_cache_byte_size)
         #: the response cache (--cache-config local,size=N), None when off (engine/cache.py)
-        self.response_cache = ResponseCache(size) if size is not None else None
+        self.response_cache = ResponseCache(config.cache_bytes) if config.cache_bytes is not None else None
         #: ``--model-memory-budget``: requests load models on demand (engine/on_demand.py)
         self.budget: MemoryBudget | None = None
         #: requests waiting for their model's load on demand
@@ -142,12 +145,7 @@ class ServerCore:
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._live = True
-        options = self.options
-        limit = budget_from_options(options.model_memory_budget, options.model_control_mode)
-        backend_config = parse_backend_config(options.backend_config)
-        metrics = MetricsConfig.parse(options.metrics_config)
-        configure_summaries(replace(metrics, response_cache=self.response_cache is not None))
-        default_mbs = backend_config.get("", {}).get("default-max-batch-size")
+        control, backends = self.config.control, self.config.backends
         settings = LoadSettings(
             loop=self.loop,
             submit_step=self.submit_step,
@@ -159,36 +157,38 @@ class ServerCore:
                 self.model_control_blocking,
                 processes=self.worker_processes,
             ),
-            strict_model_config=options.strict_model_config,
-            config_name=options.model_config_name,
-            default_max_batch_size=int(default_mbs) if default_mbs else options.default_max_batch_size,
-            load_threads=options.model_load_thread_count,
-            load_timeout_s=options.model_load_timeout_secs,
-            execute_timeout_s=options.model_execute_timeout_secs,
-            backend_config=backend_config,
+            strict_model_config=control.strict_model_config,
+            config_name=control.config_name,
+            default_max_batch_size=backends.default_max_batch_size,
+            load_threads=control.load_threads,
+            load_timeout_s=control.load_timeout_s,
+            execute_timeout_s=backends.execute_timeout_s,
+            backend_config=backends.as_dicts(),
             rate_limiter=self.rate_limiter,
-            load_retries=options.model_load_retry_count,
-            model_namespacing=options.model_namespacing,
-            gpus=gpus_for_models(options.min_supported_compute_capability),
+            load_retries=control.load_retries,
+            model_namespacing=control.namespacing,
+            gpus=gpus_for_models(backends.min_compute_capability),
             backends=self._backends,
+            metrics=self.config.metrics,
+            watchdog=self.watchdog,
         )
         # C/C++ backends (backends/tritonc): where their libraries are, and what they call back into (their
         # Initialize may create custom metrics before any model loads)
-        configure_c_backends(options.backend_directory, settings.links)
+        configure_c_backends(backends.directory, settings.links)
         self.control = ModelControl(
-            options.model_control_mode,
-            list(options.model_repository),
+            control.mode,
+            list(control.repositories),
             Loader(settings, self.registry),
-            drain_timeout_s=float(options.exit_timeout_secs),
-            uploads=Uploads(options.model_upload_max_bytes),
+            drain_timeout_s=self.config.exit_timeout_s,
+            uploads=Uploads(control.upload_max_bytes),
         )
-        if limit is not None:
+        if control.memory_budget is not None:
             self.budget = self.control.budget = MemoryBudget(
-                limit, self.registry, partial(worker_bytes, self.worker_processes)
+                control.memory_budget, self.registry, partial(worker_bytes, self.worker_processes)
             )
-        await self.control.start(list(options.load_model))
-        if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
-            self._poll = self.loop.create_task(self.control.poll_forever(options.repository_poll_secs))
+        await self.control.start(list(control.load_models))
+        if control.mode == "poll" and control.poll_secs > 0:
+            self._poll = self.loop.create_task(self.control.poll_forever(control.poll_secs))
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish in-flight ones (up to the exit timeout), unload."""
@@ -199,7 +199,7 @@ class ServerCore:
             self._poll.cancel()
         for task in list(self._later):  # requests still waiting for a load on demand
             task.cancel()
-        timeout = self.options.exit_timeout_secs if timeout_s is None else timeout_s
+        timeout = self.config.exit_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout  # one deadline for all: not one timeout per model
         models = self.registry.all_versions()
         # ensembles first: they feed the others
@@ -209,6 +209,8 @@ class ServerCore:
                 await m.scheduler.stop(max(0.0, deadline - time.monotonic()))
             self.registry.unloaded(m)
         self._live = False
+        if self._own_watchdog:
+            self.watchdog.close()
 
     def inflight(self) -> int:
         """Requests not answered yet: queued, executing, or answered later (decoupled and async
@@ -248,11 +250,11 @@ class ServerCore:
     def ready(self) -> bool:
         if not self.live():
             return False
-        return not (self.options.strict_readiness and self.load_failures())
+        return not (self.config.strict_readiness and self.load_failures())
 
     def metadata(self, extra_extensions: tuple[str, ...] = ()) -> dict[str, Any]:
         return {
-            "name": self.options.id,
+            "name": self.config.id,
             "version": PROTOCOL_VERSION,
             "extensions": list(EXTENSIONS + extra_extensions),
         }
@@ -579,9 +581,9 @@ class ServerCore:
 
     def status(self) -> dict[str, Any] | None:
         """The live status page's data, or None with ``--allow-status-page=false``."""
-        if not self.options.allow_status_page:
+        if not self.config.status_page:
             return None
-        server = {"id": self.options.id, "version": self.version, "live": self.live(), "ready": self.ready()}
+        server = {"id": self.config.id, "version": self.version, "live": self.live(), "ready": self.ready()}
         gpus = self.gpu_metrics.status() if self.gpu_metrics is not None else None
         return status(self.repository_index(), self.registry.models, server, gpus)
 

@@ -78,6 +78,7 @@ from inferd.scheduling.sequence_state import (
     state_specs,
     take_states,
 )
+from inferd.scheduling.watchdog import Watchdog
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -138,10 +139,13 @@ class SequenceBatcher:
         clock: Clock = time.monotonic_ns,
         execute_timeout_ns: int = 0,
         gate: Gate | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         """``instances``: the model's instances (unloaded here if the config's sequence settings fail
         the reference's load checks); ``model_dir``: where ``initial_state/`` files are; ``gate``:
-        the instances in the rate limiter (each instance's pool gets its own)."""
+        the instances in the rate limiter (each instance's pool gets its own); ``watchdog``: the
+        server's execute watchdog, which watches every pool."""
+        self._watchdog = watchdog
         self._model_name = model_name
         self._model_version = model_version
         self._loop = loop
@@ -235,6 +239,7 @@ class SequenceBatcher:
             clock=self._clock,
             execute_timeout_ns=self._execute_timeout_ns,
             gate=gate,
+            watchdog=self._watchdog,
         )
 
     # -- Scheduler protocol ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.options import ServerOptions
+from inferd.server_config import CoreConfig
 
 T = TypeVar("T")
 
@@ -98,7 +99,7 @@ def run(repo: Path, fn: Callable[[Server], Awaitable[T]], **options: Any) -> T:
     """Start a core Server over ``repo`` on a fresh loop, run ``fn``, stop it."""
 
     async def main() -> T:
-        server = Server(ServerOptions(model_repository=[repo], **options))
+        server = Server(CoreConfig.from_options(ServerOptions(model_repository=[repo], **options)))
         await server.start()
         try:
             return await fn(server)
@@ -356,7 +357,7 @@ def test_infer_validates(repo: Path) -> None:
 
 def test_stop_finalizes_and_refuses_new_requests(repo: Path, tmp_path: Path) -> None:
     async def main() -> None:
-        server = Server(ServerOptions(model_repository=[repo]))
+        server = Server(CoreConfig.from_options(ServerOptions(model_repository=[repo])))
         await server.start()
         assert server.live()
         await server.stop(5)

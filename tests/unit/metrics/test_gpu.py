@@ -23,6 +23,7 @@ from inferd.metrics.collector import render
 from inferd.metrics.gpu import FAMILIES, GpuMetrics, for_server
 from inferd.metrics.system import SystemGauges
 from inferd.options import ServerOptions
+from inferd.server_config import CoreConfig
 
 GPU0 = Gpu(0, 0, "GPU-aaaaaaaa-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
 GPU1 = Gpu(1, 3, "GPU-bbbbbbbb-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
@@ -272,7 +273,7 @@ def test_system_lines_put_the_gpu_families_where_the_reference_registers_them() 
 
 
 def _core(tmp_path: Path, **options: object) -> ServerCore:
-    return ServerCore(ServerOptions(model_repository=[tmp_path], **options))  # type: ignore[arg-type]
+    return ServerCore(CoreConfig.from_options(ServerOptions(model_repository=[tmp_path], **options)))  # type: ignore[arg-type]
 
 
 def test_metrics_without_gpus_have_no_gpu_family(tmp_path: Path) -> None:

@@ -52,8 +52,8 @@ from inferd.frontends.request_log import (
     logged_stream_request,
     logged_unary,
 )
-from inferd.logs import REQUESTS, VERBOSE1, LogSettings
-from inferd.options import ServerOptions
+from inferd.logs import VERBOSE1, LogSettings, RequestLogging
+from inferd.server_config import GrpcConfig
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Tracing
@@ -162,7 +162,7 @@ class InferenceServicer:
     def __init__(
         self,
         core: Core,
-        options: ServerOptions,
+        config: GrpcConfig,
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
         access: AccessPolicy | None = None,
@@ -171,10 +171,13 @@ class InferenceServicer:
         unsent: UnsentBudget | None = None,
     ) -> None:
         self.core = core
-        self.options = options
+        #: the gRPC front end's part of the server's configuration (server_config.py)
+        self.config = config
         #: the process's budget of answers held for clients, which a stream's waiting answers count in
         self.unsent = unsent
         self.logs = logs
+        #: whether this server logs each call (its ``--log-verbose``): one attribute read per call
+        self.request_log = logs.requests if logs is not None else RequestLogging()
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
@@ -182,7 +185,7 @@ class InferenceServicer:
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.encoder = ResponseEncoder()
         self.requests = RequestCache()
-        pattern = options.grpc_header_forward_pattern
+        pattern = config.header_forward_pattern
         self.forward = compile_forward_pattern(pattern, "--grpc-header-forward-pattern")
         self._requests = {name: getattr(pb, f"{name}Request") for name in UNARY_RPCS}
 
@@ -214,8 +217,8 @@ class InferenceServicer:
 
     async def call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
         """A unary RPC (not ModelInfer): the request's bytes in, the answer's bytes out; RpcError."""
-        if REQUESTS.on:  # --log-verbose 1: a line per call
-            return await logged_unary(rpc, self._call_unary(rpc, payload, context))
+        if self.request_log.on:  # --log-verbose 1: a line per call
+            return await logged_unary(rpc, self._call_unary(rpc, payload, context), self.request_log.details)
         return await self._call_unary(rpc, payload, context)
 
     async def _call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
@@ -234,8 +237,8 @@ class InferenceServicer:
 
     def health_check(self, payload: bytes, metadata: Metadata | None = None) -> bytes:
         """``grpc.health.v1.Health/Check``: SERVING iff the server is ready (any service name)."""
-        if REQUESTS.on:  # --log-verbose 1: a line per call
-            return logged_health_check(self._health_check, payload, metadata)
+        if self.request_log.on:  # --log-verbose 1: a line per call
+            return logged_health_check(self._health_check, payload, metadata, self.request_log.details)
         return self._health_check(payload, metadata)
 
     def _health_check(self, payload: bytes, metadata: Metadata | None) -> bytes:
@@ -253,8 +256,8 @@ class InferenceServicer:
     ) -> ResponseStream | None:
         """ModelInfer without a task: the answer (or the failure) comes through a callback, on the
         loop; the returned stream is what to cancel when the client goes away."""
-        if REQUESTS.on:  # --log-verbose 1: a line once answered (all it costs while off)
-            answer, fail = logged_model_infer(payload, answer, fail)
+        if self.request_log.on:  # --log-verbose 1: a line once answered (all it costs while off)
+            answer, fail = logged_model_infer(payload, answer, fail, self.request_log.details)
         call: InferCall | None = None
         try:
             self.authorize("ModelInfer", metadata)
@@ -549,7 +552,7 @@ class InferenceServicer:
                 finish_if_idle()
 
         callback = on_response if call.trace is None else _trace.traced(call.trace, on_response)
-        if REQUESTS.on:  # --log-verbose 1: a line once answered
+        if self.request_log.on:  # --log-verbose 1: a line once answered
             callback = logged_stream_request(call.model_name, call.model_version, call.rid, callback)
         stream.set_callback(callback)
 

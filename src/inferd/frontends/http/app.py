@@ -42,7 +42,7 @@ from inferd.frontends.http.trace import TracedResponder, received, start_trace, 
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.frontends.request_log import LoggedResponder
-from inferd.logs import REQUESTS, LogSettings
+from inferd.logs import LogSettings, RequestLogging
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Trace, Tracing
@@ -150,6 +150,8 @@ class HttpApp:
         #: --http-header-forward-pattern: matching headers reach the model as parameters
         self.header_forward = header_forward
         self.logs = logs
+        #: whether this server logs each request (its ``--log-verbose``): one attribute read per request
+        self.request_log = logs.requests if logs is not None else RequestLogging()
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
@@ -170,8 +172,8 @@ class HttpApp:
             if m is not None and m.group(3) == "infer":  # inference: its one log check in _infer
                 self.infer(req, resp, m.group(1), m.group(2) or "")
                 return
-        if REQUESTS.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
-            resp = LoggedResponder(resp, req.method, path, req.query)  # type: ignore[assignment]
+        if self.request_log.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
+            resp = LoggedResponder(resp, req.method, path, req.query, self.request_log.details)  # type: ignore[assignment]
         self._route(req, resp)
 
     def _route(self, req: HttpRequest, resp: Responder) -> None:
@@ -463,9 +465,9 @@ class HttpApp:
         at: tuple[int, int] | None = None,
         dialect: InferDialect | None = None,
     ) -> None:
-        if REQUESTS.on:  # --log-verbose 1: a line once answered, with the request's id
+        if self.request_log.on:  # --log-verbose 1: a line once answered, with the request's id
             if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
-                resp = LoggedResponder(resp, req.method, req.path, req.query)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, req.method, req.path, req.query, self.request_log.details)  # type: ignore[assignment]
             call: _InferCall = _LoggedInferCall(self, req, resp, body, at, dialect)
         else:
             call = _InferCall(self, req, resp, body, at, dialect)

@@ -42,6 +42,7 @@ from inferd.frontends.grpc.codec import (
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer
 from inferd.options import ServerOptions
 from inferd.repository import parse_config_text
+from inferd.server_config import GrpcConfig
 
 WIRE_TYPES = list(BY_WIRE)
 #: wire datatype -> the InferTensorContents field that carries it
@@ -425,11 +426,13 @@ def test_servicer_has_every_generated_method() -> None:
 def test_server_options_follow_tritonservers_flags() -> None:
     opts = dict(
         server_options(
-            ServerOptions(
-                grpc_keepalive_time=1000,
-                grpc_max_connection_age=5,
-                grpc_infer_response_compression_level="high",
-                reuse_grpc_port=True,
+            GrpcConfig.from_options(
+                ServerOptions(
+                    grpc_keepalive_time=1000,
+                    grpc_max_connection_age=5,
+                    grpc_infer_response_compression_level="high",
+                    reuse_grpc_port=True,
+                )
             )
         )
     )
@@ -439,7 +442,7 @@ def test_server_options_follow_tritonservers_flags() -> None:
     assert opts["grpc.keepalive_time_ms"] == 1000 and opts["grpc.keepalive_timeout_ms"] == 20000
     assert opts["grpc.max_connection_age_ms"] == 5 and opts["grpc.so_reuseport"] == 1
     assert opts["grpc.default_compression_level"] == 3
-    assert dict(server_options(ServerOptions()))["grpc.so_reuseport"] == 0
+    assert dict(server_options(GrpcConfig()))["grpc.so_reuseport"] == 0
 
 
 def test_errors_map_to_grpc_status_names() -> None:

@@ -27,6 +27,7 @@ from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Hand
 from inferd.frontends.grpc.h2wire import PREFACE, frame, hpack_int, length_prefixed, percent_encode
 from inferd.frontends.grpc.service import InferenceServicer
 from inferd.options import ServerOptions
+from inferd.server_config import GrpcConfig
 
 SVC = "/inference.GRPCInferenceService"
 
@@ -42,7 +43,7 @@ class FakeServicer(InferenceServicer):
     message, then ends OK. The RPCs not overridden fail (the fake core has none of them)."""
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(FakeCore(), ServerOptions(**options))  # type: ignore[arg-type]
+        super().__init__(FakeCore(), GrpcConfig.from_options(ServerOptions(**options)))  # type: ignore[arg-type]
         self.metadata: Any = None
         self.stream_cancelled = False
         self.release = asyncio.Event()
@@ -603,7 +604,7 @@ def test_the_lean_server_is_chosen_unless_compression_or_aio() -> None:
     core: Any = FakeCore()
 
     def make(**options: Any) -> Any:
-        return make_grpc_server(InferenceServicer(core, ServerOptions(**options)))
+        return make_grpc_server(InferenceServicer(core, GrpcConfig.from_options(ServerOptions(**options))))
 
     assert ServerOptions().grpc_server == "lean"
     assert isinstance(make(), LeanGrpcServer)
