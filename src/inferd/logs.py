@@ -56,9 +56,6 @@ class RequestLogging:
 
 #: the reference's environment variable: 0 writes messages unescaped (the json format always escapes)
 ESCAPE_ENV = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
-#: the switches of the server in this process (the last ``LogSettings`` made): its worker processes
-#: (backends/process/) start with them
-_current: LogSettings | None = None
 #: every server's switches while it lives: a logger's level is the most verbose of those on it
 _LIVE: weakref.WeakSet[LogSettings] = weakref.WeakSet()
 
@@ -204,13 +201,8 @@ class LogSettings:
         self.set_format(log_format)
         self.set_verbose(verbose)
         self.set_severities(info=info, warning=warning, error=error)
-        global _current
-        _current = self
 
     def close(self) -> None:
-        global _current
-        if _current is self:
-            _current = None
         _LIVE.discard(self)
         self._set_level()
         if self.handler in self.logger.handlers:  # no line goes to a closed file afterwards
@@ -271,18 +263,12 @@ class LogSettings:
         }
 
 
-def for_workers() -> dict[str, Any]:
-    """What a worker process needs to log as the server does (``in_worker``): the file, the format,
-    the severities and the verbose level of the server's switches when it starts."""
-    s = _current
-    return {} if s is None else s.settings()
-
-
 def in_worker(
     settings: dict[str, Any], verbose: int = 0, logger: logging.Logger | None = None
 ) -> LogSettings:
     """A worker process's log (on ``logger``, default the root), with the server's switches
-    (``for_workers``; empty: the defaults with ``verbose``)."""
+    (their ``settings()``, which the server hands its worker processes through ``ServerLinks.log_settings``;
+    empty: the defaults with ``verbose``)."""
     try:
         logs = LogSettings(log_file=settings.get("log_file") or None, verbose=verbose, logger=logger)
     except OSError:  # the file went (the server's own handle still writes): stderr rather than no log

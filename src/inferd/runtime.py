@@ -113,7 +113,7 @@ class Runtime:
         #: the execute watchdog of this server's models: its own thread, ended at ``stop``
         self.watchdog = Watchdog()
         self.core = ServerCore(
-            self.config.core, self.custom_metrics, rate_limiter, self.unsent, self.watchdog
+            self.config.core, self.custom_metrics, rate_limiter, self.unsent, self.watchdog, self.logs
         )
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)

@@ -143,3 +143,54 @@ def test_two_servers_in_one_process_each_serve_per_their_options(tmp_path: Path,
         assert beta.model_ready("identity_fp32") and beta.metadata()["name"] == "beta"
     finally:
         beta.stop()
+
+
+LOGGING_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pb_utils.Logger.log_info("worker of " + args["model_repository"].split("/")[-2])
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+            for r in requests
+        ]
+"""
+LOGGING_CONFIG = """
+name: "logging"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+parameters [ { key: "execution_mode" value: { string_value: "process" } } ]
+"""
+
+
+def test_each_servers_worker_processes_log_as_that_server(tmp_path: Path) -> None:
+    """A process instance's worker starts with its own server's log switches (file and format), not
+    those of the server made last."""
+    servers = {}
+    for name, log_format in (("jsonlog", "json"), ("plainlog", "default")):
+        model = tmp_path / name / "logging"
+        (model / "1").mkdir(parents=True)
+        (model / "config.pbtxt").write_text(LOGGING_CONFIG)
+        (model / "1" / "model.py").write_text(LOGGING_MODEL)
+        log_file = tmp_path / f"{name}.log"
+        servers[name] = (
+            inferd.Server(tmp_path / name, log_file=str(log_file), log_format=log_format),
+            log_file,
+        )
+    try:
+        for server, _ in servers.values():  # both made before either starts (its workers then)
+            server.start()
+        json_lines = servers["jsonlog"][1].read_text().splitlines()
+        plain_lines = servers["plainlog"][1].read_text().splitlines()
+        assert any(line.startswith("{") and "worker of jsonlog" in line for line in json_lines), json_lines
+        assert any(line.startswith("I") and "worker of plainlog" in line for line in plain_lines), plain_lines
+        assert not any("worker of jsonlog" in line for line in plain_lines)
+    finally:
+        for server, _ in servers.values():
+            server.stop()

@@ -91,6 +91,7 @@ def test_the_runtime_hands_each_component_its_part_and_its_own_state(tmp_path: P
     assert one.grpc_servicer().config is one.config.grpc
     assert one.core.watchdog is one.watchdog and one.watchdog is not two.watchdog
     assert one.logs.requests is not two.logs.requests
+    assert one.core.logs is one.logs  # its worker processes start with its own log switches
 
 
 def test_a_watchdog_is_one_servers_and_its_thread_ends_with_close() -> None:

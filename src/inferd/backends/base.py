@@ -134,6 +134,9 @@ class ServerLinks:
     model_control: ModelControlLink | None = None
     #: the server's worker processes of model instances, and what befell them
     processes: WorkerProcesses = field(default_factory=WorkerProcesses)
+    #: the server's log switches now (``logs.LogSettings.settings``): the worker processes it starts
+    #: log as it does (None: the defaults)
+    log_settings: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -148,7 +148,8 @@ def _complete(
                 from inferd.backends.process.uploaded import UploadLimits, complete_in_worker
 
                 limits = settings.uploads(cfg.backend) if settings is not None else UploadLimits()
-                complete_in_worker(cfg, md.path, first, default_mbs, limits)
+                log_settings = settings.links.log_settings if settings is not None else None
+                complete_in_worker(cfg, md.path, first, default_mbs, limits, log_settings and log_settings())
             else:
                 backend.auto_complete(cfg, md.path, first, default_max_batch_size=default_mbs)
         except InferdError as e:

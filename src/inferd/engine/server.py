@@ -43,6 +43,7 @@ from inferd.errors import (
     error_for_code,
 )
 from inferd.gpu.devices import gpus_for_models
+from inferd.logs import LogSettings
 from inferd.scheduling.rate_limiter import RateLimiter
 from inferd.scheduling.watchdog import Watchdog
 from inferd.server_config import CoreConfig
@@ -91,6 +92,7 @@ class ServerCore:
         rate_limiter: RateLimiter | None = None,
         unsent: UnsentBudget | None = None,
         watchdog: Watchdog | None = None,
+        logs: LogSettings | None = None,
         backends: BackendLookup = backend_registry,
     ) -> None:
         """``backends``: where its models' backends are found (a test's fake: tests/unit/engine)."""
@@ -100,6 +102,8 @@ class ServerCore:
         #: ``stop`` ends)
         self.watchdog = watchdog if watchdog is not None else Watchdog()
         self._own_watchdog = watchdog is None
+        #: the server's log switches (the Runtime's), which its worker processes start with
+        self.logs = logs
         #: the process's budget of response bytes held for clients (core/unsent.py; the Runtime's),
         #: which decoupled models' streams count in; None: streams are bounded by their windows alone
         self.unsent = unsent
@@ -156,6 +160,7 @@ class ServerCore:
                 self.custom_metrics,
                 self.model_control_blocking,
                 processes=self.worker_processes,
+                log_settings=self.logs.settings if self.logs is not None else None,
             ),
             strict_model_config=control.strict_model_config,
             config_name=control.config_name,

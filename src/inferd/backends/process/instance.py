@@ -59,7 +59,6 @@ from inferd.backends.tritonc.search import backend_directory
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
-from inferd.logs import for_workers
 
 log = logging.getLogger("inferd.process")
 
@@ -300,7 +299,7 @@ class ProcessInstance:
             "config": ctx.config.SerializeToString(),
             "spec": (spec.name, spec.kind, spec.device_id),
             "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
-            "log": for_workers(),
+            "log": ctx.links.log_settings() if ctx.links.log_settings is not None else {},
             "backend_config": dict(ctx.backend_config),
             "uploaded": ctx.uploaded,
             "backend_directory": backend_directory(),  # a backend's library or model.py is found there

@@ -38,7 +38,6 @@ from inferd.backends.process.model import ProcessModel
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
 from inferd.backends.tritonc.search import backend_directory
 from inferd.errors import ErrorCode, InvalidArgumentError, UnavailableError, error_for_code
-from inferd.logs import for_workers
 
 log = logging.getLogger("inferd.process")
 
@@ -145,6 +144,7 @@ def complete_in_worker(
     version_dir: Path | None,
     default_max_batch_size: int,
     limits: UploadLimits,
+    log_settings: dict[str, Any] | None = None,
 ) -> None:
     """The backend's ``auto_complete`` of ``config`` (in place), run in a worker process of its own
     that ends with it: within the load deadline and the memory limit, a crash answered as an
@@ -157,7 +157,7 @@ def complete_in_worker(
         "version_dir": None if version_dir is None else str(version_dir),
         "default_max_batch_size": default_max_batch_size,
         "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
-        "log": for_workers(),
+        "log": log_settings or {},
         "backend_directory": backend_directory(),
     }
     starting = Starting(
