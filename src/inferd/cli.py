@@ -229,10 +229,10 @@ def print_model_table(rows: Sequence[tuple[str, ...]], as_json: bool) -> None:
 _CONTROL_MODES = {"none": "MODE_NONE", "poll": "MODE_POLL", "explicit": "MODE_EXPLICIT"}
 
 
-def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
+def option_rows(options: ServerOptions, cache_enabled: bool) -> list[tuple[str, str]]:
     """The reference's start-up options table, row for row, from inferd's options (the pinned
-    memory pool: 0, inferd keeps none)."""
-    from inferd.engine.cache import cache_size
+    memory pool: 0, inferd keeps none); ``cache_enabled``: the server has a response cache (its
+    parsed ``--cache-config``)."""
     from inferd.engine.server import EXTENSIONS, PROTOCOL_VERSION
 
     rows = [
@@ -250,18 +250,15 @@ def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
         ("min_supported_compute_capability", f"{options.min_supported_compute_capability:.1f}"),
         ("strict_readiness", str(int(options.strict_readiness))),
         ("exit_timeout", str(options.exit_timeout_secs)),
-        (
-            "cache_enabled",
-            str(int(cache_size(options.cache_config, options.response_cache_byte_size) is not None)),
-        ),
+        ("cache_enabled", str(int(cache_enabled))),
     ]
     return rows
 
 
-def print_options(options: ServerOptions, as_json: bool) -> None:
+def print_options(options: ServerOptions, as_json: bool, cache_enabled: bool = False) -> None:
     """The options table the reference prints at start; at ``--log-verbose 1`` every inferd option
     in effect too (the flag's name, its value). JSON lines with ``--log-format json``."""
-    tables = [(("Option", "Value"), option_rows(options))]
+    tables = [(("Option", "Value"), option_rows(options, cache_enabled))]
     if options.log_verbose >= 1:
         every = [
             (f"--{f.name.replace('_', '-')}", _shown(getattr(options, f.name), f.name in _SECRET_VALUES))
@@ -351,7 +348,8 @@ async def _serve(
     core = runtime.core
     if place is None or place.index == 0:  # the tables once, not once per --workers process
         print_model_table(core.model_table(), runtime.logs.format == "json")
-        print_options(options, runtime.logs.format == "json")
+        cache_enabled = runtime.config.core.cache_bytes is not None  # parsed once, by the Runtime
+        print_options(options, runtime.logs.format == "json", cache_enabled)
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
