@@ -21,7 +21,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from inferd.core.unsent import UnsentBudget, default_limit, trim_forever
-from inferd.engine.repository_manager import parse_backend_config
 from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (

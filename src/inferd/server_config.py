@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from inferd.core.summary import MetricsConfig
 from inferd.engine.cache import cache_size
 from inferd.engine.on_demand import budget_from_options
-from inferd.core.summary import MetricsConfig
 from inferd.errors import InvalidArgumentError
 from inferd.options import ServerOptions
 

@@ -15,12 +15,12 @@ from google.protobuf import text_format
 
 from inferd.backends import registry as backend_registry
 from inferd.backends.base import BackendInstance, BackendLookup, BackendModel, LoadContext, ServerLinks
+from inferd.core.summary import MetricsConfig
 from inferd.engine.agents import AgentAction, AgentChain, load_agents
 from inferd.engine.instance_update import wanted_instances
 from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Member, Model, ModelState
 from inferd.engine.readiness import ReadinessCheck
-from inferd.core.summary import MetricsConfig
 from inferd.engine.routing import parse_weights
 from inferd.engine.warmup import warm_up
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnavailableError
@@ -554,4 +554,3 @@ def check_mode_allows_load(mode: str) -> None:
     """Load/unload requests are refused unless the control mode is explicit."""
     if mode != "explicit":
         raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
-

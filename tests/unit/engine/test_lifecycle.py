@@ -24,6 +24,7 @@ from inferd.errors import InferdError, InvalidArgumentError
 from inferd.options import ServerOptions
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet
+from inferd.server_config import CoreConfig
 
 
 def _version(name: str, version: int, weight: int = 0) -> Model:
@@ -198,7 +199,10 @@ def test_the_server_core_serves_a_fake_backends_model(tmp_path: Path) -> None:
     backend = FakeBackend()
 
     async def main() -> None:
-        core = ServerCore(ServerOptions(model_repository=[tmp_path]), backends=FakeBackends(backend))
+        core = ServerCore(
+            CoreConfig.from_options(ServerOptions(model_repository=[tmp_path])),
+            backends=FakeBackends(backend),
+        )
         await core.start()
         try:
             x = np.array([1.0, 2.0], np.float32)
