@@ -7,10 +7,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,7 +150,7 @@ class LoadContext:
     version: int
     model_dir: Path
     version_dir: Path
-    config: Any  # ModelConfig
+    config: ModelConfig
     #: runs a request on another model of the same server from a worker thread (BLS); None outside a server
     infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
     #: the rest of what the server offers its models (``infer_blocking`` above is also there)
@@ -232,7 +235,12 @@ class Backend(Protocol):
     name: str
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Fill what the config leaves out (inputs, outputs, max_batch_size, ...) in place.
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.base import Backend
 from inferd.backends.builtin import BUILTIN as _BUILTIN
 from inferd.backends.builtin import NAMED as _NAMED
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 _ENTRY_POINT_GROUP = "inferd.backends"
 log = logging.getLogger("inferd.backends")
@@ -46,7 +49,7 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def backend_for(config: Any) -> Backend:
+def backend_for(config: ModelConfig) -> Backend:
     """The backend of a model's config. A ``runtime`` naming a shared library asks for that Triton
     C/C++ library whatever ``backend`` says (``backend: "python" runtime: "libtriton_python.so"``: the
     reference's own Python backend, not inferd's); otherwise ``get_backend(config.backend)``."""
@@ -75,7 +78,7 @@ def runs_on_gpu(name: str) -> bool:
     return True if check is None else bool(check())
 
 
-def auto_gpu(cfg: Any, have_gpus: bool) -> bool:
+def auto_gpu(cfg: ModelConfig, have_gpus: bool) -> bool:
     """Whether the ``KIND_AUTO`` groups of ``cfg`` (a config before normalisation) may become
     ``KIND_GPU``: the server has GPUs and the model's backend can run there (asked only then, as
     it may import the framework)."""

@@ -30,9 +30,12 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.errors import InferdError, InvalidArgumentError, UnsupportedError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.repository")
 
@@ -56,7 +59,7 @@ class AgentModel:
 
     name: str
     location: Path
-    config: Any
+    config: ModelConfig
     parameters: Mapping[str, str] = field(default_factory=dict)
     #: folders this model's agents acquired (removed when the model no longer needs them)
     acquired: list[Path] = field(default_factory=list)
@@ -174,7 +177,7 @@ class AgentChain:
             model.release()
 
 
-def load_agents(config: Any, name: str, location: Path) -> AgentChain | None:
+def load_agents(config: ModelConfig, name: str, location: Path) -> AgentChain | None:
     """Run the ``LOAD`` action of ``config``'s agents on the model at ``location``: None when it
     names none; else the chain (its ``location`` is where to load from). InferdError when an agent
     is unknown or refuses the model (what it made is removed)."""

@@ -39,6 +39,7 @@ from inferd.engine.warmup import warm_up
 from inferd.scheduling.rate_limiter import Gate, RateLimiter, admit, group_limits
 
 if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
     from inferd.scheduling.base import Resizable
 
 log = logging.getLogger("inferd.repository")
@@ -46,7 +47,7 @@ log = logging.getLogger("inferd.repository")
 _KIND_NAMES = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
 
 
-def wanted_instances(cfg: Any) -> list[tuple[InstanceSpec, bytes]]:
+def wanted_instances(cfg: ModelConfig) -> list[tuple[InstanceSpec, bytes]]:
     """The instances ``cfg``'s ``instance_group`` asks for, in order, each with its signature: as the
     reference's ``PrepareInstances``, ``<group>_<i>`` for each ``i`` below ``count``, on each device
     of the group (``KIND_GPU``: every GPU it lists, each such instance bearing the same name)."""
@@ -96,7 +97,7 @@ def plan(
 def create_instances(
     bmodel: BackendModel,
     specs: list[InstanceSpec],
-    cfg: Any,
+    cfg: ModelConfig,
     model_dir: Path,
     loop: asyncio.AbstractEventLoop,
     as_process: bool = False,
@@ -129,7 +130,7 @@ def create_instances(
 
 async def update_instances(
     model: Model,
-    cfg: Any,
+    cfg: ModelConfig,
     loop: asyncio.AbstractEventLoop,
     timeout_s: float,
     limiter: RateLimiter | None = None,

@@ -17,6 +17,7 @@ from inferd.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from inferd.backends.base import BackendModel, InstanceSpec
     from inferd.engine.readiness import ReadinessCheck
+    from inferd.repository.config.schema import ModelConfig
     from inferd.scheduling.base import Scheduler
 
 
@@ -40,7 +41,7 @@ def _labels(model_dir: Path, filename: str) -> tuple[str, ...]:
         raise InvalidArgumentError(f"unable to read label file '{path}': {e.strerror}") from e
 
 
-def tensor_specs(config: Any, model_dir: Path) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+def tensor_specs(config: ModelConfig, model_dir: Path) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
     """Inputs and outputs of a ModelConfig as TensorSpecs, outputs with their labels."""
     inputs = {i.name: TensorSpec.from_config(i) for i in config.input}
     outputs = {o.name: TensorSpec.from_config(o, _labels(model_dir, o.label_filename)) for o in config.output}
@@ -60,7 +61,12 @@ class Model:
     """One loaded (or failed) version of a model."""
 
     def __init__(
-        self, name: str, version: int, config: Any, model_dir: Path, metrics: MetricsConfig = MetricsConfig()
+        self,
+        name: str,
+        version: int,
+        config: ModelConfig,
+        model_dir: Path,
+        metrics: MetricsConfig = MetricsConfig(),
     ) -> None:
         """``metrics``: the server's ``--metrics-config`` (the summaries and histograms the version keeps)."""
         self.name = name
@@ -108,7 +114,7 @@ class Model:
     def ready(self) -> bool:
         return self._state is ModelState.READY
 
-    def set_config(self, config: Any) -> None:
+    def set_config(self, config: ModelConfig) -> None:
         """The config after an instance_group update (the rest of it is the same by definition)."""
         self.config = config
         self._config_json = None

@@ -327,7 +327,7 @@ class ModelControl:
     # -- the work (lock held) ------------------------------------------------------------------------
     def _model_dir(
         self, name: str, config: str | None, files: dict[str, bytes]
-    ) -> tuple[ModelDir, Any | None, Fingerprint | None]:
+    ) -> tuple[ModelDir, ModelConfig | None, Fingerprint | None]:
         """The folder to load ``name`` from, the config override, and the folder's fingerprint
         (None for a folder of file overrides)."""
         override = None
@@ -546,7 +546,7 @@ class ModelControl:
             await self.budget.fit(loading, self._evict, why=name)
 
     def _updatable(
-        self, model: Model, cfg: Any, was: Fingerprint | None, mark: Fingerprint | None, version: int
+        self, model: Model, cfg: ModelConfig, was: Fingerprint | None, mark: Fingerprint | None, version: int
     ) -> bool:
         """Whether a load of ``version`` with ``cfg`` updates ``model`` (serving it) in place."""
         return (

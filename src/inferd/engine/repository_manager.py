@@ -48,6 +48,7 @@ from inferd.scheduling.watchdog import EXECUTE_TIMEOUT_PARAM, Watchdog
 
 if TYPE_CHECKING:  # backends/process/uploaded.py is imported at the first upload, not at start
     from inferd.backends.process.uploaded import LoadAbort, UploadLimits
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.repository")
 
@@ -94,7 +95,7 @@ class Prepared:
     """A model ready to load: its config, the folder to load it from (a repository agent may have
     moved it) and its repository agents (engine/agents.py; None: it names none)."""
 
-    config: Any
+    config: ModelConfig
     md: ModelDir
     agents: AgentChain | None = None
 
@@ -104,7 +105,7 @@ def prepare_config(
     config_name: str | None,
     strict: bool,
     default_mbs: int,
-    override: Any | None = None,
+    override: ModelConfig | None = None,
     gpus: SupportedGpus = NO_GPUS,
     settings: LoadSettings | None = None,
 ) -> Prepared:
@@ -134,8 +135,13 @@ def prepare_config(
 
 
 def _complete(
-    md: ModelDir, cfg: Any, strict: bool, default_mbs: int, gpus: SupportedGpus, settings: LoadSettings | None
-) -> Any:
+    md: ModelDir,
+    cfg: ModelConfig,
+    strict: bool,
+    default_mbs: int,
+    gpus: SupportedGpus,
+    settings: LoadSettings | None,
+) -> ModelConfig:
     """``prepare_config``'s steps once the config is read: auto-complete, normalise, check."""
     backends = settings.backends if settings is not None else backend_registry
     versions = [md.versions[v] for v in sorted(md.versions)]
@@ -170,7 +176,7 @@ def _complete(
     return cfg
 
 
-def _policy(cfg: Any) -> BatchPolicy:
+def _policy(cfg: ModelConfig) -> BatchPolicy:
     if cfg.max_batch_size > 0 and cfg.HasField("dynamic_batching"):
         db = cfg.dynamic_batching
         mbs = int(cfg.max_batch_size)
@@ -189,7 +195,7 @@ def _policy(cfg: Any) -> BatchPolicy:
     return BatchPolicy()
 
 
-def _execute_timeout_ns(cfg: Any, default_s: float) -> int:
+def _execute_timeout_ns(cfg: ModelConfig, default_s: float) -> int:
     """The model's ``execute_timeout_secs`` parameter, else the server's (scheduling/watchdog.py)."""
     param = cfg.parameters.get(EXECUTE_TIMEOUT_PARAM)
     if param is None:
@@ -260,7 +266,7 @@ class Loader:
         self.settings = settings
         self.lifecycle = lifecycle
 
-    async def prepare(self, md: ModelDir, override: Any | None = None) -> Prepared:
+    async def prepare(self, md: ModelDir, override: ModelConfig | None = None) -> Prepared:
         """``prepare_config`` with the server's settings, on a thread (it reads the model's files,
         and an uploaded folder's auto-complete runs in a worker, held to its limits)."""
         s = self.settings
@@ -276,16 +282,18 @@ class Loader:
         )
 
     @staticmethod
-    def versions(name: str, cfg: Any, md: ModelDir) -> list[int]:
+    def versions(name: str, cfg: ModelConfig, md: ModelDir) -> list[int]:
         """The versions of ``md`` its config's ``version_policy`` serves."""
         return select_versions(cfg.version_policy, list(md.versions), model_name=name)
 
-    async def load_versions(self, name: str, versions: list[int], md: ModelDir, cfg: Any) -> list[Model]:
+    async def load_versions(
+        self, name: str, versions: list[int], md: ModelDir, cfg: ModelConfig
+    ) -> list[Model]:
         """Each of ``versions`` of a non-ensemble model, one after the other (``load_bounded``);
         not registered yet."""
         return [await self.load_bounded(name, v, md, cfg) for v in versions]
 
-    def ensemble(self, md: ModelDir, cfg: Any) -> list[Model]:
+    def ensemble(self, md: ModelDir, cfg: ModelConfig) -> list[Model]:
         """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
         models = []
         for v in self.versions(md.name, cfg, md):
@@ -313,7 +321,7 @@ class Loader:
         lifecycle = self.lifecycle
         found = await asyncio.to_thread(sources.scan)  # remote repositories are fetched: off the loop
         sem = asyncio.Semaphore(max(1, self.settings.load_threads))
-        ensembles: list[tuple[ModelDir, Any]] = []
+        ensembles: list[tuple[ModelDir, ModelConfig]] = []
 
         async def one(name: str, entry: ModelDir | DuplicateModel | Unreadable) -> None:
             if not isinstance(entry, ModelDir):  # a duplicate, or a model or store that cannot be read
@@ -353,7 +361,7 @@ class Loader:
         return {name: entry for name, entry in found.items() if isinstance(entry, ModelDir)}
 
     # -- one version ---------------------------------------------------------------------------------
-    async def load_bounded(self, name: str, version: int, md: ModelDir, cfg: Any) -> Model:
+    async def load_bounded(self, name: str, version: int, md: ModelDir, cfg: ModelConfig) -> Model:
         """``load_version`` on a worker thread, given up on after the load timeout (the thread
         cannot be stopped: a load that finishes later is unloaded at once). An uploaded model's
         load always has a timeout, and is stopped there: its workers are killed, and what it made
@@ -393,7 +401,7 @@ class Loader:
         return model
 
     def load_version(
-        self, name: str, version: int, md: ModelDir, cfg: Any, abort: LoadAbort | None = None
+        self, name: str, version: int, md: ModelDir, cfg: ModelConfig, abort: LoadAbort | None = None
     ) -> Model:
         """Load one version of a non-ensemble model in this thread; failures leave it UNAVAILABLE
         once ``load_retries`` more tries failed too (the reference's ``--model-load-retry-count``).
@@ -421,7 +429,9 @@ class Loader:
             )  # clients read it: no server paths
         return model
 
-    def _load_once(self, name: str, version: int, md: ModelDir, cfg: Any, abort: LoadAbort | None) -> Model:
+    def _load_once(
+        self, name: str, version: int, md: ModelDir, cfg: ModelConfig, abort: LoadAbort | None
+    ) -> Model:
         """One try at loading a version (see ``load_version``)."""
         settings = self.settings
         log.info("loading: %s:%d", name, version)  # as the reference logs it

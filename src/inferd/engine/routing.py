@@ -12,15 +12,18 @@ randomness, no lock (it runs on the event loop).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.engine.model import Model
 from inferd.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
+
 WEIGHTS_PARAM = "version_weights"
 
 
-def parse_weights(cfg: Any) -> dict[int, int]:
+def parse_weights(cfg: ModelConfig) -> dict[int, int]:
     """The config's ``version_weights`` as {version: weight}; {} when it has none."""
     param = cfg.parameters.get(WEIGHTS_PARAM)
     if param is None:

@@ -15,7 +15,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from inferd.core.tensor import Tensor, deserialize_bytes
 from inferd.core.types import BY_CONFIG_VALUE, BYTES
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.scheduling.rate_limiter import Gate, held
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 WARMUP_FOLDER = "warmup"
 #: how long a decoupled model's warmup responses are waited for
@@ -99,7 +102,7 @@ def _run(
 
 
 def warm_up(
-    cfg: Any,
+    cfg: ModelConfig,
     model_dir: Path,
     instances: Sequence[tuple[str, BackendInstance]],
     loop: asyncio.AbstractEventLoop,
@@ -115,7 +118,7 @@ def warm_up(
 
 
 def _warm_instance(
-    cfg: Any, model_dir: Path, instance: BackendInstance, loop: asyncio.AbstractEventLoop
+    cfg: ModelConfig, model_dir: Path, instance: BackendInstance, loop: asyncio.AbstractEventLoop
 ) -> None:
     """Every sample of the config on one instance."""
     batching = cfg.max_batch_size > 0

@@ -54,7 +54,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, Reschedulable
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
@@ -79,6 +79,9 @@ from inferd.scheduling.sequence_state import (
     take_states,
 )
 from inferd.scheduling.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -130,7 +133,7 @@ class SequenceBatcher:
         self,
         model_name: str,
         model_version: str,
-        config: Any,
+        config: ModelConfig,
         instances: list[tuple[str, BackendInstance]],
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,

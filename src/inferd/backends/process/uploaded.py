@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import LoadContext
 from inferd.backends.process.ipc import ChannelClosed
@@ -38,6 +38,9 @@ from inferd.backends.process.model import ProcessModel
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
 from inferd.backends.tritonc.search import backend_directory
 from inferd.errors import ErrorCode, InvalidArgumentError, UnavailableError, error_for_code
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.process")
 
@@ -139,7 +142,7 @@ class LoadAbort:
 
 
 def complete_in_worker(
-    config: Any,
+    config: ModelConfig,
     model_dir: Path,
     version_dir: Path | None,
     default_max_batch_size: int,

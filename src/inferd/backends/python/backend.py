@@ -46,6 +46,7 @@ pb_utils.install()
 
 if TYPE_CHECKING:
     from inferd.backends.process.model import ProcessModel
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.python")
 
@@ -77,7 +78,12 @@ class PythonBackend:
         return model_file(config, version_dir), None
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
@@ -90,7 +96,7 @@ class PythonBackend:
         finally:
             release(module)  # the model loads afresh (its own modules too)
 
-    def _complete(self, module: ModuleType, config: Any) -> None:
+    def _complete(self, module: ModuleType, config: ModelConfig) -> None:
         hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
         if hook is None:
             return

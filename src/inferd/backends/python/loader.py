@@ -13,11 +13,14 @@ import traceback
 import types
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.python import own_imports, pb_utils
 from inferd.backends.python.own_imports import loading as loading
 from inferd.errors import InternalError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.python")
 
@@ -48,7 +51,7 @@ def format_exception(e: BaseException, model_dir: Path | None = None, model_name
     return f"{type(e).__name__}: {str(e) or '<EMPTY MESSAGE>'}\n\nAt:\n{at}"
 
 
-def model_file(config: Any, version_dir: Path) -> Path:
+def model_file(config: ModelConfig, version_dir: Path) -> Path:
     return version_dir / (config.default_model_filename or "model.py")
 
 

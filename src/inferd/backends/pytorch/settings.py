@@ -11,9 +11,12 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.backends.pytorch")
 
@@ -54,7 +57,7 @@ class TorchSettings:
     inter_op_threads: int | None
 
 
-def torch_settings(config: Any, instances: int, cpus: int | None = None) -> TorchSettings:
+def torch_settings(config: ModelConfig, instances: int, cpus: int | None = None) -> TorchSettings:
     """Settings from ``INFERENCE_MODE``, ``DISABLE_OPTIMIZED_EXECUTION``, ``INTRA_/INTER_OP_THREAD_COUNT``.
 
     With no ``INTRA_OP_THREAD_COUNT`` each instance gets the cores divided among the model's

@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.backends.tensorflow")
 
@@ -35,7 +38,7 @@ def _text(params: Any, key: str) -> str | None:
     return str(params[key].string_value).strip() or None
 
 
-def _threads(config: Any, key: str) -> int | None:
+def _threads(config: ModelConfig, key: str) -> int | None:
     raw = _text(config.parameters, key)
     if raw is None:
         return None
@@ -47,7 +50,7 @@ def _threads(config: Any, key: str) -> int | None:
     return int(raw) or None
 
 
-def tf_settings(config: Any) -> TfSettings:
+def tf_settings(config: ModelConfig) -> TfSettings:
     """Settings from ``TF_SIGNATURE_DEF``, ``TF_GRAPH_TAG``, ``TF_NUM_INTRA_THREADS``, ``TF_NUM_INTER_THREADS``."""
     params = config.parameters
     return TfSettings(

@@ -19,10 +19,13 @@ from __future__ import annotations
 import platform
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.builtin import builtin_names
 from inferd.errors import InvalidArgumentError, NotFoundError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
 #: the ``runtime`` of a Python-based backend, and its file in ``<backend directory>/<name>/``
@@ -46,7 +49,7 @@ def backend_directory() -> str:
     return _state["backend_directory"]
 
 
-def library_name(config: Any) -> str:
+def library_name(config: ModelConfig) -> str:
     """``runtime`` when the config names one, else ``libtriton_<backend>.so``."""
     runtime = str(getattr(config, "runtime", "") or "")
     return runtime if runtime else f"libtriton_{config.backend}.so"
@@ -58,7 +61,7 @@ def search_paths(backend: str, model_dir: Path, version_dir: Path | None) -> lis
     return [*paths, model_dir, Path(backend_directory()) / backend]
 
 
-def find_library(config: Any, model_dir: Path, version_dir: Path | None) -> Path:
+def find_library(config: ModelConfig, model_dir: Path, version_dir: Path | None) -> Path:
     """The backend library of a model, or InvalidArgumentError with the reference's text and the
     folders looked in."""
     name = library_name(config)
@@ -97,7 +100,7 @@ def not_found(backend: str, paths: list[Path] | None = None) -> InvalidArgumentE
     )
 
 
-def python_based(config: Any, model_dir: Path, version_dir: Path | None) -> Path | None:
+def python_based(config: ModelConfig, model_dir: Path, version_dir: Path | None) -> Path | None:
     """The ``model.py`` of the model's backend when that backend is Python-based, else None (a C/C++
     library: ``find_library`` finds it or says why not). The reference's rule: ``runtime:
     "model.py"`` names ``<backend directory>/<backend>/model.py`` (InvalidArgumentError in its words

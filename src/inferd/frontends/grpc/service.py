@@ -327,13 +327,13 @@ class InferenceServicer:
         return None
 
     # -- health and metadata ---------------------------------------------------------------------
-    async def ServerLive(self, request: Any, context: Any) -> Any:
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.core.live())
 
-    async def ServerReady(self, request: Any, context: Any) -> Any:
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.core.ready())
 
-    async def ModelReady(self, request: Any, context: Any) -> Any:
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         try:
             version = parse_version(request.version)
         except InferdError:
@@ -344,25 +344,31 @@ class InferenceServicer:
             ready = await check()
         return pb.ModelReadyResponse(ready=ready)
 
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
         return json_format.ParseDict(self.core.metadata(), pb.ServerMetadataResponse())
 
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         doc = self.core.model_metadata(request.name, parse_version(request.version))
         return json_format.ParseDict(doc, pb.ModelMetadataResponse())
 
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         model = self.core.get_model(request.name, parse_version(request.version))
         resp = pb.ModelConfigResponse()
         resp.config.CopyFrom(model.config)
         return resp
 
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
         doc = await self.core.gather_statistics(request.name, parse_version(request.version))
         return json_format.ParseDict(doc, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- repository ------------------------------------------------------------------------------
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         resp = pb.RepositoryIndexResponse()
@@ -370,7 +376,9 @@ class InferenceServicer:
             resp.models.add(**entry)
         return resp
 
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         params = {k: _parameter_value(p) for k, p in request.parameters.items()}
@@ -378,7 +386,9 @@ class InferenceServicer:
         await self.core.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         dependents = request.parameters.get("unload_dependents")
@@ -388,41 +398,53 @@ class InferenceServicer:
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory ---------------------------------------------------------------------------
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
         resp = pb.SystemSharedMemoryStatusResponse()
         for region in self.shm.status(request.name):
             resp.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
         return resp
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
         await self.shm.register_everywhere(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
         await self.shm.unregister_everywhere(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
         resp = pb.CudaSharedMemoryStatusResponse()
         for region in self.cuda_shm.status(request.name):
             resp.regions[region["name"]].CopyFrom(pb.CudaSharedMemoryStatusResponse.RegionStatus(**region))
         return resp
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
         await self.cuda_shm.register_everywhere(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
         await self.cuda_shm.unregister_everywhere(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and logging ----------------------------------------------------------------------------
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
         return _trace.trace_setting(self.core, self.tracing, request)
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
         return log_settings(self.logs, request)
 
     # -- inference -------------------------------------------------------------------------------
@@ -557,7 +579,7 @@ class InferenceServicer:
         stream.set_callback(callback)
 
 
-def _parameter_value(p: Any) -> Any:
+def _parameter_value(p: pb.ModelRepositoryParameter) -> bool | int | str | bytes | None:
     """A ModelRepositoryParameter's value (bool, int, str or bytes)."""
     which = p.WhichOneof("parameter_choice")
     return None if which is None else getattr(p, which)

@@ -20,7 +20,9 @@ Metadata = Any
 Callback = Callable[[InferResponse | None, bool], None]
 
 
-def trace_setting(core: Core, tracing: Tracing | None, request: Any) -> Any:
+def trace_setting(
+    core: Core, tracing: Tracing | None, request: pb.TraceSettingRequest
+) -> pb.TraceSettingResponse:
     """TraceSetting: the model check, the update (when settings are given), the current settings."""
     if tracing is None:
         raise UnavailableError("the server does not support trace")
