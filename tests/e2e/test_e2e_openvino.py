@@ -37,7 +37,7 @@ def _graph(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[
 
 
 def _add_sub() -> Any:
-    shape = ["N", 4]
+    shape: list[str | int] = ["N", 4]
     return _graph(
         [helper.make_node("Add", ["A", "B"], ["SUM"]), helper.make_node("Sub", ["A", "B"], ["DIFF"])],
         [helper.make_tensor_value_info("A", F, shape), helper.make_tensor_value_info("B", F, shape)],

@@ -88,6 +88,7 @@ def test_addresses_written_as_tritons_docs_write_them(tmp_path: Path, grpc_serve
                 time.sleep(0.05)
             finally:
                 conn.close()
+        assert proc.stderr is not None
         assert status == 200, proc.stderr.read().decode() if proc.poll() is not None else "not live"
         with grpc.insecure_channel(f"[::1]:{grpc_port}") as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)

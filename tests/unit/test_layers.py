@@ -116,8 +116,8 @@ def _edges(module: str) -> list[Edge]:
             for child in node.orelse:
                 visit(child, type_only)
             return
-        for child in ast.iter_child_nodes(node):
-            visit(child, type_only)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, type_only)
 
     visit(ast.parse(MODULES[module].read_text(), str(MODULES[module])), False)
     return edges

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from inferd.core.tensor import Tensor
@@ -11,9 +14,7 @@ from inferd.engine.classification import classify
 from inferd.errors import InvalidArgumentError
 
 
-def _classify(
-    values: list[float] | np.ndarray, n: int, labels: tuple[str, ...] = (), batched: bool = False
-) -> Tensor:
+def _classify(values: npt.ArrayLike, n: int, labels: tuple[str, ...] = (), batched: bool = False) -> Tensor:
     arr = np.asarray(values, dtype=np.float32)
     return classify(Tensor.from_array("OUTPUT0", arr), n, labels, batched)
 
@@ -40,7 +41,7 @@ def test_batched_shape_is_batch_by_n() -> None:
 
 
 def test_each_batch_row_is_ranked_alone() -> None:
-    out = _classify([[0.1, 0.9, 0.5], [7, -1, 8]], 2, batched=True)
+    out = _classify([[0.1, 0.9, 0.5], [7.0, -1.0, 8.0]], 2, batched=True)
     assert out.shape == (2, 2)
     assert out.array.tolist() == [[b"0.900000:1", b"0.500000:2"], [b"8.000000:2", b"7.000000:0"]]
 
@@ -77,7 +78,7 @@ def test_ties_keep_index_order() -> None:
     ],
 )
 def test_value_formats(dtype: type, expected: list[bytes]) -> None:
-    values = np.array([-4, -1], dtype=np.int64).astype(dtype)
+    values: np.ndarray[Any, Any] = np.array([-4, -1], dtype=np.int64).astype(dtype)
     out = classify(Tensor.from_array("Y", values), 2, (), False)
     assert out.array.tolist() == expected
 

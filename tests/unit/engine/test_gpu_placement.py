@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from inferd import Server
@@ -153,7 +154,7 @@ def test_kind_auto_stays_on_the_cpu_for_a_backend_that_cannot_use_the_gpus(
 def test_onnx_on_kind_gpu_without_cudas_provider_fails_the_load_saying_onnxruntime_is_cpu_only(
     tmp_path: Path, fake_gpus: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ort_backend.ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])  # the backend's
     repo = tmp_path / "repo"
     onnx_model(repo, "onnx_gpu", "instance_group [ { kind: KIND_GPU } ]")
     python_model(repo, "py", "instance_group [ { kind: KIND_CPU } ]")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.engine.model_control import fingerprint, load_parameters
+from inferd.engine.model_control import load_parameters
 from inferd.errors import InternalError, InvalidArgumentError
+from inferd.repository import fingerprint
 
 
 def test_load_parameters_over_http_and_grpc() -> None:

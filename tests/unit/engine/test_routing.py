@@ -36,7 +36,7 @@ def test_bad_weights_are_refused(text: str) -> None:
 def test_smooth_round_robin_gives_exact_shares() -> None:
     a, b, c = object(), object(), object()
     router = VersionRouter([(a, 5), (b, 1), (c, 1)])  # type: ignore[list-item]
-    picks = [router.pick() for _ in range(70)]
+    picks: list[object] = [router.pick() for _ in range(70)]
     assert (picks.count(a), picks.count(b), picks.count(c)) == (50, 10, 10)
     assert picks[:7].count(a) == 5  # spread within each window, not 5 in a row then the rest
 

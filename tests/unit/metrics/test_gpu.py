@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ class FakeReader:
         self.mj: dict[int, float | Exception] = {0: 5_000_000.0, 3: 1.0}
 
     @staticmethod
-    def _get(d: dict[int, object], index: int) -> object:
+    def _get(d: Mapping[int, object], index: int) -> object:
         v = d[index]
         if isinstance(v, Exception):
             raise v

@@ -4,6 +4,7 @@ cores are fakes with statistics of their own."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -72,11 +73,11 @@ async def _cluster(
     for i, count in enumerate(counts):
         place = WorkerPlace(tmp_path, i)
         core = _Core(count)
-        server = PeerServer(place, cast(ServerCore, core), lambda c=count: _metrics(c))
+        server = PeerServer(place, cast(ServerCore, core), functools.partial(_metrics, count))
         await server.start()
         cores.append(core)
         servers.append(server)
-        views.append(WorkersCore(cast(ServerCore, core), Peers(place), lambda c=count: _metrics(c)))
+        views.append(WorkersCore(cast(ServerCore, core), Peers(place), functools.partial(_metrics, count)))
     return cores, servers, views
 
 

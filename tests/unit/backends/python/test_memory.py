@@ -92,11 +92,11 @@ def test_a_worker_past_its_limit_is_restarted_with_a_clear_error(tmp_path: Path)
         assert events[("leaky", "1", "exited")] == 1
         second = infer(server, 0)  # a new worker
         assert second != first
-        with pytest.raises(UnavailableError) as e:  # killed while it grows within one execute
+        with pytest.raises(UnavailableError) as killed:  # killed while it grows within one execute
             infer(server, -1)
-        assert e.value.message.startswith(
+        assert killed.value.message.startswith(
             "the process of model 'leaky' instance 'leaky_0' was killed: it used "
-        ) and e.value.message.endswith(
+        ) and killed.value.message.endswith(
             "MiB of memory, more than its memory_limit_bytes of 300.0 MiB; it restarts on its next request"
         )
         assert infer(server, 0) not in (first, second)  # and back again

@@ -239,7 +239,7 @@ def test_a_crash_fails_its_request_only_and_the_instance_comes_back(
     assert how in info.value.message and "model 'worker' instance" in info.value.message
     assert events[("worker", "1", "exited")] == exited + 1
     deadline = time.monotonic() + 30  # the next requests run, on a new worker where one crashed
-    answers = []
+    answers: list[list[float]] = []
     while len(answers) < 4 and time.monotonic() < deadline:
         try:
             answers.append(_infer(server, 0, np.ones(2, np.float32))["Y"].tolist())

@@ -89,7 +89,7 @@ def arrays(wire: str) -> st.SearchStrategy[np.ndarray[Any, Any]]:
     if wire == "BYTES":
         return shape.flatmap(
             lambda s: st.lists(st.binary(max_size=8), min_size=math.prod(s), max_size=math.prod(s)).map(
-                lambda items, s=s: np.array([*items, b""], dtype=np.object_)[:-1].reshape(s)
+                lambda items, s=s: np.array([*items, b""], dtype=np.object_)[:-1].reshape(s)  # type: ignore[misc]
             )
         )
     return hnp.arrays(BY_WIRE[wire].numpy, shape)

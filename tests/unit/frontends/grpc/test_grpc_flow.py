@@ -26,7 +26,8 @@ from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2conn import STREAM_WINDOW
 from inferd.frontends.grpc.h2server import GrpcConnection, _Handlers
 from inferd.frontends.grpc.h2wire import DATA, PADDED, WINDOW_UPDATE, frame, length_prefixed
-from inferd.frontends.grpc.service import STREAM_IN_FLIGHT, InferenceServicer
+from inferd.frontends.grpc.service import InferenceServicer
+from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT
 from inferd.server_config import GrpcConfig
 
 MiB = 1 << 20

@@ -11,7 +11,7 @@ import asyncio
 import gzip
 import struct
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import h2.config
 import h2.connection
@@ -106,7 +106,11 @@ class FakeTransport:
 class Peer:
     """An h2 client wired to one GrpcConnection."""
 
-    def __init__(self, servicer: FakeServicer | None = None, settings: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        servicer: FakeServicer | None = None,
+        settings: dict[h2.settings.SettingCodes, int] | None = None,
+    ) -> None:
         self.servicer = servicer or FakeServicer()
         self.conn = GrpcConnection(_Handlers(self.servicer), set())
         self.transport = FakeTransport()
@@ -157,17 +161,19 @@ class Peer:
         """Response headers, body bytes, trailers (None until they came), reset?"""
         headers: dict[str, str] = {}
         body = b""
-        trailers = None
+        trailers: dict[str, str] | None = None
         reset = False
         for e in self.events:
             if getattr(e, "stream_id", None) != sid:
                 continue
-            if isinstance(e, h2.events.ResponseReceived):
-                headers = dict(e.headers)
+            if isinstance(
+                e, h2.events.ResponseReceived
+            ):  # str headers: header_encoding (h2's types say bytes)
+                headers = cast("dict[str, str]", dict(e.headers))
             elif isinstance(e, h2.events.DataReceived):
                 body += e.data
             elif isinstance(e, h2.events.TrailersReceived):
-                trailers = dict(e.headers)
+                trailers = cast("dict[str, str]", dict(e.headers))
             elif isinstance(e, h2.events.StreamReset):
                 reset = True
         if trailers is None and headers.get("grpc-status") is not None:  # trailers-only

@@ -13,7 +13,8 @@ from tritonclient.grpc import service_pb2 as pb
 
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InternalError, error_for_code
-from inferd.frontends.grpc.service import PARSE_ERROR, InferenceServicer, RpcError, rpc_error
+from inferd.frontends.grpc.codec import PARSE_ERROR
+from inferd.frontends.grpc.service import InferenceServicer, RpcError, rpc_error
 from inferd.server_config import GrpcConfig
 
 

@@ -65,7 +65,8 @@ def tensors(draw: st.DrawFn, wire: str, json_safe: bool) -> np.ndarray[Any, Any]
         return arr.reshape(shape)
     dtype = BY_WIRE[wire].numpy
     if dtype.kind == "f":
-        elements = st.floats(width=8 * dtype.itemsize, allow_nan=not json_safe, allow_infinity=not json_safe)
+        width = 8 * dtype.itemsize  # 16, 32 or 64: what st.floats takes
+        elements = st.floats(width=width, allow_nan=not json_safe, allow_infinity=not json_safe)  # type: ignore[arg-type]
         return draw(hnp.arrays(dtype, shape, elements=elements))
     return draw(hnp.arrays(dtype, shape))
 
