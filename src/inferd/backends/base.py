@@ -7,13 +7,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelInstanceGroup
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,7 +27,7 @@ class InstanceSpec:
     device_id: int
 
 
-def instance_devices(group: Any) -> list[int]:
+def instance_devices(group: ModelInstanceGroup) -> list[int]:
     """The devices a (normalised) instance group places its ``count`` instances on, each: every GPU
     it lists for ``KIND_GPU`` (``count`` x GPUs instances in all, as the reference's
     ``PrepareInstances``), else device 0 once."""

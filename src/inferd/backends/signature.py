@@ -19,7 +19,7 @@ from inferd.core.types import BY_CONFIG, BY_CONFIG_VALUE
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig, ModelInput
+    from inferd.repository.config.schema import ModelConfig, ModelInput, ModelOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +190,12 @@ def check_config_against_model(
 # -- shared with the ONNX backend's check ----------------------------------------------------------
 
 
-def config_dims(io: Any) -> list[int]:
+def config_dims(io: ModelInput | ModelOutput) -> list[int]:
     """The shape the framework sees for a config input or output: its reshape if it has one."""
     return list(io.reshape.shape) if io.HasField("reshape") else list(io.dims)
 
 
-def check_datatype(prefix: str, kind: str, io: Any, t: GraphTensor) -> None:
+def check_datatype(prefix: str, kind: str, io: ModelInput | ModelOutput, t: GraphTensor) -> None:
     want = BY_CONFIG_VALUE.get(io.data_type)
     want_name = want.config if want is not None else "TYPE_INVALID"
     if want_name != t.data_type:
@@ -205,7 +205,9 @@ def check_datatype(prefix: str, kind: str, io: Any, t: GraphTensor) -> None:
         )
 
 
-def check_shape(prefix: str, kind: str, io: Any, model: Sequence[int], dims: Sequence[int], mbs: int) -> None:
+def check_shape(
+    prefix: str, kind: str, io: ModelInput | ModelOutput, model: Sequence[int], dims: Sequence[int], mbs: int
+) -> None:
     """The model's dims against the config's (``dims``, with the batch dimension put in front)."""
     full = ([-1] if mbs > 0 else []) + list(dims)
     ok = len(model) == len(full) and all(m == -1 or m == d for m, d in zip(model, full, strict=True))

@@ -15,7 +15,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,14 +28,16 @@ from inferd.errors import InferdError, InvalidArgumentError
 from inferd.scheduling.rate_limiter import Gate, held
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelWarmup
 
 WARMUP_FOLDER = "warmup"
 #: how long a decoupled model's warmup responses are waited for
 DECOUPLED_WAIT_S = 600.0
 
 
-def _input(name: str, spec: Any, batching: bool, model_dir: Path, rng: np.random.Generator) -> Tensor:
+def _input(
+    name: str, spec: ModelWarmup.Input, batching: bool, model_dir: Path, rng: np.random.Generator
+) -> Tensor:
     datatype = BY_CONFIG_VALUE[spec.data_type]
     dims = tuple(int(d) for d in spec.dims)
     if any(d < 0 for d in dims):

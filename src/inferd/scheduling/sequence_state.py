@@ -40,7 +40,7 @@ from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelSequenceBatching
 
 Array = np.ndarray[Any, Any]
 
@@ -199,7 +199,12 @@ def _zeros(datatype: DataType, shape: tuple[int, ...]) -> Array:
 
 
 def _initial_data(
-    state: Any, initial: Any, datatype: DataType, head: list[int], seen: set[str], model_dir: Path | None
+    state: ModelSequenceBatching.State,
+    initial: ModelSequenceBatching.InitialState,
+    datatype: DataType,
+    head: list[int],
+    seen: set[str],
+    model_dir: Path | None,
 ) -> Array:
     """``GenerateInitialStateData``: the checks in its order, then the data."""
     name = state.input_name

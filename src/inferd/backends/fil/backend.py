@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,7 @@ from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError, UnavailableError
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelInput, ModelOutput
 
 log = logging.getLogger("inferd.backends.fil")
 
@@ -100,7 +101,9 @@ def _refuse(config: ModelConfig, what: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"unable to load model '{config.name}': {what}")
 
 
-def _one_tensor(config: ModelConfig, listed: Any, kind: str, name: str) -> Any:
+def _one_tensor(
+    config: ModelConfig, listed: Sequence[ModelInput] | Sequence[ModelOutput], kind: str, name: str
+) -> ModelInput | ModelOutput:
     found = [t for t in listed if t.name == name]
     if not found:
         names = ", ".join(f"'{t.name}'" for t in listed) or "none"
@@ -115,7 +118,7 @@ def _one_tensor(config: ModelConfig, listed: Any, kind: str, name: str) -> Any:
     return found[0]
 
 
-def _row_dims(config: ModelConfig, io: Any) -> list[int]:
+def _row_dims(config: ModelConfig, io: ModelInput | ModelOutput) -> list[int]:
     """The dims of one row: the config's dims, less the rows' dimension when the model does not batch."""
     dims = [int(d) for d in io.dims]
     if config.max_batch_size > 0:

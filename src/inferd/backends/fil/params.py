@@ -18,13 +18,14 @@ Pure: no framework.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from inferd.errors import InternalError, InvalidArgumentError, UnsupportedError
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelParameter
 
 #: ``model_type`` -> the file the reference reads from the version folder
 MODEL_FILES: dict[str, str] = {
@@ -73,7 +74,7 @@ class _Missing:
 _REQUIRED = _Missing()
 
 
-def _param(params: Any, name: str, kind: type[T], default: T | _Missing) -> T:
+def _param(params: Mapping[str, ModelParameter], name: str, kind: type[T], default: T | _Missing) -> T:
     """``get_config_param<kind>(name[, default])``: the reference's parsing and texts."""
     if name not in params:
         if isinstance(default, _Missing):

@@ -128,7 +128,7 @@ def _check_sequence_tensor(prefix: str, kind: str, spec: TensorSpec, tensors: di
         )
 
 
-def _check_tensor(prefix: str, kind: str, io: Any, g: GraphTensor, mbs: int) -> None:
+def _check_tensor(prefix: str, kind: str, io: ModelInput | ModelOutput, g: GraphTensor, mbs: int) -> None:
     if not g.is_tensor:
         raise InvalidArgumentError(
             f"{prefix}: {kind} '{io.name}' of the ONNX graph has type {g.type_name}; inferd serves tensors "

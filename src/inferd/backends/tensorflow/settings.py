@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.repository.config.schema import ModelConfig
+    from inferd.repository.config.schema import ModelConfig, ModelParameter
 
 log = logging.getLogger("inferd.backends.tensorflow")
 
@@ -32,7 +33,7 @@ class TfSettings:
     inter_op_threads: int | None = None
 
 
-def _text(params: Any, key: str) -> str | None:
+def _text(params: Mapping[str, ModelParameter], key: str) -> str | None:
     if key not in params:
         return None
     return str(params[key].string_value).strip() or None

@@ -30,6 +30,7 @@ from inferd.shm.system import write_to_target
 
 if TYPE_CHECKING:
     from inferd.core.request import Target
+    from inferd.frontends.grpc._pb import pb
     from inferd.shm.system import Window
 
 #: what the reference answers a message it cannot parse (gRPC INTERNAL)
@@ -53,7 +54,7 @@ class SharedMemory(Protocol):
 
 
 # -- parameters ------------------------------------------------------------------------------------
-def param_value(p: Any) -> tuple[str | None, Any]:
+def param_value(p: pb.InferParameter) -> tuple[str | None, Any]:
     """(oneof kind, value) of an InferParameter; (None, None) when no value is set."""
     kind = p.WhichOneof("parameter_choice")
     return kind, (None if kind is None else getattr(p, kind))

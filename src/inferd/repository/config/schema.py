@@ -12,10 +12,12 @@ BatchOutput = pb2.BatchOutput
 DataType = pb2.DataType
 ModelInput = pb2.ModelInput
 ModelOutput = pb2.ModelOutput
+ModelParameter = pb2.ModelParameter
 ModelInstanceGroup = pb2.ModelInstanceGroup
 ModelQueuePolicy = pb2.ModelQueuePolicy
 ModelRateLimiter = pb2.ModelRateLimiter
 ModelSequenceBatching = pb2.ModelSequenceBatching
+ModelWarmup = pb2.ModelWarmup
 
 ENSEMBLE_PLATFORM = "ensemble"
 
