@@ -466,8 +466,8 @@ def _module_level_edges(module: str, tree: ast.Module) -> list[Edge]:
                 ]
             edges.extend(Edge(module, t, node.lineno, False) for t in targets if _in(t, ROOT))
             return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub)
 
     visit(tree)
     return edges

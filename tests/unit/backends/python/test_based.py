@@ -137,7 +137,7 @@ def test_the_python_backend_s_settings_hold_for_a_python_based_backend(layout: t
     (models / "lin_c" / "1").mkdir(parents=True)
     (models / "lin_c" / "config.pbtxt").write_text('backend: "linear"\n')  # no execution_mode of its own
     (models / "lin_c" / "1" / "model.json").write_text(json.dumps({"w": 1, "b": 0}))
-    options = {"backend_directory": str(backends), "model_control_mode": "explicit"}
+    options: dict[str, Any] = {"backend_directory": str(backends), "model_control_mode": "explicit"}
     with Server(models, backend_config=["python,execution-mode=process"], **options) as s:
         s.load_model("lin_c")
         assert int(s.infer("lin_c", {"X": X})["PID"][0]) != os.getpid()
