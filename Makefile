@@ -12,7 +12,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run native run test test-stress smoke docs docs-build azurite browser lint typecheck unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
+.PHONY: install install-run native run test test-stress smoke docs docs-build azurite browser lint typecheck proto-stubs unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
 
 # make test's phases: a line when each starts and one when it ends, with its time (scripts/phase.sh);
 # pytest unbuffered (python -u: what a tail shows is where it is) and -rs (every skip with its reason)
@@ -79,6 +79,11 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+
+# typings/: the type stubs of tritonclient's protobuf modules (ModelConfig, the gRPC messages), written
+# by protoc from the installed tritonclient's descriptors; after a tritonclient upgrade, run and commit
+proto-stubs: install
+	$(BIN)/python scripts/proto_stubs.py
 
 # the Azure Blob emulator for the object-storage repository tests (npm; they skip without it)
 azurite:

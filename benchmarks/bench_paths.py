@@ -17,3 +17,5 @@ BENCH_SH = REFERENCE_SCRIPTS / "bench.sh"
 MEASURE_SH = REFERENCE_SCRIPTS / "measure.sh"
 SETUP_SH = REFERENCE_SCRIPTS / "setup.sh"
 COMMON_SH = REFERENCE_SCRIPTS / "common.sh"
+#: the hand-run component measurements, rendered verbatim at the end of BENCHMARKS.md (report.py)
+MEASUREMENTS_MD = ROOT / "benchmarks" / "measurements.md"

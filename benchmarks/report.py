@@ -7,10 +7,11 @@ import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
-from bench_paths import BENCH_SH, MEASURE_SH
+from bench_paths import BENCH_SH, MEASURE_SH, MEASUREMENTS_MD
 from results import REFERENCE_VERSION, RunData, ratio
 from servers import MODELS, rel
 
@@ -446,6 +447,21 @@ class OpenAISection(Section):
             "layer: each row's requests/s over the KServe binary row of its batch; the server's CPU per "
             "request (process tree, from /proc) is the steadier figure on a shared machine.\n\n" + data.openai
         )
+
+
+class MeasurementsSection(Section):
+    """benchmarks/measurements.md, verbatim: the component measurements run by hand (a bench script, a
+    profiler, a reliability attack) that ARCHITECTURE.md's decisions rest on. They are no run's data, so
+    the file keeps them and every `make bench` renders it again; left out when the file is missing."""
+
+    def __init__(self, path: Path = MEASUREMENTS_MD) -> None:
+        self.path = path
+
+    def render(self, data: RunData) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
 
 
 def render_report(data: RunData, sections: Sequence[Section]) -> str:

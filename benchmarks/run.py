@@ -42,6 +42,7 @@ from report import (
     CoresSection,
     FilSection,
     HeaderSection,
+    MeasurementsSection,
     ObjectStorageSection,
     ObservabilitySection,
     OnnxSection,
@@ -136,6 +137,7 @@ def default_sections() -> list[Section]:
         ColdStartMemorySection(),
         ClientLatencySection(),
         GoalsSection(DEFAULT_GOALS),
+        MeasurementsSection(),
     ]
 
 

@@ -243,7 +243,10 @@ BAD_MODELS = {
         f'backend: "wrong_arch"\nmax_batch_size: 8\n{_FP32_IO}',
         "is a shared library for aarch64",
     ),
-    "c_nowhere": (f'backend: "nowhere"\nmax_batch_size: 8\n{_FP32_IO}', "unable to find backend 'nowhere'"),
+    "c_nowhere": (
+        f'backend: "nowhere"\nmax_batch_size: 8\n{_FP32_IO}',
+        "unable to find backend library for backend 'nowhere'",
+    ),
     # its folder's library (fail_model_init's, named for identity) comes before the backend directory's
     "c_shadowed": (
         f'backend: "identity"\nmax_batch_size: 8\n{_FP32_IO}',

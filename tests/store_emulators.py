@@ -116,7 +116,7 @@ def gcs_client(emu: Emulator) -> Any:
 
     return storage.Client(
         project="inferd-test",
-        credentials=AnonymousCredentials(),
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
         client_options={"api_endpoint": emu.endpoint},
     )
 

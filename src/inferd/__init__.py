@@ -1,7 +1,6 @@
 """inferd: a Triton-compatible inference server in Python."""
 
-__version__ = "0.1.0"
-
+from inferd._version import __version__ as __version__
 from inferd.api import Server
 from inferd.errors import (
     AlreadyExistsError,

@@ -157,7 +157,7 @@ class Server:
         return self._core.metadata()
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        """READY, and the model's own ``is_ready()`` (if it has one) says so (core/readiness.py)."""
+        """READY, and the model's own ``is_ready()`` (if it has one) says so (engine/readiness.py)."""
         if self._core.ready_check(name, version) is None:
             return self._core.model_ready(name, version)
         return self._run(self._core.model_ready_checked(name, version))

@@ -22,6 +22,7 @@ from inferd.frontends.forward import compile_forward_pattern
 from inferd.logs import LogSettings, TritonFormatter, from_options
 from inferd.options import FLAG_GROUPS, ServerOptions
 from inferd.repository.remote import parse_store_url
+from inferd.server_config import LogConfig
 from inferd.stop_signals import StopSignals
 from inferd.workers.place import WorkerPlace, die_with_supervisor
 
@@ -228,11 +229,11 @@ def print_model_table(rows: Sequence[tuple[str, ...]], as_json: bool) -> None:
 _CONTROL_MODES = {"none": "MODE_NONE", "poll": "MODE_POLL", "explicit": "MODE_EXPLICIT"}
 
 
-def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
+def option_rows(options: ServerOptions, cache_enabled: bool) -> list[tuple[str, str]]:
     """The reference's start-up options table, row for row, from inferd's options (the pinned
-    memory pool: 0, inferd keeps none)."""
-    from inferd.core.cache import cache_size
-    from inferd.core.server import EXTENSIONS, PROTOCOL_VERSION
+    memory pool: 0, inferd keeps none); ``cache_enabled``: the server has a response cache (its
+    parsed ``--cache-config``)."""
+    from inferd.engine.server import EXTENSIONS, PROTOCOL_VERSION
 
     rows = [
         ("server_id", options.id),
@@ -249,18 +250,15 @@ def option_rows(options: ServerOptions) -> list[tuple[str, str]]:
         ("min_supported_compute_capability", f"{options.min_supported_compute_capability:.1f}"),
         ("strict_readiness", str(int(options.strict_readiness))),
         ("exit_timeout", str(options.exit_timeout_secs)),
-        (
-            "cache_enabled",
-            str(int(cache_size(options.cache_config, options.response_cache_byte_size) is not None)),
-        ),
+        ("cache_enabled", str(int(cache_enabled))),
     ]
     return rows
 
 
-def print_options(options: ServerOptions, as_json: bool) -> None:
+def print_options(options: ServerOptions, as_json: bool, cache_enabled: bool = False) -> None:
     """The options table the reference prints at start; at ``--log-verbose 1`` every inferd option
     in effect too (the flag's name, its value). JSON lines with ``--log-format json``."""
-    tables = [(("Option", "Value"), option_rows(options))]
+    tables = [(("Option", "Value"), option_rows(options, cache_enabled))]
     if options.log_verbose >= 1:
         every = [
             (f"--{f.name.replace('_', '-')}", _shown(getattr(options, f.name), f.name in _SECRET_VALUES))
@@ -350,11 +348,12 @@ async def _serve(
     core = runtime.core
     if place is None or place.index == 0:  # the tables once, not once per --workers process
         print_model_table(core.model_table(), runtime.logs.format == "json")
-        print_options(options, runtime.logs.format == "json")
+        cache_enabled = runtime.config.core.cache_bytes is not None  # parsed once, by the Runtime
+        print_options(options, runtime.logs.format == "json", cache_enabled)
     failures = core.load_failures()
     if failures and options.exit_on_error:
         for name, version, reason in failures:
-            if not version:  # a version's failure was logged when it failed (core/repository_manager.py)
+            if not version:  # a version's failure was logged when it failed (engine/repository_manager.py)
                 log.error("failed to load '%s': %s", name, reason)
         print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
         await runtime.stop()  # the loaded models unload (finalize), as the reference's do
@@ -406,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model_repository = [Path(os.environ["AIP_STORAGE_URI"])]  # as tritonserver reads it
     if args.load_model and args.model_control_mode != "explicit":  # as tritonserver refuses it
         parser.error("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
-    from inferd.core.on_demand import budget_from_options
+    from inferd.engine.on_demand import budget_from_options
 
     try:
         budget_from_options(args.model_memory_budget, args.model_control_mode)
@@ -437,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(options, command_line)
     if place is not None:
         die_with_supervisor()
-    logs = from_options(options)
+    logs = from_options(LogConfig.from_options(options))
     if deprecated and options.log_format == "json":  # every line JSON: through the log
         log.warning("%s", _STRICT_DEPRECATED)
     for note in compat_notes:

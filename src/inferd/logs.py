@@ -9,8 +9,13 @@ JSON object a line for log shippers; the message escaped as a JSON string unless
 ``log_error``) and the verbose level. Verbose lines are logged at ``VERBOSE1`` (model load steps
 with their timings, every failed request with its reason, one line per request once it is answered:
 ``frontends/request_log.py``) and ``VERBOSE2`` (each request as it arrives, transport details);
-``verbose(n)`` tells whether level n is on. The front ends ask ``REQUESTS.on`` instead, once per
-request: a flag ``set_verbose`` keeps, where ``isEnabledFor`` is a call.
+``verbose(n)`` tells whether level n is on. The front ends ask their server's ``requests.on``
+instead, once per request: a flag ``set_verbose`` keeps, where ``isEnabledFor`` is a call.
+
+Two servers in one process keep their own switches and their own ``requests``; the loggers are
+the process's (Python's), so their level is the most verbose of the servers' that share them (no
+server loses its lines), and each server's front ends write request lines only when its own
+``requests.on`` says so.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ import json
 import logging
 import os
 import sys
+import weakref
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from inferd.options import ServerOptions
+    from inferd.server_config import LogConfig
 
 #: logging levels of the verbose levels (below DEBUG's 10: nothing else logs there)
 VERBOSE1 = logging.DEBUG
@@ -38,7 +44,8 @@ LIBRARY_DEBUG_LEVEL = 2
 
 
 class RequestLogging:
-    """Whether requests are logged: the front ends' one check per request (``REQUESTS``)."""
+    """Whether a server's requests are logged: its front ends' one check per request
+    (``LogSettings.requests``)."""
 
     __slots__ = ("details", "on")
 
@@ -47,14 +54,10 @@ class RequestLogging:
         self.details = False  # 2 and up: each request as it arrives too
 
 
-#: follows the verbose level of the last ``LogSettings`` set (the ``inferd`` loggers' levels are
-#: process-wide too)
-REQUESTS = RequestLogging()
 #: the reference's environment variable: 0 writes messages unescaped (the json format always escapes)
 ESCAPE_ENV = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
-#: the switches of the server in this process (the last ``LogSettings`` made): its worker processes
-#: (backends/process/) start with them
-_current: LogSettings | None = None
+#: every server's switches while it lives: a logger's level is the most verbose of those on it
+_LIVE: weakref.WeakSet[LogSettings] = weakref.WeakSet()
 
 
 def _severity(record: logging.LogRecord) -> str:
@@ -191,18 +194,19 @@ class LogSettings:
             self.logger = logging.getLogger("inferd")
         self.format = ""
         self.verbose_level = 0
+        #: whether this server's front ends log each request (``set_verbose`` keeps it)
+        self.requests = RequestLogging()
         #: ``--workers``: sends the switches to the other serving processes (None: one process)
         self.propagate: Callable[..., None] | None = None
         self.set_format(log_format)
         self.set_verbose(verbose)
         self.set_severities(info=info, warning=warning, error=error)
-        global _current
-        _current = self
 
     def close(self) -> None:
-        global _current
-        if _current is self:
-            _current = None
+        _LIVE.discard(self)
+        self._set_level()
+        if self.handler in self.logger.handlers:  # no line goes to a closed file afterwards
+            self.logger.removeHandler(self.handler)
         if self.log_file:  # the file this opened (a StreamHandler's close leaves its stream open)
             self.handler.close()
             self.handler.stream.close()
@@ -214,10 +218,16 @@ class LogSettings:
 
     def set_verbose(self, level: int) -> None:
         self.verbose_level = level
-        self.logger.setLevel(logging.INFO if level <= 0 else VERBOSE1 if level == 1 else VERBOSE2)
+        _LIVE.add(self)
+        self._set_level()
         self._severities.library_debug = level >= LIBRARY_DEBUG_LEVEL
-        REQUESTS.on = level >= 1
-        REQUESTS.details = level >= 2
+        self.requests.on = level >= 1
+        self.requests.details = level >= 2
+
+    def _set_level(self) -> None:
+        """The logger's level: the most verbose of the live servers' on it (loggers are process-wide)."""
+        level = max((s.verbose_level for s in list(_LIVE) if s.logger is self.logger), default=0)
+        self.logger.setLevel(logging.INFO if level <= 0 else VERBOSE1 if level == 1 else VERBOSE2)
 
     def set_severities(
         self, *, info: bool | None = None, warning: bool | None = None, error: bool | None = None
@@ -253,18 +263,12 @@ class LogSettings:
         }
 
 
-def for_workers() -> dict[str, Any]:
-    """What a worker process needs to log as the server does (``in_worker``): the file, the format,
-    the severities and the verbose level of the server's switches when it starts."""
-    s = _current
-    return {} if s is None else s.settings()
-
-
 def in_worker(
     settings: dict[str, Any], verbose: int = 0, logger: logging.Logger | None = None
 ) -> LogSettings:
     """A worker process's log (on ``logger``, default the root), with the server's switches
-    (``for_workers``; empty: the defaults with ``verbose``)."""
+    (their ``settings()``, which the server hands its worker processes through ``ServerLinks.log_settings``;
+    empty: the defaults with ``verbose``)."""
     try:
         logs = LogSettings(log_file=settings.get("log_file") or None, verbose=verbose, logger=logger)
     except OSError:  # the file went (the server's own handle still writes): stderr rather than no log
@@ -279,15 +283,15 @@ def verbose(level: int, logger: logging.Logger = logging.getLogger("inferd")) ->
     return logger.isEnabledFor(VERBOSE1 if level <= 1 else VERBOSE2)
 
 
-def from_options(options: ServerOptions, *, attach: bool = True) -> LogSettings:
-    """The log switches the options set (``attach`` False: see ``LogSettings``)."""
+def from_options(config: LogConfig, *, attach: bool = True) -> LogSettings:
+    """The log switches the options set (``server_config.LogConfig``; ``attach`` False: see ``LogSettings``)."""
     return LogSettings(
-        log_file=options.log_file,
-        log_format=options.log_format,
-        verbose=options.log_verbose,
-        info=options.log_info,
-        warning=options.log_warning,
-        error=options.log_error,
-        logger=logging.getLogger("inferd") if not attach and options.log_file else None,
-        attach=attach or bool(options.log_file),
+        log_file=config.file,
+        log_format=config.format,
+        verbose=config.verbose,
+        info=config.info,
+        warning=config.warning,
+        error=config.error,
+        logger=logging.getLogger("inferd") if not attach and config.file else None,
+        attach=attach or bool(config.file),
     )

@@ -133,7 +133,8 @@ class ServerOptions:
     backend_directory: str = option(
         "/opt/tritonserver/backends",
         "where Triton C/C++ backends are looked for after the model's version folder and folder: "
-        "<dir>/<backend>/libtriton_<backend>.so (the reference's default)",
+        "<dir>/<backend>/libtriton_<backend>.so (the reference's default); else <dir>/<backend>/model.py "
+        "makes <backend> a Python-based backend",
         metavar="DIR",
     )
     default_max_batch_size: int = option(

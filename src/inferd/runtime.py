@@ -20,9 +20,8 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
-from inferd.core.repository_manager import parse_backend_config
-from inferd.core.server import ServerCore
 from inferd.core.unsent import UnsentBudget, default_limit, trim_forever
+from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.access import (
     GRPC_RESTRICTED_PREFIX,
@@ -32,7 +31,8 @@ from inferd.frontends.access import (
     parse_restrictions,
 )
 from inferd.frontends.forward import compile_forward_pattern
-from inferd.frontends.http.protocol import HttpLimits
+from inferd.frontends.starting import FrontendError as FrontendError  # what cli.py catches
+from inferd.frontends.starting import http_limits
 from inferd.frontends.tls import check_flags as check_tls_flags
 from inferd.frontends.tls import server_context
 from inferd.logs import LogSettings, from_options
@@ -40,6 +40,8 @@ from inferd.metrics.custom import CustomMetricRegistry
 from inferd.options import ServerOptions
 from inferd.scheduling.rate_limiter import from_flags as rate_limiter_from_flags
 from inferd.scheduling.sequence import SequenceBatcher
+from inferd.scheduling.watchdog import Watchdog
+from inferd.server_config import ServerConfig
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Tracing
@@ -47,7 +49,7 @@ from inferd.trace.config import option_int
 from inferd.workers.place import WorkerPlace
 
 if TYPE_CHECKING:
-    from inferd.core.facade import Core
+    from inferd.engine.facade import Core
     from inferd.frontends.grpc.service import InferenceServicer
     from inferd.frontends.http.app import HttpApp
     from inferd.workers.peers import PeerServer
@@ -68,19 +70,6 @@ _REPORT_S = 1.0
 _GRPC_GRACE_S = 0.5
 
 
-def http_limits(options: ServerOptions) -> HttpLimits:
-    """The HTTP connection limits the options set."""
-    return HttpLimits(
-        max_body=options.http_max_input_size,
-        max_url=options.http_max_url_size,
-        max_header_bytes=options.http_max_header_size,
-        max_headers=options.http_max_header_count,
-        max_connections=options.max_connections,
-        header_timeout_s=options.http_header_timeout_secs,
-        idle_timeout_s=options.http_idle_timeout_secs,
-    )
-
-
 def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> int:
     """``--max-unsent-bytes``, or its default from the machine's memory; one of ``--workers``
     processes gets its share."""
@@ -88,10 +77,6 @@ def unsent_limit(options: ServerOptions, place: WorkerPlace | None = None) -> in
     if options.max_unsent_bytes is None:
         return default_limit(processes=processes)
     return options.max_unsent_bytes // processes
-
-
-class FrontendError(Exception):
-    """A front end could not start; the message is what ``inferd serve`` prints."""
 
 
 class Runtime:
@@ -103,13 +88,16 @@ class Runtime:
         if place is not None:  # one of --workers processes: the ports are shared
             options = dataclasses.replace(options, reuse_grpc_port=True)
         self.options = options
+        #: the options parsed once, in typed parts: each component gets its own (server_config.py); a
+        #: malformed flag value stops the start here, with its text
+        self.config = ServerConfig.from_options(options)
         #: this process's place among the ``--workers`` processes (None: it is the whole server)
         self.place = place
         #: the log switches (the logging extension changes them); an embedding program keeps its
         #: own handlers unless it hands one over
         # an embedded server logs through its program's own handlers, unless the options name a file
-        self.logs = logs if logs is not None else from_options(options, attach=False)
-        parse_backend_config(options.backend_config)  # a malformed setting stops the start, with its text
+        self.logs = logs if logs is not None else from_options(self.config.logs, attach=False)
+        self._own_logs = logs is None  # closed at ``stop`` (its file; its verbosity no longer counts)
         for warning in check_tls_flags(options):  # a TLS combination that would protect less: refused
             log.warning("%s", warning)
         #: the trace extension (settings, sampling, trace files or OpenTelemetry spans)
@@ -121,7 +109,11 @@ class Runtime:
         #: the bytes of answers held for clients that have not read them, in this process: one budget
         #: for both front ends and the decoupled streams (core/unsent.py, frontends/flow.py)
         self.unsent = UnsentBudget(unsent_limit(options, place))
-        self.core = ServerCore(options, self.custom_metrics, rate_limiter, self.unsent)
+        #: the execute watchdog of this server's models: its own thread, ended at ``stop``
+        self.watchdog = Watchdog()
+        self.core = ServerCore(
+            self.config.core, self.custom_metrics, rate_limiter, self.unsent, self.watchdog, self.logs
+        )
         #: client shared-memory regions: one registry (of each kind) for every front end
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self.cuda_shm = CudaSharedMemoryManager(options.allow_client_shm, self.shm)  # one namespace
@@ -230,7 +222,7 @@ class Runtime:
 
         return InferenceServicer(
             core or self.front_core,
-            self.options,
+            self.config.grpc,
             self.shm,
             self.cuda_shm,
             self.grpc_access,
@@ -421,6 +413,9 @@ class Runtime:
             await self.metrics.stop()
         if self.core.gpu_metrics is not None:
             await asyncio.to_thread(self.core.gpu_metrics.stop)
+        self.watchdog.close()
+        if self._own_logs:
+            self.logs.close()
         self.shm.close()
         self.cuda_shm.close()
         self.tracing.close()  # what the settings still hold goes to the trace files

@@ -6,6 +6,7 @@ import http.client
 import json
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ class CloudProcess(InferdProcess):
         super().__init__(repository, log_path, args, env=env)
         if serve_entry_point:  # SageMaker's `serve`: everything comes from the environment
             self.launcher = [sys.executable, "-m", "inferd.sagemaker_serve"]
-            self.command = lambda http, grpc, metrics: []
-            self.env = {"SAGEMAKER_BIND_TO_PORT": str(self.cloud_port), **self.env}
+            self.command: Callable[[int, int, int], list[str]] | None = lambda http, grpc, metrics: []
+            self.env: dict[str, str] = {"SAGEMAKER_BIND_TO_PORT": str(self.cloud_port), **self.env}
 
     def _wait_live(self) -> bool:
         def listening() -> bool:

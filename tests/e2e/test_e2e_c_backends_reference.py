@@ -24,12 +24,12 @@ DOC = json.loads((FIXTURES / "reference_observed_c_backends.json").read_text())
 recorder = load_script(FIXTURES / "make_reference_c_backends.py", "make_reference_c_backends")
 
 #: reasons inferd words on purpose differently (the reference's misleads: "No such file or directory"
-#: for a library built for another machine, "file too short" for a text file, a backend it does not
-#: know is missing its library)
+#: for a library built for another machine, "file too short" for a text file; a backend found nowhere:
+#: the reference's words, then where inferd looked)
 OWN_WORDS = {
     "c_not_elf": "is not a shared library (no ELF header)",
     "c_wrong_arch": "is a shared library for aarch64, not for this machine",
-    "c_nowhere": "unable to find backend 'nowhere': inferd's backends are",
+    "c_nowhere": DOC["index"]["c_nowhere"]["reason"].removesuffix(".") + ". inferd's backends are",
 }
 #: probes where the reference crashed (a response sent after the final one, an exception out of
 #: execute) or never answered (a request released without a response): inferd's answers

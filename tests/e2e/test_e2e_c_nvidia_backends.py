@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -148,7 +149,7 @@ def test_nvidias_example_backends_serve(server: InferdProcess) -> None:
 
     with http_client(server) as c:
         for model, shape in (("minimal_nonbatching", [4]), ("minimal_batching", [1, 4])):
-            x = np.array([1, 2, 3, 4], dtype=np.int32).reshape(shape)
+            x: np.ndarray[Any, Any] = np.array([1, 2, 3, 4], dtype=np.int32).reshape(shape)
             i = httpclient.InferInput("IN0", shape, "INT32")
             i.set_data_from_numpy(x)
             np.testing.assert_array_equal(c.infer(model, [i]).as_numpy("OUT0"), x)

@@ -95,7 +95,7 @@ def _normalised(answer: dict[str, Any]) -> dict[str, Any]:
     return {"outputs": dict(sorted(answer["outputs"].items())), "parameters": answer["parameters"]}
 
 
-#: where inferd answers differently on purpose (core/cache.py): 2.51's key has no shape and no
+#: where inferd answers differently on purpose (engine/cache.py): 2.51's key has no shape and no
 #: requested outputs, and 2.51 caches an error as an empty success
 DIFFERENT = {
     2: {

@@ -79,7 +79,7 @@ DIFFERENCES: dict[str, dict[str, Any]] = {
     },
 }
 #: "scenario/case" -> (recorded text, inferd's): a load failure's reason names the model, not its folder
-#: (core/repository_manager.py ``without_paths``: clients learn nothing of the server's file system)
+#: (engine/repository_manager.py ``without_paths``: clients learn nothing of the server's file system)
 HIDDEN_PATHS = {
     "sagemaker_multi_model/load_init_fails": ("{models_root}/h4initfails/model/init_fails", "h4initfails"),
     "sagemaker_multi_model/load_init_fails_again": (

@@ -250,8 +250,8 @@ def test_generate_stream_model_exceptions(server: InferdProcess) -> None:
 
 def test_generate_needs_exactly_one_response(server: InferdProcess) -> None:
     for body in ({"IN": 0}, {"IN": 3}, {"IN": 1, "raise_after": True}):
-        status, ctype, chunks = _ask(server, "/v2/models/dec_ctl/generate", body)
-        assert (status, ctype["content-type"], b"".join(chunks).decode()) == (
+        status, headers, chunks = _ask(server, "/v2/models/dec_ctl/generate", body)
+        assert (status, headers["content-type"], b"".join(chunks).decode()) == (
             200,
             "application/json",
             NOT_ONE,

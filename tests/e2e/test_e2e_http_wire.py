@@ -47,7 +47,7 @@ def _read_responses(
     """Read ``count`` responses (Content-Length framed) from ``sock``."""
     sock.settimeout(timeout)
     buf = b""
-    out = []
+    out: list[tuple[int, dict[str, str], bytes]] = []
     while len(out) < count:
         while b"\r\n\r\n" not in buf:
             chunk = sock.recv(65536)

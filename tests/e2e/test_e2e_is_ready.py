@@ -1,4 +1,4 @@
-"""A Python model's own ``is_ready()`` (core/readiness.py), asked by the model-ready endpoints behind a
+"""A Python model's own ``is_ready()`` (engine/readiness.py), asked by the model-ready endpoints behind a
 real ``inferd serve``: HTTP (tritonclient and curl), gRPC ModelReady, in thread and in process
 instances. True, False, an exception, a value that is not a bool, an async one, none at all, one
 that changes its answer, and one that hangs (not ready within the timeout, never an error)."""
@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import InferdProcess
 
-from inferd.core.readiness import TIMEOUT_S
+from inferd.engine.readiness import TIMEOUT_S
 
 BODIES = {
     "ready_true": "    def is_ready(self):\n        return True\n",

@@ -19,6 +19,7 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from typing import cast
 
 import h2.config
 import h2.connection
@@ -136,7 +137,7 @@ class WindowZero:
                     events = self.h2.receive_data(data)
                 for e in events:
                     if isinstance(e, h2.events.ResponseReceived | h2.events.TrailersReceived):
-                        headers = dict(e.headers)
+                        headers = cast("dict[str, str]", dict(e.headers))  # str: header_encoding
                         if "grpc-status" in headers:
                             with self.lock:
                                 status = headers["grpc-status"]

@@ -1,4 +1,4 @@
-"""Load on demand under --model-memory-budget (core/on_demand.py) behind a real ``inferd serve``:
+"""Load on demand under --model-memory-budget (engine/on_demand.py) behind a real ``inferd serve``:
 the first request loads its model (tritonclient HTTP and gRPC, curl, the in-process API), the least
 recently used idle model is unloaded to fit, concurrent requests share one load, a request whose
 model is being unloaded succeeds, a model over the whole budget gets a clear error, and the

@@ -218,10 +218,11 @@ def test_chat_completions_whole_and_streamed(client: openai.OpenAI) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
     usage = chunks[-1].usage
     assert not chunks[-1].choices and usage is not None
+    assert whole.usage is not None
     assert (usage.prompt_tokens, usage.completion_tokens) == (
         whole.usage.prompt_tokens,
         whole.usage.completion_tokens,
-    )  # type: ignore[union-attr]
+    )
 
     # a stop sequence cuts the text where it begins
     cut = text.index(" ", 2)

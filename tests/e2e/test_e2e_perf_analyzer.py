@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 # windows of at least 200 requests; stable when the 3 windows' figures are within 100,000 % of each
 # other (max / min under 1,001: always, however busy the machine), so that perf_analyzer never gives
 # up on an unstable measurement and its time does not depend on the machine's speed
-COMMON = ("--concurrency-range", "2", "--measurement-mode", "count_windows")
+COMMON: tuple[str, ...] = ("--concurrency-range", "2", "--measurement-mode", "count_windows")
 COMMON += ("--measurement-request-count", "200", "-s", "100000", "-r", "3")
 #: a run takes a few seconds (three windows of about a second); the bound is for a hang
 RUN_TIMEOUT_S = 100

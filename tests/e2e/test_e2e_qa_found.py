@@ -213,7 +213,7 @@ def test_a_decoupled_model_streams_as_it_sends_after_many_quick_requests(server:
     try:
         conn.request("POST", "/v2/models/streamer/generate_stream", body=json.dumps({"N": 3}))
         resp = conn.getresponse()
-        arrivals = []
+        arrivals: list[float] = []
         t0 = time.monotonic()
         while len(arrivals) < 3:
             line = resp.fp.readline()

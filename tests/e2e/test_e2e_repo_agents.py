@@ -32,7 +32,7 @@ KEY = 0x5A
 #: a repository agent of the test's own: model.py.enc is model.py with every byte XOR 0x5A; the agent
 #: writes the plain model to a folder it acquired and loads it from there; it logs every action
 AGENT = f"""
-from inferd.core.agents import AgentAction
+from inferd.engine.agents import AgentAction
 from inferd.errors import InvalidArgumentError
 
 

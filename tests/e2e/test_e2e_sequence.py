@@ -401,7 +401,7 @@ def test_bad_sequence_requests_get_the_reference_answers(server: InferdProcess) 
     # a live sequence, before and after every bad request
     ok = server.infer("seq_direct", _raw("seq_direct", {"sequence_id": 7001, "sequence_start": True}))
     assert ok.status == 200, ok.body
-    cases = [
+    cases: list[tuple[dict[str, Any], int, str]] = [
         (
             {},
             400,

@@ -109,7 +109,7 @@ def test_shared_memory_errors_match_the_reference(
 
     ok0 = {"shared_memory_region": "in", "shared_memory_byte_size": 64}
     ok1 = {"shared_memory_region": "in", "shared_memory_byte_size": 64, "shared_memory_offset": 64}
-    cases = [
+    cases: list[tuple[tuple[dict[str, object], dict[str, object], dict[str, object]], int, str]] = [
         (
             ({"shared_memory_region": "nope", "shared_memory_byte_size": 64}, ok1, {}),
             404,

@@ -196,9 +196,10 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
         s.close()
 
 
-def with_free_ports(argv: tuple[str, ...]) -> Callable[[int, int, int], list[str]]:
-    """The command line with the test's ports: KServe's own port flags get them, the others are
-    appended (the charts rely on Triton's default ports)."""
+def with_ports(argv: tuple[str, ...]) -> Callable[[int, int, int], list[str]]:
+    """The command line with the test's ports (0 each: any free port, the start-up lines name it):
+    KServe's own port flags get them, the others are appended (the charts rely on Triton's default
+    ports)."""
 
     def command(http: int, grpc: int, metrics: int) -> list[str]:
         ports = {"--http-port": http, "--grpc-port": grpc, "--metrics-port": metrics}
@@ -235,7 +236,7 @@ def run(
     proc = InferdProcess(
         stores.local,
         tmp_path / "server.log",
-        command=with_free_ports(argv),
+        command=with_ports(argv),
         env=stores.env(name),
         launcher=launcher,
     )

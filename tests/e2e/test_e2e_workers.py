@@ -355,7 +355,7 @@ def test_a_second_server_on_the_same_ports_fails_to_start(workers: InferdProcess
 
 def test_each_process_writes_its_own_trace_file(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
-    flags = ("--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS")
+    flags: tuple[str, ...] = ("--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS")
     flags += ("--trace-config", "rate=1")
     server = InferdProcess(_repository(tmp_path), tmp_path / "inferd.log", ("--workers", "2", *flags)).start()
     try:

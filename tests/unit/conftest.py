@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from inferd.core.facade import Decoder
-from inferd.core.lifecycle import ModelState
-from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.validate import validate_request
+from inferd.engine.facade import Decoder
+from inferd.engine.lifecycle import ModelLifecycle
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
 from inferd.repository import normalize_config, parse_config_text
 from repo_paths import FIXTURES, PROTOCOL, REFERENCE_MODELS
@@ -98,9 +98,9 @@ def reference_models() -> Path:
 
 
 # -- a fake core for the front ends' unit tests ------------------------------------------------------
-# It implements ``inferd.core.facade.Core`` the way ``ServerCore`` does where a front end can see it
+# It implements ``inferd.engine.facade.Core`` the way ``ServerCore`` does where a front end can see it
 # (lookup errors with the reference's texts, the decoupled refusal, ``decode`` called with the model,
-# validation through ``core.validate``), records what reached it, and answers each request with
+# validation through ``engine.validate``), records what reached it, and answers each request with
 # ``answer(request)``: by default an echo (``INPUTn`` back as ``OUTPUTn``), or nothing at all
 # (``hold=True``) so that a test sends the responses itself through ``streams``.
 
@@ -110,7 +110,7 @@ def config_model(text: str, version: int = 1) -> Model:
     cfg = parse_config_text(text, "config.pbtxt")
     normalize_config(cfg, cfg.name)
     model = Model(cfg.name, version, cfg, Path("/nonexistent"))
-    model.state = ModelState.READY
+    ModelLifecycle().ready(model)
     return model
 
 

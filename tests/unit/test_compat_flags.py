@@ -45,7 +45,7 @@ TRITONSERVER_2_51_FLAGS = _LISTED.split()
 
 
 def serve_flags(command: str = "serve") -> set[str]:
-    sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr, index]
     return {o for a in sub._actions for o in a.option_strings if o.startswith("--")}
 
 

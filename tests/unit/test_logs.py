@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.logs import VERBOSE1, VERBOSE2, LogSettings, for_workers, in_worker, verbose
+from inferd.logs import VERBOSE1, VERBOSE2, LogSettings, in_worker, verbose
 
 
 @pytest.fixture
@@ -126,12 +126,13 @@ def test_unknown_format_is_refused() -> None:
 
 
 def test_a_worker_process_logs_as_the_server(tmp_path: Path, logger: logging.Logger) -> None:
-    """A worker (backends/process/) starts with the server's file, format and switches: a Python
-    model's Logger lines go where the server's go, as the server writes them."""
+    """A worker (backends/process/) starts with the server's file, format and switches (its
+    ``settings()``, handed down as ``ServerLinks.log_settings``): a Python model's Logger lines go
+    where the server's go, as the server writes them."""
     path = tmp_path / "log"
     server = LogSettings(log_file=str(path), log_format="json", verbose=1, warning=False, logger=logger)
-    settings = for_workers()
-    assert settings == {**server.settings(), "log_file": str(path)}
+    settings = server.settings()
+    assert settings["log_file"] == str(path)
     worker_logger = logging.getLogger(f"{logger.name}.worker")
     worker_logger.propagate = False
     worker = in_worker(settings, logger=worker_logger)
@@ -140,6 +141,5 @@ def test_a_worker_process_logs_as_the_server(tmp_path: Path, logger: logging.Log
     worker.close()
     server.close()
     assert [json.loads(line)["message"] for line in _lines(path)] == ["verbose shown"]
-    assert for_workers() == {}  # the server's settings closed: a worker started now logs to stderr
     gone = in_worker({**settings, "log_file": str(tmp_path / "no" / "such" / "dir")}, logger=worker_logger)
     assert gone.log_file == "" and gone.format == "json"

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelInstanceGroup
 
 
 @dataclass(slots=True, frozen=True)
@@ -22,7 +27,7 @@ class InstanceSpec:
     device_id: int
 
 
-def instance_devices(group: Any) -> list[int]:
+def instance_devices(group: ModelInstanceGroup) -> list[int]:
     """The devices a (normalised) instance group places its ``count`` instances on, each: every GPU
     it lists for ``KIND_GPU`` (``count`` x GPUs instances in all, as the reference's
     ``PrepareInstances``), else device 0 once."""
@@ -65,6 +70,49 @@ class MetricRegistry(Protocol):
     def release_owner(self, owner: str) -> None: ...
 
 
+class WorkerProcess(Protocol):
+    """A model instance in a worker process of its own (backends/process/instance.py)."""
+
+    def running_pid(self) -> int:
+        """Its worker's process id while one runs, else 0."""
+        ...
+
+
+class WorkerProcesses:
+    """One server's worker processes of model instances: those live now, by model (their memory
+    counts in the model's size under a memory budget: engine/on_demand.py), and what befell them
+    (``events``: (model, version, "exited" | "restarted") -> count, on /metrics). Each server has its
+    own (in its ``ServerLinks``): two servers in one process count apart."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, set[WorkerProcess]] = {}
+        self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
+
+    def add(self, model: str, worker: WorkerProcess) -> None:
+        with self._lock:
+            self._live.setdefault(model, set()).add(worker)
+
+    def discard(self, model: str, worker: WorkerProcess) -> None:
+        with self._lock:
+            workers = self._live.get(model)
+            if workers is not None:
+                workers.discard(worker)
+                if not workers:
+                    del self._live[model]
+
+    def pids(self, model: str) -> list[int]:
+        """The worker processes running now for ``model``'s instances (every version's)."""
+        with self._lock:
+            workers = list(self._live.get(model, ()))
+        return [pid for pid in (w.running_pid() for w in workers) if pid]
+
+    def count(self, model: str, version: int, event: str) -> None:
+        """A worker of ``model`` ``version`` ``event`` ("exited" unexpectedly, "restarted")."""
+        with self._lock:
+            self.events[(model, str(version), event)] += 1
+
+
 ModelControlLink = Callable[[str, str, str, str, "dict[str, bytes] | None", bool], None]
 
 
@@ -87,6 +135,11 @@ class ServerLinks:
     #: (calling model, "load" | "unload", model name, config JSON, file overrides, unload_dependents);
     #: waits until done and raises InferdError as the API answers
     model_control: ModelControlLink | None = None
+    #: the server's worker processes of model instances, and what befell them
+    processes: WorkerProcesses = field(default_factory=WorkerProcesses)
+    #: the server's log switches now (``logs.LogSettings.settings``): the worker processes it starts
+    #: log as it does (None: the defaults)
+    log_settings: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -97,7 +150,7 @@ class LoadContext:
     version: int
     model_dir: Path
     version_dir: Path
-    config: Any  # ModelConfig
+    config: ModelConfig
     #: runs a request on another model of the same server from a worker thread (BLS); None outside a server
     infer_blocking: Callable[[InferRequest], list[InferResponse]] | None = None
     #: the rest of what the server offers its models (``infer_blocking`` above is also there)
@@ -182,7 +235,12 @@ class Backend(Protocol):
     name: str
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Fill what the config leaves out (inputs, outputs, max_batch_size, ...) in place.
 
@@ -192,3 +250,12 @@ class Backend(Protocol):
         ...
 
     def load(self, ctx: LoadContext) -> BackendModel: ...
+
+
+class BackendLookup(Protocol):
+    """Where the engine finds a model's backend: ``backends.registry`` (a module satisfies this),
+    or a test's fake (tests/unit/engine/fake_backend.py)."""
+
+    def backend_for(self, config: Any) -> Backend: ...
+
+    def auto_gpu(self, cfg: Any, have_gpus: bool) -> bool: ...

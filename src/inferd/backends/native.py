@@ -17,13 +17,16 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext, instance_devices
 from inferd.backends.signature import GraphTensor, complete_config
 from inferd.core.tensor import TensorSpec
 from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError, UnavailableError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 
 def import_lazily(module: str, backend: str, extra: str) -> Any:
@@ -68,7 +71,7 @@ class NativeModel(ABC):
 
     @staticmethod
     @abstractmethod
-    def find(config: Any, version_dir: Path) -> Path:
+    def find(config: ModelConfig, version_dir: Path) -> Path:
         """The version's model file or folder; UnavailableError saying what is missing."""
 
     def import_framework(self) -> None:
@@ -122,7 +125,12 @@ class NativeBackend:
     model_type: ClassVar[type[NativeModel]]
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Inputs, outputs and batching from the model's signature; skipped when the config lists them."""
         if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
@@ -134,7 +142,9 @@ class NativeBackend:
         log = logging.getLogger(f"inferd.backends.{self.name}")
         complete_config(config, inputs, outputs, default_max_batch_size, log=log)
 
-    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    def signature(
+        self, config: ModelConfig, version_dir: Path
+    ) -> tuple[list[GraphTensor], list[GraphTensor]]:
         """The model's inputs and outputs, read from its file for auto-complete."""
         raise NotImplementedError(f"the {self.name} backend reads no signature to complete a config from")
 

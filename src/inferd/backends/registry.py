@@ -1,35 +1,24 @@
 """Backend name -> implementation, imported lazily; third-party backends come through entry points;
-any other name is a Triton C/C++ backend (``backends/tritonc``), its library found per model."""
+any other name is a Triton C/C++ backend (``backends/tritonc``) or a Python-based backend
+(``backends/python/based.py``), which of the two found per model."""
 
 from __future__ import annotations
 
 import importlib
 import logging
-import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.base import Backend
+from inferd.backends.builtin import BUILTIN as _BUILTIN
+from inferd.backends.builtin import NAMED as _NAMED
 from inferd.errors import InvalidArgumentError
 
-#: built-in backends: name -> "module:factory"
-_BUILTIN: dict[str, str] = {
-    "python": "inferd.backends.python.backend:PythonBackend",
-    "onnxruntime": "inferd.backends.onnxruntime.backend:OnnxRuntimeBackend",
-    "pytorch": "inferd.backends.pytorch.backend:PyTorchBackend",
-    "openvino": "inferd.backends.openvino.backend:OpenVinoBackend",
-    "tensorflow": "inferd.backends.tensorflow.backend:TensorFlowBackend",
-    "fil": "inferd.backends.fil.backend:FilBackend",
-}
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
+
 _ENTRY_POINT_GROUP = "inferd.backends"
 log = logging.getLogger("inferd.backends")
 _cache: dict[str, Backend] = {}
-#: what may name a C/C++ backend's library (libtriton_<name>.so): no path, nothing a file name cannot hold
-_C_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
-
-
-def builtin_names() -> list[str]:
-    """inferd's own backends, sorted."""
-    return sorted(_BUILTIN)
 
 
 def get_backend(name: str) -> Backend:
@@ -38,30 +27,20 @@ def get_backend(name: str) -> Backend:
     if cached is not None:
         return cached
     target = _BUILTIN.get(name)
-    installed: list[str] = []
     if target is None:
         from importlib.metadata import entry_points  # only for third-party backends: 90 ms at start
 
         for ep in entry_points(group=_ENTRY_POINT_GROUP):
-            installed.append(ep.name)
             if ep.name == name:
                 target = ep.value
                 break
-    if target is None and not _C_NAME.fullmatch(name):
-        names = ", ".join(sorted(_BUILTIN))
-        more = f"; installed through the '{_ENTRY_POINT_GROUP}' entry point: {', '.join(sorted(installed))}"
-        raise InvalidArgumentError(
-            f"unable to find backend '{name}': inferd's backends are {names}"
-            + (more if installed else "")
-            + f" (a third-party backend registers under the '{_ENTRY_POINT_GROUP}' entry point)"
-        )
     backend: Backend
     if target is None:
-        # any other name may be a Triton C/C++ backend (libtriton_<name>.so): each model finds its
-        # library, or says where it looked (backends/tritonc)
-        from inferd.backends.tritonc.backend import TritonCBackend
-
-        backend = TritonCBackend(name)
+        # any other name may be a Triton C/C++ backend (libtriton_<name>.so) or a Python-based one
+        # (<backend directory>/<name>/model.py): each model finds which, or fails its load saying
+        # where it looked (a name with a path in it finds nothing: tritonc/search.py)
+        module_name, _, attr = _NAMED.partition(":")
+        backend = getattr(importlib.import_module(module_name), attr)(name)
     else:
         module_name, _, attr = target.partition(":")
         factory = getattr(importlib.import_module(module_name), attr)
@@ -70,7 +49,7 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def backend_for(config: Any) -> Backend:
+def backend_for(config: ModelConfig) -> Backend:
     """The backend of a model's config. A ``runtime`` naming a shared library asks for that Triton
     C/C++ library whatever ``backend`` says (``backend: "python" runtime: "libtriton_python.so"``: the
     reference's own Python backend, not inferd's); otherwise ``get_backend(config.backend)``."""
@@ -99,7 +78,7 @@ def runs_on_gpu(name: str) -> bool:
     return True if check is None else bool(check())
 
 
-def auto_gpu(cfg: Any, have_gpus: bool) -> bool:
+def auto_gpu(cfg: ModelConfig, have_gpus: bool) -> bool:
     """Whether the ``KIND_AUTO`` groups of ``cfg`` (a config before normalisation) may become
     ``KIND_GPU``: the server has GPUs and the model's backend can run there (asked only then, as
     it may import the framework)."""

@@ -10,16 +10,19 @@ fetches them by these specs: shape ``[1]`` per batch item for a control, the sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.core.tensor import TensorSpec
 from inferd.core.types import BY_CONFIG_VALUE, DataType
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelSequenceBatching
 
 _CORRID = 3  # ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 _INT32, _FP32, _BOOL = BY_CONFIG_VALUE[8], BY_CONFIG_VALUE[11], BY_CONFIG_VALUE[1]
 
 
-def _control_type(control: Any) -> DataType:
+def _control_type(control: ModelSequenceBatching.Control) -> DataType:
     if control.kind == _CORRID:
         return BY_CONFIG_VALUE[int(control.data_type)]
     if len(control.fp32_false_true):
@@ -29,7 +32,7 @@ def _control_type(control: Any) -> DataType:
     return _INT32
 
 
-def sequence_tensors(config: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
+def sequence_tensors(config: ModelConfig) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The inputs (controls, then states) and outputs (states) sequence batching adds; none without it."""
     if not config.HasField("sequence_batching"):
         return [], []

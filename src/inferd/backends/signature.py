@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from inferd.core.types import BY_CONFIG, BY_CONFIG_VALUE
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelInput, ModelOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ def shape_text(dims: Sequence[int]) -> str:
 
 
 def complete_config(
-    config: Any,
+    config: ModelConfig,
     inputs: Sequence[GraphTensor],
     outputs: Sequence[GraphTensor],
     default_max_batch_size: int,
@@ -88,7 +91,7 @@ def complete_config(
 
 
 def _fill_io(
-    config: Any, target: Any, tensors: Sequence[GraphTensor], kind: str, log: logging.Logger
+    config: ModelConfig, target: Any, tensors: Sequence[GraphTensor], kind: str, log: logging.Logger
 ) -> None:
     start = 1 if config.max_batch_size > 0 else 0
     for t in tensors:
@@ -123,7 +126,7 @@ def _fill_io(
 
 
 def check_config_against_model(
-    config: Any,
+    config: ModelConfig,
     inputs: Sequence[GraphTensor],
     outputs: Sequence[GraphTensor],
     *,
@@ -161,7 +164,7 @@ def check_config_against_model(
                     f"{prefix}: configuration {kind} '{io.name}' is not an {kind} of {what}, whose {kind}s "
                     f"are: {', '.join(by_name) or '(none)'}{note}"
                 )
-            if kind == "input" and io.optional:
+            if kind == "input" and cast("ModelInput", io).optional:
                 raise InvalidArgumentError(
                     f"{prefix}: input '{io.name}' is optional, which the {backend} backend does not serve"
                 )
@@ -187,12 +190,12 @@ def check_config_against_model(
 # -- shared with the ONNX backend's check ----------------------------------------------------------
 
 
-def config_dims(io: Any) -> list[int]:
+def config_dims(io: ModelInput | ModelOutput) -> list[int]:
     """The shape the framework sees for a config input or output: its reshape if it has one."""
     return list(io.reshape.shape) if io.HasField("reshape") else list(io.dims)
 
 
-def check_datatype(prefix: str, kind: str, io: Any, t: GraphTensor) -> None:
+def check_datatype(prefix: str, kind: str, io: ModelInput | ModelOutput, t: GraphTensor) -> None:
     want = BY_CONFIG_VALUE.get(io.data_type)
     want_name = want.config if want is not None else "TYPE_INVALID"
     if want_name != t.data_type:
@@ -202,7 +205,9 @@ def check_datatype(prefix: str, kind: str, io: Any, t: GraphTensor) -> None:
         )
 
 
-def check_shape(prefix: str, kind: str, io: Any, model: Sequence[int], dims: Sequence[int], mbs: int) -> None:
+def check_shape(
+    prefix: str, kind: str, io: ModelInput | ModelOutput, model: Sequence[int], dims: Sequence[int], mbs: int
+) -> None:
     """The model's dims against the config's (``dims``, with the batch dimension put in front)."""
     full = ([-1] if mbs > 0 else []) + list(dims)
     ok = len(model) == len(full) and all(m == -1 or m == d for m, d in zip(model, full, strict=True))

@@ -1,6 +1,6 @@
 """One model's config, read and completed as the server does at load, every problem reported.
 
-The steps are ``core.repository_manager.prepare_config``'s, with the same functions: parse,
+The steps are ``engine.repository_manager.prepare_config``'s, with the same functions: parse,
 ``autofill_backend_fields``, the backend's auto-complete, ``normalize_config``, the checks of
 ``validate_config`` (one by one: :func:`~inferd.repository.config.validate.config_checks`),
 ``require_io``, then the version folders and ``select_versions``. Where the server stops at the
@@ -18,7 +18,7 @@ import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from google.protobuf import text_format
 
@@ -39,6 +39,9 @@ from inferd.repository import (
 )
 from inferd.repository.config.parse import CONFIG_FOLDER
 from inferd.repository.config.validate import config_checks
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 __all__ = ["CheckOptions", "ModelResult", "check_config"]
 
@@ -68,7 +71,7 @@ class ModelResult:
 
     md: ModelDir
     report: ModelReport
-    cfg: Any = None  # ModelConfig, None when it could not be read
+    cfg: ModelConfig = field(default_factory=ModelConfig)  # empty when it could not be read (complete: False)
     #: completed: parsed, backend known, auto-complete done, normalised
     complete: bool = False
     #: errors other than those of single tensors (which the model-file checks leave out)
@@ -124,7 +127,9 @@ def _error(result: ModelResult, message: str, base: tuple[str | int, ...] | None
     result.blocking += 1
 
 
-def _auto_complete(cfg: Any, result: ModelResult, options: CheckOptions, version_dir: Path | None) -> bool:
+def _auto_complete(
+    cfg: ModelConfig, result: ModelResult, options: CheckOptions, version_dir: Path | None
+) -> bool:
     """The backend's auto-complete; False when the model's checks cannot go on."""
     md, report = result.md, result.report
     if cfg.platform == "ensemble" or options.strict_model_config:
@@ -228,7 +233,7 @@ def check_config(md: ModelDir, options: CheckOptions, report: ModelReport) -> Mo
     return result
 
 
-def _validate(cfg: Any, result: ModelResult, gpus: SupportedGpus) -> None:
+def _validate(cfg: ModelConfig, result: ModelResult, gpus: SupportedGpus) -> None:
     report = result.report
     for base, check in config_checks(cfg, gpus):
         try:
@@ -263,7 +268,7 @@ def _int(text: str | None) -> int:
         return 1
 
 
-def _versions(cfg: Any, result: ModelResult) -> None:
+def _versions(cfg: ModelConfig, result: ModelResult) -> None:
     """Version folders: names that are not versions, none at all, a policy selecting none."""
     md, report = result.md, result.report
     for name in md.ignored:

@@ -20,11 +20,14 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.signature import GraphTensor, complete_config
 from inferd.core.tensor import TensorSpec
 from inferd.errors import InferdError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 __all__ = ["collect", "complete_onnx", "onnx_signature", "signature_check"]
 
@@ -33,7 +36,7 @@ log = logging.getLogger("inferd.check")
 #: (inputs, outputs, overridable initializers) of a model, as its backend reads them
 Signature = tuple[list[GraphTensor], list[GraphTensor], list[GraphTensor]]
 #: runs a backend's load-time check of a config against a signature; raises at the first tensor
-Check = Callable[[Any, Signature, Sequence[TensorSpec], Sequence[TensorSpec]], None]
+Check = Callable[["ModelConfig", Signature, Sequence[TensorSpec], Sequence[TensorSpec]], None]
 
 _QUOTED = re.compile(r"(?<!\w)'([^']+)'")  # not the apostrophe of "graph's"
 _FRAMEWORKS = {"openvino": "openvino", "tensorflow": "tensorflow"}
@@ -97,7 +100,7 @@ class _OnnxGraph:
         return self._initializers
 
 
-def onnx_signature(config: Any, version_dir: Path) -> Signature:
+def onnx_signature(config: ModelConfig, version_dir: Path) -> Signature:
     """The graph's inputs, outputs and overridable initializers, without a session where the
     ``onnx`` package is installed. UnavailableError (no file) or InvalidArgumentError (unreadable)."""
     from inferd.backends.onnxruntime.graph import graph_signature
@@ -118,7 +121,7 @@ def onnx_signature(config: Any, version_dir: Path) -> Signature:
     return graph_signature(_OnnxGraph(onnx, model))
 
 
-def complete_onnx(config: Any, version_dir: Path | None, default_max_batch_size: int) -> None:
+def complete_onnx(config: ModelConfig, version_dir: Path | None, default_max_batch_size: int) -> None:
     """The ONNX Runtime backend's auto-complete (``NativeBackend.auto_complete``) on the graph read
     by :func:`onnx_signature`."""
     if len(config.input) + len(config.batch_input) > 0 and len(config.output) > 0:
@@ -133,20 +136,20 @@ def complete_onnx(config: Any, version_dir: Path | None, default_max_batch_size:
 
 
 def _onnx_check(
-    config: Any, sig: Signature, seq_in: Sequence[TensorSpec], seq_out: Sequence[TensorSpec]
+    config: ModelConfig, sig: Signature, seq_in: Sequence[TensorSpec], seq_out: Sequence[TensorSpec]
 ) -> None:
     from inferd.backends.onnxruntime.graph import check_config_against_graph
 
     check_config_against_graph(config, sig[0], sig[1], sig[2], seq_in, seq_out)
 
 
-def _openvino_check(config: Any, sig: Signature, *_: Sequence[TensorSpec]) -> None:
+def _openvino_check(config: ModelConfig, sig: Signature, *_: Sequence[TensorSpec]) -> None:
     from inferd.backends.openvino.signature import check_config_against_model
 
     check_config_against_model(config, sig[0], sig[1])
 
 
-def _tensorflow_check(config: Any, sig: Signature, *_: Sequence[TensorSpec]) -> None:
+def _tensorflow_check(config: ModelConfig, sig: Signature, *_: Sequence[TensorSpec]) -> None:
     from inferd.backends.tensorflow.settings import tf_settings
     from inferd.backends.tensorflow.signature import check_config_against_signature
 
@@ -154,7 +157,7 @@ def _tensorflow_check(config: Any, sig: Signature, *_: Sequence[TensorSpec]) -> 
 
 
 def _backend_signature(backend: str) -> Callable[[Any, Path], Signature]:
-    def read(config: Any, version_dir: Path) -> Signature:
+    def read(config: ModelConfig, version_dir: Path) -> Signature:
         from inferd.backends.registry import get_backend
 
         inputs, outputs = get_backend(backend).signature(config, version_dir)  # type: ignore[attr-defined]
@@ -185,7 +188,7 @@ def _named(message: str, names: set[str], model: str) -> list[str]:
 
 
 def collect(
-    config: Any,
+    config: ModelConfig,
     sig: Signature,
     check: Check,
     seq: tuple[list[TensorSpec], list[TensorSpec]],
@@ -217,7 +220,7 @@ def collect(
             return
         except InferdError as e:
             names = {t.name for t in (*inputs, *outputs, *inits)} | {s.name for s in (*seq_in, *seq_out)}
-            names |= {t.name for t in (*work.input, *work.output)}
+            names |= {t.name for t in work.input} | {t.name for t in work.output}
             named = _named(e.message, names, str(config.name))
             report(e.message, named[0] if named else None)
             if not named:

@@ -14,7 +14,10 @@ import bisect
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.metrics")
 
@@ -51,7 +54,7 @@ class Histogram:
             return sum(counts), self.sum, counts
 
 
-def first_response_histogram(config: Any, enabled: bool) -> Histogram | None:
+def first_response_histogram(config: ModelConfig, enabled: bool) -> Histogram | None:
     """A model version's histogram when ``enabled`` (the process's metrics configuration), with
     the buckets its ``model_metrics`` sets (validated at load: non-empty); other families there
     are logged as the reference logs them and ignored."""

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.core.histogram import Histogram
-from inferd.core.summary import new_summaries
+from inferd.core.summary import MetricsConfig, new_summaries
 
-#: requests the status page's window remembers per model version (core/status.py)
+#: requests the status page's window remembers per model version (engine/status.py)
 RECENT = 4096
 
 
@@ -64,8 +64,9 @@ class ModelStats:
         "summaries",
     )
 
-    def __init__(self, cached: bool = False) -> None:
-        """``cached``: the model enables the response cache (its latency summaries differ)."""
+    def __init__(self, cached: bool = False, metrics: MetricsConfig = MetricsConfig()) -> None:
+        """``cached``: the model enables the response cache (its latency summaries differ);
+        ``metrics``: the server's ``--metrics-config`` (whether it keeps latency summaries)."""
         self._lock = threading.Lock()
         self.success = Duration()
         self.fail = Duration()
@@ -81,7 +82,7 @@ class ModelStats:
         self.batch: dict[int, BatchStats] = {}
         self.fail_reasons: dict[str, int] = {"OTHER": 0, "REJECTED": 0, "CANCELED": 0, "BACKEND": 0}
         #: latency quantiles for /metrics, when --metrics-config asks for them (core/summary.py)
-        self.summaries = new_summaries(cached)
+        self.summaries = new_summaries(metrics, cached)
         #: the first-response histogram (core/histogram.py), set by the model from its config
         self.first_response: Histogram | None = None
         #: the last requests' (end, duration, ok) and queue times (end, ns) for the status page
@@ -176,7 +177,7 @@ class ModelStats:
 
     def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a success with its queue and lookup times,
-        no inference, execution or compute (core/cache.py)."""
+        no inference, execution or compute (engine/cache.py)."""
         with self._lock:
             self.recent_requests.append((time.monotonic_ns(), duration_ns, True))
             self.success.add(duration_ns)

@@ -4,8 +4,9 @@ As the reference's (prometheus-cpp's Summary): the quantiles cover the last ``MA
 kept as ``AGE_BUCKETS`` buckets that rotate; ``_count`` and ``_sum`` cover the whole life of the
 model version. Each bucket keeps at most ``CAP`` samples by reservoir sampling, so memory stays
 bounded at any request rate, and each sample counts for its bucket's share of the window (a bucket
-that saw ten times more requests weighs ten times more). The configuration is the process's, as
-the reference's metrics are: ``configure`` is called once at start.
+that saw ten times more requests weighs ten times more). The configuration is the server's
+(``server_config.CoreConfig.metrics``), handed to each model version as it loads: two servers in
+one process keep their own.
 """
 
 from __future__ import annotations
@@ -66,18 +67,6 @@ class MetricsConfig:
                 if parsed:
                     quantiles = tuple(parsed)
         return cls(counters, summaries, quantiles, histograms)
-
-
-_CONFIG = MetricsConfig()
-
-
-def configure(config: MetricsConfig) -> None:
-    global _CONFIG
-    _CONFIG = config
-
-
-def config() -> MetricsConfig:
-    return _CONFIG
 
 
 class _Window:
@@ -174,9 +163,9 @@ class LatencySummaries:
         )
 
 
-def new_summaries(cached: bool = False) -> LatencySummaries | None:
-    """A model version's summaries, when the process's configuration asks for them (``cached``: the
+def new_summaries(config: MetricsConfig, cached: bool = False) -> LatencySummaries | None:
+    """A model version's summaries, when the server's configuration asks for them (``cached``: the
     model enables the response cache; it counts only when the server has one)."""
-    if not _CONFIG.summary_latencies:
+    if not config.summary_latencies:
         return None
-    return LatencySummaries(_CONFIG.quantiles, cached and _CONFIG.response_cache)
+    return LatencySummaries(config.quantiles, cached and config.response_cache)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.http.protocol import HttpServer
+from inferd.frontends.starting import FrontendError, http_limits
 
 if TYPE_CHECKING:
     from inferd.options import ServerOptions
@@ -122,8 +123,6 @@ class CloudServers:
 
 
 async def _serve(runtime: Runtime, app: Any, what: str, port: int) -> HttpServer:
-    from inferd.runtime import FrontendError, http_limits
-
     reuse = runtime.place is not None
     server = HttpServer(app, CLOUD_ADDRESS, port, http_limits(runtime.options), reuse_port=reuse)
     try:
@@ -137,7 +136,6 @@ async def start_cloud_frontends(runtime: Runtime, environ: Mapping[str, str] = o
     """The SageMaker and Vertex AI servers the options ask for (FrontendError when one cannot
     start: its settings, its default model, its port; what started is in the result)."""
     from inferd.metrics.collector import render
-    from inferd.runtime import FrontendError
 
     options, core = runtime.options, runtime.front_core
     out = CloudServers()

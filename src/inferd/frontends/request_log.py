@@ -13,8 +13,9 @@ last: a client's text, up to the end of the line). A request whose client went a
 ``client gone``. Level 2 also logs each request as it arrives (``HTTP request received: POST
 /v2/models/add_sub/infer?q=1``, ``gRPC call received: /inference.GRPCInferenceService/ModelInfer``).
 
-The front ends ask ``logs.REQUESTS.on`` once per request and take these wrappers only when it is on:
-nothing here runs while it is off.
+The front ends ask their server's ``LogSettings.requests.on`` once per request and take these
+wrappers only when it is on (``details``: its ``requests.details``, level 2): nothing here runs while
+it is off.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from inferd.frontends.http.routes import MODEL_RE
-from inferd.logs import REQUESTS, VERBOSE1, VERBOSE2
+from inferd.logs import VERBOSE1, VERBOSE2
 
 http_log = logging.getLogger("inferd.http")
 grpc_log = logging.getLogger("inferd.grpc")
@@ -68,7 +69,7 @@ class LoggedResponder:
 
     __slots__ = ("_conn", "_resp", "_status", "line")
 
-    def __init__(self, resp: Any, method: str, path: str, query: str) -> None:
+    def __init__(self, resp: Any, method: str, path: str, query: str, details: bool = False) -> None:
         self._resp = resp
         self._conn = conn = getattr(resp, "_conn", None)  # the trace's HTTP_RECV_START reads it
         since = getattr(conn, "reading_since", None)  # the request's first bytes, while it is handled
@@ -77,7 +78,7 @@ class LoggedResponder:
         if m is not None:
             line.model = m.group(1)
         self._status = 0
-        if REQUESTS.details:
+        if details:
             http_log.log(
                 VERBOSE2, "HTTP request received: %s %s%s", method, path, f"?{query}" if query else ""
             )
@@ -146,9 +147,9 @@ def _infer_fields(payload: bytes) -> tuple[str, str]:
     return model, msg.id
 
 
-def grpc_line(rpc: str, service: str = GRPC_SERVICE) -> RequestLine:
-    """The line of a gRPC call of ``rpc`` (with level 2's arrival line)."""
-    if REQUESTS.details:
+def grpc_line(rpc: str, service: str = GRPC_SERVICE, details: bool = False) -> RequestLine:
+    """The line of a gRPC call of ``rpc`` (with level 2's arrival line when ``details``)."""
+    if details:
         grpc_log.log(VERBOSE2, "gRPC call received: /%s/%s", service, rpc)
     return RequestLine(grpc_log, "gRPC", rpc)
 
@@ -159,9 +160,9 @@ def _status_name(e: BaseException) -> str:
     return str(getattr(code, "name", "INTERNAL"))
 
 
-async def logged_unary(rpc: str, answer: Awaitable[T]) -> T:
+async def logged_unary(rpc: str, answer: Awaitable[T], details: bool = False) -> T:
     """A unary call awaited, its line written once it answered or failed."""
-    line = grpc_line(rpc)
+    line = grpc_line(rpc, details=details)
     try:
         out = await answer
     except asyncio.CancelledError:
@@ -174,9 +175,11 @@ async def logged_unary(rpc: str, answer: Awaitable[T]) -> T:
     return out
 
 
-def logged_health_check(check: Callable[[bytes, Any], bytes], payload: bytes, metadata: Any) -> bytes:
+def logged_health_check(
+    check: Callable[[bytes, Any], bytes], payload: bytes, metadata: Any, details: bool = False
+) -> bytes:
     """``grpc.health.v1.Health/Check`` called, its line written."""
-    line = grpc_line("Check", "grpc.health.v1.Health")
+    line = grpc_line("Check", "grpc.health.v1.Health", details)
     try:
         out = check(payload, metadata)
     except Exception as e:
@@ -187,10 +190,10 @@ def logged_health_check(check: Callable[[bytes, Any], bytes], payload: bytes, me
 
 
 def logged_model_infer(
-    payload: bytes, answer: Callable[[bytes], None], fail: Callable[[Any], None]
+    payload: bytes, answer: Callable[[bytes], None], fail: Callable[[Any], None], details: bool = False
 ) -> tuple[Callable[[bytes], None], Callable[[Any], None]]:
     """ModelInfer's callbacks, each writing the call's line after it answered."""
-    line = grpc_line("ModelInfer")
+    line = grpc_line("ModelInfer", details=details)
     line.model, line.request_id = _infer_fields(payload)
 
     def answered(body: bytes) -> None:

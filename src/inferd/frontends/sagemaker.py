@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Category
 from inferd.frontends.http.app import HttpApp
@@ -37,7 +37,6 @@ from inferd.frontends.http.errors import TEXT, denied
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.request_log import LoggedResponder
 from inferd.frontends.sagemaker_mme import TARGET_HEADER, MultiModels
-from inferd.logs import REQUESTS
 
 __all__ = ["INFERENCE_TYPES", "SageMakerApp", "SageMakerSettings"]
 
@@ -88,8 +87,8 @@ class SageMakerApp:
         if path == "/invocations":
             self._invocations(req, resp)
             return
-        if REQUESTS.on:
-            resp = LoggedResponder(resp, req.method, path, req.query)  # type: ignore[assignment]
+        if self.app.request_log.on:
+            resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)  # type: ignore[assignment]
         if path == "/ping":
             if self._refused(Category.HEALTH, req, resp):
                 return
@@ -116,8 +115,8 @@ class SageMakerApp:
         kind = self.settings.inference_type
         name = self.settings.default_model
         if kind != "infer":
-            if REQUESTS.on:
-                resp = LoggedResponder(resp, req.method, req.path, req.query)  # type: ignore[assignment]
+            if self.app.request_log.on:
+                resp = LoggedResponder(resp, req.method, req.path, req.query, self.app.request_log.details)  # type: ignore[assignment]
             self.app.generate(req, resp, name, "", kind == "generate_stream")
         elif req.method != "POST":
             resp.send(405, _NOT_ALLOWED, TEXT)

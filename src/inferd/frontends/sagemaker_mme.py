@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.errors import AlreadyExistsError, InferdError, InvalidArgumentError
 from inferd.frontends.http.app import HttpApp
 from inferd.frontends.http.dialect import SAGEMAKER_MULTI_MODEL, multi_model_status

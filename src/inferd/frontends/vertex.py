@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Category
 from inferd.frontends.http.app import HttpApp
@@ -35,7 +35,6 @@ from inferd.frontends.http.errors import TEXT, denied
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.routes import MODEL_RE
 from inferd.frontends.request_log import LoggedResponder
-from inferd.logs import REQUESTS
 
 __all__ = ["REDIRECT_HEADER", "VertexApp", "VertexRoutes", "default_model"]
 
@@ -111,8 +110,8 @@ class VertexApp:
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
         if self._health.fullmatch(path):
-            if REQUESTS.on:
-                resp = LoggedResponder(resp, req.method, path, req.query)  # type: ignore[assignment]
+            if self.app.request_log.on:
+                resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)  # type: ignore[assignment]
             if self.access is not None and denied(self.access, Category.HEALTH, req, resp):
                 return
             if req.method != "GET":
@@ -140,8 +139,8 @@ class VertexApp:
     def _redirect(self, req: HttpRequest, resp: Responder, path: str) -> None:
         """The HTTP API route ``path`` names, if a redirect may reach it (else 400)."""
         if path == "/metrics":
-            if REQUESTS.on:
-                resp = LoggedResponder(resp, "GET", path, "")  # type: ignore[assignment]
+            if self.app.request_log.on:
+                resp = LoggedResponder(resp, "GET", path, "", self.app.request_log.details)  # type: ignore[assignment]
             if self.access is not None and denied(self.access, Category.STATISTICS, req, resp):
                 return
             task = asyncio.get_running_loop().create_task(self._send_metrics(resp))

@@ -1,4 +1,4 @@
-"""The response cache's metric families (core/cache.py), as Triton 2.51 writes them.
+"""The response cache's metric families (engine/cache.py), as Triton 2.51 writes them.
 
 Per model, for every model whose config enables ``response_cache`` (with or without ``--cache-config``:
 the reference makes them from the config alone) and while latency counters are on: hits, misses and
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inferd.core.cache import ResponseCache
+    from inferd.engine.cache import ResponseCache
 
 #: (family, help, the inference_stats entry, its count or its duration in microseconds)
 PER_MODEL = (

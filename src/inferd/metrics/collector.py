@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.core import histogram
-from inferd.core.summary import CACHE_KINDS, KINDS, config
+from inferd.core.summary import CACHE_KINDS, KINDS
 from inferd.metrics import cache as cache_metrics
 from inferd.metrics.custom import CustomMetricRegistry, histogram_lines
 from inferd.metrics.scaling import FAMILY as SCALING
@@ -20,7 +20,7 @@ from inferd.metrics.scaling import queue_time_per_request
 from inferd.metrics.system import SYSTEM
 
 if TYPE_CHECKING:
-    from inferd.core.server import ServerCore
+    from inferd.engine.server import ServerCore
 
 #: Triton's counter families (name, help), in its order; the failure family follows the first
 _COUNTERS = (
@@ -123,7 +123,8 @@ def render(server: ServerCore) -> bytes:
         out.append(f"# HELP {name} {doc}")
         out.append(f"# TYPE {name} {kind}")
 
-    counters = config().counter_latencies
+    config = server.config
+    counters = config.metrics.counter_latencies
     for i, (fam, doc) in enumerate(_COUNTERS):
         if not counters and fam in _LATENCY_COUNTERS:
             continue
@@ -152,7 +153,7 @@ def render(server: ServerCore) -> bytes:
             queued = stats_fn()["queued"] if stats_fn is not None else sched.inflight()
         out.append(f'{_PENDING[0]}{{model="{name}",version="{version}"}} {queued}')
     out.extend(cache_metrics.server_lines(server.response_cache))
-    if config().histogram_latencies:  # before the summaries, as the reference registers them
+    if config.metrics.histogram_latencies:  # before the summaries, as the reference registers them
         lines: list[str] = []
         for name, version, model, _ in rows:
             h = model.stats.first_response
@@ -163,7 +164,7 @@ def render(server: ServerCore) -> bytes:
         if lines:  # as the summaries: no family without a series
             family(histogram.FAMILY, histogram.HELP, "histogram")
             out.extend(lines)
-    if config().summary_latencies:
+    if config.metrics.summary_latencies:
         _summaries(out, family, rows)
     family(*_LOAD_TIME, "gauge")
     for name, version, model, _ in rows:
@@ -172,14 +173,13 @@ def render(server: ServerCore) -> bytes:
     for name, version, model, _ in rows:
         value = queue_time_per_request(model.stats)
         out.append(f'{SCALING[0]}{{model="{name}",version="{version}"}} {value:.1f}')
-    _process_events(out, family)
-    if server.budget is not None:  # --model-memory-budget (core/on_demand.py)
+    _process_events(out, family, server)
+    if server.budget is not None:  # --model-memory-budget (engine/on_demand.py)
         out.extend(server.budget.metric_lines())
     if server.unsent is not None:  # --max-unsent-bytes (core/unsent.py)
         out.extend(server.unsent.metric_lines())
-    options = server.options
     gpu = server.gpu_metrics.lines() if server.gpu_metrics is not None and server.gpu_metrics.polling else []
-    out.extend(SYSTEM.lines(options.metrics_interval_ms / 1000, cpu=options.allow_cpu_metrics, gpu=gpu))
+    out.extend(SYSTEM.lines(config.metrics_interval_ms / 1000, cpu=config.cpu_metrics, gpu=gpu))
     custom = server.custom_metrics
     if isinstance(custom, CustomMetricRegistry):  # the families models defined, after Triton's
         out.extend(custom.render())
@@ -197,10 +197,8 @@ _PROCESS_FAMILIES = (
 )
 
 
-def _process_events(out: list[str], family: Any) -> None:
-    from inferd.backends.process.instance import EVENTS
-
-    events = dict(EVENTS)
+def _process_events(out: list[str], family: Any, server: ServerCore) -> None:
+    events = dict(server.worker_processes.events)
     models = sorted({(m, v) for m, v, _ in events})
     for event, fam, doc in _PROCESS_FAMILIES:
         family(fam, doc, "counter")

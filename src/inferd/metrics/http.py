@@ -6,7 +6,7 @@ import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.http.errors import refused
 from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder

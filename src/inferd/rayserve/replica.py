@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, cast
 
 from inferd.api import Server
-from inferd.core.facade import Core
 from inferd.core.response import ResponseStream
-from inferd.core.server import ServerCore
+from inferd.engine.facade import Core
+from inferd.engine.server import ServerCore
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer, RpcError
 from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, merge_metrics, merge_statistics

@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+__all__ = ["pb2"]
 
 _MODNAME = "tritonclient.grpc.model_config_pb2"
 
@@ -37,4 +39,7 @@ def _load() -> ModuleType:
     return mod
 
 
-pb2: Any = _load()
+if TYPE_CHECKING:  # typings/tritonclient/grpc/model_config_pb2.pyi (scripts/proto_stubs.py)
+    from tritonclient.grpc import model_config_pb2 as pb2
+else:
+    pb2 = _load()

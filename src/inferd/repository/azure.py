@@ -22,8 +22,8 @@ from typing import Any
 
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.repository.cache import StoredObject
-from inferd.repository.remote import StoreURL
 from inferd.repository.s3 import redact
+from inferd.repository.store_url import StoreURL
 
 __all__ = ["AzureBlobStore"]
 

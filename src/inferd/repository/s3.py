@@ -16,7 +16,7 @@ from typing import Any
 
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.repository.cache import StoredObject
-from inferd.repository.remote import StoreURL
+from inferd.repository.store_url import StoreURL
 
 __all__ = ["S3Store", "redact"]
 

@@ -29,7 +29,7 @@ class Scheduler(Protocol):
 
 class Resizable(Protocol):
     """A scheduler whose instances change while it serves: an ``instance_group`` update made in
-    place (core/instance_update.py, the reference's ``UpdateInstanceGroup``)."""
+    place (engine/instance_update.py, the reference's ``UpdateInstanceGroup``)."""
 
     @property
     def promoted(self) -> bool:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
@@ -20,7 +20,8 @@ from inferd.core.tensor import Tensor
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
 if TYPE_CHECKING:
-    from inferd.core.model import Model
+    from inferd.engine.model import Model
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.ensemble")
 
@@ -40,7 +41,7 @@ class Step:
     output_map: tuple[tuple[str, str], ...]
 
 
-def plan_steps(config: Any) -> list[list[Step]]:
+def plan_steps(config: ModelConfig) -> list[list[Step]]:
     """Group the steps into waves: each wave needs only tensors the previous waves produce."""
     steps = [
         Step(

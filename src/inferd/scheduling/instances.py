@@ -44,7 +44,7 @@ from inferd.scheduling.queue import (
     next_batch,
 )
 from inferd.scheduling.rate_limiter import Gate
-from inferd.scheduling.watchdog import WATCHDOG, Abortable, all_stuck, log_late
+from inferd.scheduling.watchdog import Abortable, Watchdog, all_stuck, log_late
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -67,12 +67,14 @@ class InstancePool(PoolMembers):
         queue: PolicyQueue | None = None,
         execute_timeout_ns: int = 0,
         gate: Gate | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         """``promote``: makes process instances for ``execution_mode: auto`` (scheduling/execution_mode.py),
         by worker index;
         ``queue``: the dynamic batcher's queue policy (scheduling/queue.py), None: first in, first out;
         ``execute_timeout_ns``: the execute watchdog's limit (scheduling/watchdog.py), 0: none;
-        ``gate``: the instances' slots in the rate limiter (scheduling/rate_limiter.py), None: off."""
+        ``gate``: the instances' slots in the rate limiter (scheduling/rate_limiter.py), None: off;
+        ``watchdog``: the server's, which watches the pool when it has an execute timeout (None: one of its own)."""
         self._model_name = model_name
         self._model_version = model_version
         self._policy = policy
@@ -132,8 +134,9 @@ class InstancePool(PoolMembers):
         except BaseException:  # no thread left to run (the system's limit): the started ones end
             self.halt(threads[:started])
             raise
-        if execute_timeout_ns:
-            WATCHDOG.watch(self)
+        self._watchdog = (watchdog or Watchdog()) if execute_timeout_ns else None
+        if self._watchdog is not None:
+            self._watchdog.watch(self)
 
     # -- Scheduler protocol ------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> None:
@@ -175,7 +178,8 @@ class InstancePool(PoolMembers):
             return len(self._holding)
 
     async def stop(self, timeout_s: float) -> None:
-        WATCHDOG.forget(self)
+        if self._watchdog is not None:
+            self._watchdog.forget(self)
         LOOP_GUARD.unwatch(self._loop, self)
         deadline = time.monotonic() + timeout_s
         while self.inflight() and time.monotonic() < deadline:

@@ -1,5 +1,5 @@
 """The instances of an InstancePool changing while it serves: ``execution_mode: auto``'s move to
-worker processes, and ``instance_group`` updates made in place (core/instance_update.py).
+worker processes, and ``instance_group`` updates made in place (engine/instance_update.py).
 
 Each instance has a worker thread and an index, its place in the pool's per-worker lists; indices
 are never reused. An update appends workers for the instances it adds and retires those it removes:

@@ -25,10 +25,13 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.core.request import InferRequest
 from inferd.errors import UnavailableError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelQueuePolicy
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 
@@ -157,7 +160,7 @@ class LevelPolicy:
     reject: bool = True
 
     @classmethod
-    def from_config(cls, policy: Any) -> LevelPolicy:
+    def from_config(cls, policy: ModelQueuePolicy) -> LevelPolicy:
         return cls(
             max_queue_size=int(policy.max_queue_size),
             default_timeout_ns=int(policy.default_timeout_microseconds) * 1000,
@@ -278,7 +281,7 @@ class PolicyQueue:
             yield from level.delayed
 
 
-def queue_policy(cfg: Any) -> PolicyQueue | None:
+def queue_policy(cfg: ModelConfig) -> PolicyQueue | None:
     """The model's policy queue, or None when its config asks for nothing a deque cannot do."""
     if not cfg.HasField("dynamic_batching"):
         return None

@@ -21,7 +21,7 @@ that fits, in order, is granted at once.
 ``--rate-limit off`` (the default) registers nothing: the pools never call the limiter.
 
 Instances come and go with their model, and with an ``instance_group`` update made in place
-(core/instance_update.py): the added ones register (the update fails, with the reference's text, when
+(engine/instance_update.py): the added ones register (the update fails, with the reference's text, when
 the counts cannot fit them), the removed ones leave once their worker stopped. Each registration and
 removal recomputes the server's counts and, at ``--log-verbose 1``, logs them as the reference's
 ``UpdateResourceLimits`` does (``Max Resource Map===>``, then each device's resources).
@@ -36,10 +36,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.base import instance_devices
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelRateLimiter
 
 log = logging.getLogger("inferd.scheduling")
 #: inferd.logs.VERBOSE1 (--log-verbose 1); scheduling sits below inferd.logs, so the level by value
@@ -130,7 +133,7 @@ class InstanceSlot:
         return self.exec_count * max(self.priority, 1)
 
 
-def demands(name: str, device: int, config: Any | None) -> InstanceSlot:
+def demands(name: str, device: int, config: ModelRateLimiter | None) -> InstanceSlot:
     """The slot of instance ``name`` on ``device`` from its group's ``rate_limiter`` message."""
     resources: ResourceMap = {}
     if config is not None:
@@ -140,7 +143,7 @@ def demands(name: str, device: int, config: Any | None) -> InstanceSlot:
     return InstanceSlot(name, resources, 0 if config is None else int(config.priority))
 
 
-def group_limits(cfg: Any) -> list[Any | None]:
+def group_limits(cfg: ModelConfig) -> list[ModelRateLimiter | None]:
     """Each instance's ``rate_limiter`` message, in the order the loader makes the instances (group by
     group, ``count`` on each of its devices); None for the one instance of a config without groups."""
     return [
@@ -416,7 +419,7 @@ def held(gate: Gate | None, index: int) -> Iterator[None]:
         gate.release(index, executed=False)
 
 
-def open_gate(limiter: RateLimiter | None, cfg: Any, instances: list[tuple[str, int]]) -> Gate | None:
+def open_gate(limiter: RateLimiter | None, cfg: ModelConfig, instances: list[tuple[str, int]]) -> Gate | None:
     """Register a model's instances (name, device) with their group's ``rate_limiter``; None when the
     limiter is off. InvalidArgumentError (the reference's text) when the server's counts cannot fit one."""
     return admit(
@@ -428,7 +431,9 @@ def open_gate(limiter: RateLimiter | None, cfg: Any, instances: list[tuple[str, 
     )
 
 
-def admit(limiter: RateLimiter | None, instances: list[tuple[str, int, Any | None]]) -> Gate | None:
+def admit(
+    limiter: RateLimiter | None, instances: list[tuple[str, int, ModelRateLimiter | None]]
+) -> Gate | None:
     """Register instances (name, device, their group's ``rate_limiter`` message or None); None when the
     limiter is off. InvalidArgumentError (the reference's text) when the server's counts cannot fit one,
     and then none is registered."""

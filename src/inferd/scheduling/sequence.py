@@ -29,7 +29,7 @@ START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
   comes back to its slot flagged 0, behind what the sequence has queued. Its final response ends
   the sequence (the reference enqueues a cancelled END request then, counted as a CANCELED
   failure: so is it here).
-- An ``instance_group`` update (core/instance_update.py) adds instances with their slots; a removed
+- An ``instance_group`` update (engine/instance_update.py) adds instances with their slots; a removed
   instance's slots take no new sequence, and it unloads once its sequences ended (the update does
   not wait for them).
 - Instances unload one at a time, at a removal as at the stop, as an InstancePool's do (and the
@@ -54,7 +54,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, Reschedulable
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
@@ -78,6 +78,10 @@ from inferd.scheduling.sequence_state import (
     state_specs,
     take_states,
 )
+from inferd.scheduling.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -129,7 +133,7 @@ class SequenceBatcher:
         self,
         model_name: str,
         model_version: str,
-        config: Any,
+        config: ModelConfig,
         instances: list[tuple[str, BackendInstance]],
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,
@@ -138,10 +142,13 @@ class SequenceBatcher:
         clock: Clock = time.monotonic_ns,
         execute_timeout_ns: int = 0,
         gate: Gate | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         """``instances``: the model's instances (unloaded here if the config's sequence settings fail
         the reference's load checks); ``model_dir``: where ``initial_state/`` files are; ``gate``:
-        the instances in the rate limiter (each instance's pool gets its own)."""
+        the instances in the rate limiter (each instance's pool gets its own); ``watchdog``: the
+        server's execute watchdog, which watches every pool."""
+        self._watchdog = watchdog
         self._model_name = model_name
         self._model_version = model_version
         self._loop = loop
@@ -235,6 +242,7 @@ class SequenceBatcher:
             clock=self._clock,
             execute_timeout_ns=self._execute_timeout_ns,
             gate=gate,
+            watchdog=self._watchdog,
         )
 
     # -- Scheduler protocol ------------------------------------------------------------------
@@ -484,7 +492,7 @@ class SequenceBatcher:
             self._waiting += 1
         self._pump(slot)
 
-    # -- instance_group updates (core/instance_update.py) -------------------------------------------
+    # -- instance_group updates (engine/instance_update.py) -------------------------------------------
     @property
     def promoted(self) -> bool:
         return False  # its pools never move to processes

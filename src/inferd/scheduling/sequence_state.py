@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, deserialize_bytes
 from inferd.core.types import BY_CONFIG_VALUE, BYTES, DataType
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelSequenceBatching
 
 Array = np.ndarray[Any, Any]
 
@@ -74,10 +77,12 @@ class _BoolControl:
 class SequenceControls:
     """The control tensors of one model: the four flag combinations made once, CORRID per request."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         batching = int(config.max_batch_size) > 0
         self.shape: tuple[int, ...] = (1, 1) if batching else (1,)
         bools: list[_BoolControl] = []
+        f: float  # a control's false and true values: int32, fp32 or bool
+        t: float
         self.corrid_name = ""
         self.corrid_type: DataType | None = None
         for control_input in config.sequence_batching.control_input:
@@ -160,7 +165,7 @@ def _invalid(message: str) -> InvalidArgumentError:
     return InvalidArgumentError(message)
 
 
-def state_specs(config: Any, model_dir: Path | None) -> list[StateSpec]:
+def state_specs(config: ModelConfig, model_dir: Path | None) -> list[StateSpec]:
     """The model's implicit states, with their initial values (files read now); the reference's
     load errors for a bad ``initial_state``."""
     batching = int(config.max_batch_size) > 0
@@ -194,7 +199,12 @@ def _zeros(datatype: DataType, shape: tuple[int, ...]) -> Array:
 
 
 def _initial_data(
-    state: Any, initial: Any, datatype: DataType, head: list[int], seen: set[str], model_dir: Path | None
+    state: ModelSequenceBatching.State,
+    initial: ModelSequenceBatching.InitialState,
+    datatype: DataType,
+    head: list[int],
+    seen: set[str],
+    model_dir: Path | None,
 ) -> Array:
     """``GenerateInitialStateData``: the checks in its order, then the data."""
     name = state.input_name

@@ -2,7 +2,7 @@
 
 A model's ``execute_timeout_secs`` parameter (``parameters { key: "execute_timeout_secs" value:
 { string_value: "30" } }``), else the server's ``--model-execute-timeout-secs`` (0: none, as the
-reference, which has no such limit), bounds one execute. One thread for the whole server looks at
+reference, which has no such limit), bounds one execute. One thread per server (its Runtime's ``Watchdog``) looks at
 every watched pool a few times per timeout (``InstancePool.check_overdue``): an execute running
 longer fails its batch UNAVAILABLE, naming the model and the limit. Then:
 
@@ -56,17 +56,20 @@ class Watched(Protocol):
 
 
 class Watchdog:
-    """One daemon thread that checks every watched pool."""
+    """One daemon thread that checks every watched pool of one server (its Runtime's: two servers
+    in one process have one each), started by the first pool watched, ended by ``close``."""
 
     def __init__(self) -> None:
         self._pools: weakref.WeakSet[Watched] = weakref.WeakSet()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def watch(self, pool: Watched) -> None:
         with self._cond:
             self._pools.add(pool)
             if self._thread is None:
+                self._closed = False
                 self._thread = threading.Thread(target=self._run, name="inferd-watchdog", daemon=True)
                 self._thread.start()
             self._cond.notify()
@@ -74,6 +77,18 @@ class Watchdog:
     def forget(self, pool: Watched) -> None:
         with self._cond:
             self._pools.discard(pool)
+
+    def close(self) -> None:
+        """The server stopped: the thread ends (a pool watched later starts a new one)."""
+        with self._cond:
+            self._closed = True
+            self._thread = None
+            self._cond.notify()
+
+    def running(self) -> bool:
+        """Whether its thread is started (what a test looks at)."""
+        with self._cond:
+            return self._thread is not None
 
     def _interval_s(self) -> float | None:
         """How long to wait before the next look (lock held); None: nothing to watch."""
@@ -83,9 +98,12 @@ class Watchdog:
         return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, shortest / CHECKS_PER_TIMEOUT))
 
     def _run(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._cond:
                 self._cond.wait(self._interval_s())
+                if self._closed or self._thread is not me:  # closed (and maybe started again)
+                    return
                 pools = list(self._pools)
             now = time.monotonic_ns()
             for pool in pools:
@@ -112,7 +130,3 @@ def log_late(model: str, version: str, how: str, after_ns: int) -> None:
         how,
         after_ns / 1e9,
     )
-
-
-#: the server's one watchdog
-WATCHDOG = Watchdog()

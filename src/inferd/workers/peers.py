@@ -32,7 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.errors import ErrorCode, InferdError, InternalError, error_for_code
 from inferd.logs import LogSettings
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, MACHINE_FAMILIES, merge_metrics, merge_statistics

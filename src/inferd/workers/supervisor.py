@@ -44,6 +44,7 @@ from pathlib import Path
 
 from inferd.logs import from_options
 from inferd.options import ServerOptions
+from inferd.server_config import LogConfig
 from inferd.workers.place import ENV_DIR, ENV_INDEX, ENV_READY_FD, ENV_SUPERVISOR
 
 log = logging.getLogger("inferd.workers")
@@ -312,7 +313,7 @@ class Supervisor:
 
 def supervise(options: ServerOptions, command_line: list[str]) -> int:
     """Run ``--workers`` processes of ``command_line`` until SIGTERM/SIGINT; the exit status."""
-    from_options(options)  # the supervisor's own lines look like the processes'
+    from_options(LogConfig.from_options(options))  # the supervisor's own lines look like the processes'
     refusal = _refusal(options)
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)

@@ -47,7 +47,7 @@ from inferd.repository import (
 Array = np.ndarray[Any, Any]
 
 
-def close_scores(got: Array, want: Array) -> None:
+def close_scores(got: Array, want: Any) -> None:  # want: a framework's predict(), an array or a list
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
 
 
@@ -70,6 +70,7 @@ def _config(md: Path, name: str) -> Any:
 def load(tmp_path: Path, model: Any, model_type: str, config: str | None, name: str = "m") -> FilModel:
     md = fm.write(tmp_path, name, model, model_type, config)
     loaded = FilBackend().load(LoadContext(name, 1, md, md / "1", _config(md, name)))
+    assert isinstance(loaded, FilModel)
     loaded.create_instance(InstanceSpec(f"{name}_0", "CPU", 0))  # the first starts XGBoost's loading
     assert loaded.forest.native_loaded.wait(60)  # XGBoost's engine loads in a thread of its own
     return loaded
@@ -117,7 +118,10 @@ def test_an_unknown_backend_says_which_exist(tmp_path: Path) -> None:
     cfg = parse_config_text('name: "m" backend: "nope"', "test")
     with pytest.raises(InvalidArgumentError) as e:
         get_backend("nope").find_library(cfg, tmp_path, None)  # type: ignore[attr-defined]
-    assert "unable to find backend 'nope': inferd's backends are fil, onnxruntime, openvino" in str(e.value)
+    assert (
+        "unable to find backend library for backend 'nope', try specifying runtime on the model configuration. "
+        "inferd's backends are fil, onnxruntime, openvino" in str(e.value)
+    )
 
 
 @pytest.mark.parametrize("model_type", ["xgboost", "xgboost_json", "xgboost_ubj"])
@@ -427,6 +431,7 @@ def test_gtil_answers_until_xgboost_is_loaded(tmp_path: Path, monkeypatch: pytes
         tmp_path, "m", booster, "xgboost_json", fm.config("m", "xgboost_json", 30, 2, predict_proba=True)
     )
     model = FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
+    assert isinstance(model, FilModel)
     forest = model.forest
     assert not forest.native_loaded.is_set() and forest._large is forest._small
     x, _ = fm.dataset("cancer")
@@ -587,9 +592,11 @@ def test_a_model_type_that_does_not_match_the_file(tmp_path: Path) -> None:
         'backend: "fil"', 'backend: "fil"\ndefault_model_filename: "xgboost.json"'
     )
     (md / "config.pbtxt").write_text(cfg)
-    with pytest.raises(UnknownError) as e:
+    with pytest.raises(UnknownError) as unknown:
         FilBackend().load(LoadContext("m", 1, md, md / "1", _config(md, "m")))
-    assert "as model_type 'lightgbm': Ill-formed LightGBM model file: need max_feature_idx" in str(e.value)
+    assert "as model_type 'lightgbm': Ill-formed LightGBM model file: need max_feature_idx" in str(
+        unknown.value
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import inferd
 from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.native import default_intra_op_threads
 from inferd.backends.onnxruntime.backend import OnnxInstance, OnnxModel, OnnxRuntimeBackend
 from inferd.backends.onnxruntime.graph import check_config_against_graph
 from inferd.backends.onnxruntime.options import (
-    default_intra_op_threads,
     intra_op_threads,
     session_options,
     session_settings,
@@ -445,7 +445,9 @@ def _load(tmp_path: Path, model: onnx.ModelProto, config: str = "", name: str = 
     cfg = _completed(md)
     normalize_config(cfg, name)
     ctx = LoadContext(name, 1, md, md / "1", cfg)
-    return OnnxRuntimeBackend().load(ctx), cfg
+    loaded = OnnxRuntimeBackend().load(ctx)
+    assert isinstance(loaded, OnnxModel)
+    return loaded, cfg
 
 
 def test_one_session_per_instance(tmp_path: Path) -> None:

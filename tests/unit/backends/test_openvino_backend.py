@@ -101,7 +101,9 @@ def _load(tmp_path: Path, model: Any, config: str = "", name: str = "m") -> tupl
     md = _write(tmp_path, name, model, config or None)
     cfg = _completed(md)
     normalize_config(cfg, name)
-    return OpenVinoBackend().load(LoadContext(name, 1, md, md / "1", cfg)), cfg
+    model = OpenVinoBackend().load(LoadContext(name, 1, md, md / "1", cfg))
+    assert isinstance(model, OpenVinoModel)
+    return model, cfg
 
 
 @pytest.fixture

@@ -133,7 +133,9 @@ def _load(model_dir: Path) -> TorchModel:
     autofill_backend_fields(cfg, model_dir.name, model_dir)
     normalize_config(cfg, model_dir.name)
     ctx = LoadContext(model_dir.name, 1, model_dir, model_dir / "1", cfg)
-    return PyTorchBackend().load(ctx)
+    model = PyTorchBackend().load(ctx)
+    assert isinstance(model, TorchModel)
+    return model
 
 
 def _req(
@@ -355,7 +357,7 @@ def test_requests_are_stacked_run_once_and_split(tmp_path: Path) -> None:
         np.testing.assert_allclose(outs["OUTPUT__0"], a + b, rtol=1e-6)
         np.testing.assert_allclose(outs["OUTPUT__1"], a - b, rtol=1e-6)
     assert inst.last_timings[1] > 0
-    r1, r2 = inst.execute([_req("1", outputs=["OUTPUT__1"], **_ab()), _req("2", **_ab())])
+    r1, r2 = inst.execute([_req("1", outputs=["OUTPUT__1"], **_ab()), _req("2", **_ab())])  # type: ignore[arg-type]
     assert [t.name for t in r1.outputs] == ["OUTPUT__1"]
     assert [t.name for t in r2.outputs] == ["OUTPUT__0", "OUTPUT__1"]
     inst.unload()
@@ -545,7 +547,7 @@ def test_kind_gpu_without_cuda_is_a_clear_error(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         inst = model.create_instance(spec)
         assert inst.device == "cuda:0"
-        (resp,) = inst.execute([_req("1", **_ab())])
+        (resp,) = inst.execute([_req("1", **_ab())])  # type: ignore[arg-type]
         np.testing.assert_allclose(resp.outputs[0].array, 2 * np.ones((1, 4)))
     else:
         with pytest.raises(InferdError, match=r"is KIND_GPU, but torch .* finds no CUDA device"):
@@ -617,7 +619,7 @@ def test_exported_program_by_default_model_filename(tmp_path: Path) -> None:
     model = _load(md)
     assert model.path.name == "prog.pt2"
     inst = model.create_instance(InstanceSpec("m_0", "CPU", 0))
-    (resp,) = inst.execute([_req("1", **_ab())])
+    (resp,) = inst.execute([_req("1", **_ab())])  # type: ignore[arg-type]
     np.testing.assert_allclose(resp.outputs[0].array, 2 * np.ones((1, 4)))
 
 

@@ -116,7 +116,9 @@ def _load(tmp_path: Path, saved_model: Path, config: str = "", name: str = "m") 
     md = _write(tmp_path, name, saved_model, config or None)
     cfg = _completed(md)
     normalize_config(cfg, name)
-    return TensorFlowBackend().load(LoadContext(name, 1, md, md / "1", cfg))
+    model = TensorFlowBackend().load(LoadContext(name, 1, md, md / "1", cfg))
+    assert isinstance(model, TensorFlowModel)
+    return model
 
 
 @pytest.fixture

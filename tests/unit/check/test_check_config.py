@@ -136,7 +136,7 @@ def test_models_without_config_and_unknown_backends(tmp_path: Path) -> None:
     problems = _check(tmp_path)
     assert _where(problems) == [("nothing", None, "error"), ("plan", None, "error")]
     assert "Could not determine backend for model 'nothing'" in problems[0].message
-    assert "unable to find backend 'tensorrt'" in problems[1].message
+    assert "unable to find backend library for backend 'tensorrt'" in problems[1].message
 
 
 def test_python_models_are_not_imported_unless_asked(tmp_path: Path) -> None:

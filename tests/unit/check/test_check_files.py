@@ -3,6 +3,7 @@ that disagrees with the config is reported (the backend's check stops at the fir
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from google.protobuf import text_format
 
 from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
-from inferd.check.files import collect, onnx_signature
+from inferd.check.files import Signature, collect, onnx_signature
+from inferd.core.tensor import TensorSpec
 from inferd.repository import ModelConfig
 
 onnx = pytest.importorskip("onnx")
@@ -94,6 +96,8 @@ def test_collect_leaves_out_tensors_that_failed_validation(tmp_path: Path) -> No
     assert reported == []
 
 
-def _check(config: object, sig: object, seq_in: object, seq_out: object) -> None:
-    inputs, outputs, inits = sig  # type: ignore[misc]
-    check_config_against_graph(config, inputs, outputs, inits, seq_in, seq_out)  # type: ignore[arg-type]
+def _check(
+    config: ModelConfig, sig: Signature, seq_in: Sequence[TensorSpec], seq_out: Sequence[TensorSpec]
+) -> None:
+    inputs, outputs, inits = sig
+    check_config_against_graph(config, inputs, outputs, inits, seq_in, seq_out)

@@ -21,7 +21,7 @@ from inferd.frontends.access import (
 )
 from inferd.frontends.grpc.service import InferenceServicer, RpcError
 from inferd.frontends.http.routes import route_category
-from inferd.options import ServerOptions
+from inferd.server_config import GrpcConfig
 
 
 def test_restriction_syntax_and_the_references_messages() -> None:
@@ -111,7 +111,7 @@ def test_route_categories(path: str, category: Category | None) -> None:
 def test_grpc_answers(core: Any) -> None:
     servicer = InferenceServicer(
         core,
-        ServerOptions(),
+        GrpcConfig(),
         access=AccessPolicy(
             parse_restrictions(
                 ["health:k=v"], "grpc-restricted-protocol", GRPC_RESTRICTED_PREFIX, "protocol"

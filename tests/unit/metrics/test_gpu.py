@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.gpu.devices import Gpu
 from inferd.metrics import gpu as gpu_metrics
 from inferd.metrics.aggregate import MACHINE_FAMILIES, merge_metrics
@@ -23,6 +24,7 @@ from inferd.metrics.collector import render
 from inferd.metrics.gpu import FAMILIES, GpuMetrics, for_server
 from inferd.metrics.system import SystemGauges
 from inferd.options import ServerOptions
+from inferd.server_config import CoreConfig
 
 GPU0 = Gpu(0, 0, "GPU-aaaaaaaa-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
 GPU1 = Gpu(1, 3, "GPU-bbbbbbbb-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
@@ -40,7 +42,7 @@ class FakeReader:
         self.mj: dict[int, float | Exception] = {0: 5_000_000.0, 3: 1.0}
 
     @staticmethod
-    def _get(d: dict[int, object], index: int) -> object:
+    def _get(d: Mapping[int, object], index: int) -> object:
         v = d[index]
         if isinstance(v, Exception):
             raise v
@@ -272,7 +274,7 @@ def test_system_lines_put_the_gpu_families_where_the_reference_registers_them() 
 
 
 def _core(tmp_path: Path, **options: object) -> ServerCore:
-    return ServerCore(ServerOptions(model_repository=[tmp_path], **options))  # type: ignore[arg-type]
+    return ServerCore(CoreConfig.from_options(ServerOptions(model_repository=[tmp_path], **options)))  # type: ignore[arg-type]
 
 
 def test_metrics_without_gpus_have_no_gpu_family(tmp_path: Path) -> None:

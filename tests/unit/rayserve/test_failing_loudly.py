@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from inferd.cli import build_parser
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.rayserve.deploy import SEPARATE_THREAD_ENV, deployment_options, proxy_mismatch
 from inferd.rayserve.replica import NO_MODELS, NOT_READY, unready
 

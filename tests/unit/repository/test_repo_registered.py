@@ -11,7 +11,7 @@ import pytest
 from inferd.errors import AlreadyExistsError, InvalidArgumentError
 from inferd.repository.registered import Registrations
 from inferd.repository.remote import RepositorySet
-from inferd.repository.scan import DuplicateModel
+from inferd.repository.scan import DuplicateModel, ModelDir
 
 
 def models(root: Path, *names: str) -> Path:
@@ -69,7 +69,7 @@ def test_repository_set_finds_registered_models_beside_its_folders(tmp_path: Pat
     archive = models(tmp_path / "h2" / "model", "main", "shared")
     sources.registered.add(archive, {"served": "main"}, "h2")
     found = sources.find("served")
-    assert found is not None and not isinstance(found, DuplicateModel) and found.path == archive / "main"
+    assert isinstance(found, ModelDir) and found.path == archive / "main"
     assert isinstance(sources.find("shared"), DuplicateModel)  # a step name held by two repositories
     assert sources.find("main") is None
     assert set(sources.names()) == {"alone", "served", "shared"}

@@ -314,13 +314,10 @@ def test_store_down_is_unreadable_under_its_url_and_recovers(tmp_path: Path) -> 
     find = rs.find("a")
     assert isinstance(find, Unreadable) and "s3://bucket/models" in find.reason
     assert rs.names() == ["here"]
-    failed = {"s3://bucket/models": failure.reason}
-    rs.clear_recovered(failed)
-    assert failed  # still down
+    assert rs.recovered() == []  # still down
     store.down = False
     assert list(rs.fingerprints(lambda p: ())) == ["a", "here"]
-    rs.clear_recovered(failed)
-    assert failed == {}
+    assert rs.recovered() == ["s3://bucket/models"]
     assert rs.names() == ["a", "here"]
 
 

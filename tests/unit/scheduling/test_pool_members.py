@@ -7,6 +7,7 @@ import asyncio
 
 from poolkit import FakeInstance, Gate, answers, request, run, submit, until, wait_event
 
+from inferd.backends.base import BackendInstance
 from inferd.core.stats import ModelStats
 from inferd.repository._proto import pb2
 from inferd.scheduling.instances import InstancePool
@@ -26,8 +27,8 @@ class Counted(FakeInstance):
 
 
 def _pool(loop: asyncio.AbstractEventLoop, *instances: Counted) -> InstancePool:
-    named = [(f"m_0_{i}", inst) for i, inst in enumerate(instances)]
-    return InstancePool("m", "1", named, BatchPolicy(), ModelStats(), loop)  # type: ignore[misc]
+    named: list[tuple[str, BackendInstance]] = [(f"m_0_{i}", inst) for i, inst in enumerate(instances)]
+    return InstancePool("m", "1", named, BatchPolicy(), ModelStats(), loop)
 
 
 def test_a_removed_instance_finishes_its_batch_then_unloads_and_the_others_serve() -> None:

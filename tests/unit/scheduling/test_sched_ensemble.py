@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import InvalidArgumentError
-from inferd.repository import parse_config_text
+from inferd.repository import ModelConfig, parse_config_text
 from inferd.scheduling.ensemble import Step, plan_steps
 
 
-def _ensemble(steps: str, inputs: tuple[str, ...] = ("IN",)) -> object:
+def _ensemble(steps: str, inputs: tuple[str, ...] = ("IN",)) -> ModelConfig:
     ins = ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ 1 ] }}' for n in inputs)
     text = f"""
     name: "e"

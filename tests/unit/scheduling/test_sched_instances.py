@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import resource
 import threading
 import time
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, NotFoundError, UnavailableError
-from inferd.scheduling import inline, instances
+from inferd.scheduling import inline
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, form_batch, next_batch
 
@@ -205,7 +206,8 @@ def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
         for r in reqs:
             r.stream = ResponseStream(loop)
         with pool._lock:  # the requests land together, with one wake-up
-            pool._queue.extend(reqs)
+            for r in reqs:
+                pool._queue.append(r)
             pool._wake_one()
         resps = await answers([r.stream for r in reqs if r.stream is not None])
         await pool.stop(WAIT_S)
@@ -583,7 +585,7 @@ def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: py
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
         for i in range(inline.INLINE_AFTER + 1):
             await answers(submit(pool, loop, request(i)))
-        monkeypatch.setattr(instances.resource, "getrusage", ticking)
+        monkeypatch.setattr(resource, "getrusage", ticking)  # what the pool reads
         for i in range(inline.SLOW_RUN + 2):
             await answers(submit(pool, loop, request(f"ticked{i}")))
         await pool.stop(WAIT_S)

@@ -15,7 +15,7 @@ from inferd.core.stats import ModelStats
 from inferd.errors import UnavailableError
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy
-from inferd.scheduling.watchdog import WATCHDOG, Abortable
+from inferd.scheduling.watchdog import Abortable
 
 LIMIT_NS = 50_000_000  # the watchdog looks every 12.5 ms
 
@@ -140,8 +140,9 @@ def test_a_watched_pool_never_executes_inline_and_is_forgotten_when_it_stops() -
         for i in range(20):
             await answers(submit(pool, loop, request(i)))
         assert not pool._inline
-        assert pool in WATCHDOG._pools
+        watchdog = pool._watchdog
+        assert watchdog is not None and pool in watchdog._pools
         await pool.stop(1)
-        assert pool not in WATCHDOG._pools
+        assert pool not in watchdog._pools
 
     run(main)

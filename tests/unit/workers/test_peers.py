@@ -4,6 +4,7 @@ cores are fakes with statistics of their own."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from inferd.core.server import ServerCore
+from inferd.engine.server import ServerCore
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.logs import LogSettings
 from inferd.options import ServerOptions
@@ -73,11 +74,11 @@ async def _cluster(
     for i, count in enumerate(counts):
         place = WorkerPlace(tmp_path, i)
         core = _Core(count)
-        server = PeerServer(place, cast(ServerCore, core), lambda c=count: _metrics(c))
+        server = PeerServer(place, cast(ServerCore, core), functools.partial(_metrics, count))
         await server.start()
         cores.append(core)
         servers.append(server)
-        views.append(WorkersCore(cast(ServerCore, core), Peers(place), lambda c=count: _metrics(c)))
+        views.append(WorkersCore(cast(ServerCore, core), Peers(place), functools.partial(_metrics, count)))
     return cores, servers, views
 
 

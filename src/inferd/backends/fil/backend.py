@@ -35,9 +35,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -66,6 +67,9 @@ from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError, UnavailableError
 
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelInput, ModelOutput
+
 log = logging.getLogger("inferd.backends.fil")
 
 INPUT = "input__0"
@@ -74,7 +78,7 @@ OUTPUT = "output__0"
 Array = np.ndarray[Any, Any]
 
 
-def model_path(config: Any, version_dir: Path) -> Path:
+def model_path(config: ModelConfig, version_dir: Path) -> Path:
     """The reference's ``model_file()``: ``default_model_filename`` in the version folder, or the
     version folder itself; a folder holds the ``model_type``'s file."""
     kind = fil_settings(config).model_type
@@ -93,11 +97,13 @@ def model_path(config: Any, version_dir: Path) -> Path:
     )
 
 
-def _refuse(config: Any, what: str) -> InvalidArgumentError:
+def _refuse(config: ModelConfig, what: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"unable to load model '{config.name}': {what}")
 
 
-def _one_tensor(config: Any, listed: Any, kind: str, name: str) -> Any:
+def _one_tensor(
+    config: ModelConfig, listed: Sequence[ModelInput] | Sequence[ModelOutput], kind: str, name: str
+) -> ModelInput | ModelOutput:
     found = [t for t in listed if t.name == name]
     if not found:
         names = ", ".join(f"'{t.name}'" for t in listed) or "none"
@@ -112,7 +118,7 @@ def _one_tensor(config: Any, listed: Any, kind: str, name: str) -> Any:
     return found[0]
 
 
-def _row_dims(config: Any, io: Any) -> list[int]:
+def _row_dims(config: ModelConfig, io: ModelInput | ModelOutput) -> list[int]:
     """The dims of one row: the config's dims, less the rows' dimension when the model does not batch."""
     dims = [int(d) for d in io.dims]
     if config.max_batch_size > 0:
@@ -136,7 +142,7 @@ class Outputs:
     shap_dims: tuple[int, ...] | None
 
 
-def check_config(config: Any, settings: FilSettings, num_feature: int, num_class: int) -> Outputs:
+def check_config(config: ModelConfig, settings: FilSettings, num_feature: int, num_class: int) -> Outputs:
     """The config against the model; InvalidArgumentError naming what to change."""
     if len(config.input) != 1:
         names = ", ".join(f"'{t.name}'" for t in config.input) or "none"
@@ -172,7 +178,9 @@ def check_config(config: Any, settings: FilSettings, num_feature: int, num_class
     return Outputs(width, tuple(d for d in out if d != 1), shap)
 
 
-def _check_shap(config: Any, settings: FilSettings, num_feature: int, num_class: int) -> tuple[int, ...]:
+def _check_shap(
+    config: ModelConfig, settings: FilSettings, num_feature: int, num_class: int
+) -> tuple[int, ...]:
     """``treeshap_output``'s dims after the rows, those of 1 dropped (``shap.py``)."""
     kind = settings.model_type
     if kind not in SHAP_MODEL_TYPES:
@@ -271,7 +279,9 @@ class FilBackend(NativeBackend):
         FIL backend would run on the GPU)."""
         return False
 
-    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    def signature(
+        self, config: ModelConfig, version_dir: Path
+    ) -> tuple[list[GraphTensor], list[GraphTensor]]:
         """``input__0`` [-1, features] and ``output__0`` [-1, values a row], from the model file."""
         settings = fil_settings(config)
         shape = forest_shape(read_treelite(model_path(config, version_dir), settings))

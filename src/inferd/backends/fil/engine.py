@@ -3,7 +3,8 @@
 Every model is first read by Treelite, as the reference reads it (``src/tl_utils.h``): so a file
 the reference refuses is refused here with Treelite's words, and the forest's shape (features,
 classes, trees) comes from one place whatever the format. What runs it was chosen by measurement
-(ARCHITECTURE.md, "FIL engines"; 2 cores, one thread, 100 trees of depth 6, 32 features):
+(BENCHMARKS.md, "Component measurements (hand-run)", FIL engines; 2 cores, one thread, 100 trees
+of depth 6, 32 features):
 
 - XGBoost's ``inplace_predict`` costs about 200 us a call whatever the rows (buffers it allocates
   per call), then 0.005 us a row and tree; Treelite's GTIL (``treelite.gtil.predict``, the

@@ -18,10 +18,14 @@ Pure: no framework.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from inferd.errors import InternalError, InvalidArgumentError, UnsupportedError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelParameter
 
 #: ``model_type`` -> the file the reference reads from the version folder
 MODEL_FILES: dict[str, str] = {
@@ -70,7 +74,7 @@ class _Missing:
 _REQUIRED = _Missing()
 
 
-def _param(params: Any, name: str, kind: type[T], default: T | _Missing) -> T:
+def _param(params: Mapping[str, ModelParameter], name: str, kind: type[T], default: T | _Missing) -> T:
     """``get_config_param<kind>(name[, default])``: the reference's parsing and texts."""
     if name not in params:
         if isinstance(default, _Missing):
@@ -91,7 +95,7 @@ def _param(params: Any, name: str, kind: type[T], default: T | _Missing) -> T:
     return kind(match.group(0).strip())  # type: ignore[return-value]
 
 
-def fil_settings(config: Any) -> FilSettings:
+def fil_settings(config: ModelConfig) -> FilSettings:
     """The settings of a FIL config, checked in the order the reference reads them."""
     params = config.parameters
     predict_proba = _param(params, "predict_proba", bool, False)
@@ -112,7 +116,7 @@ def fil_settings(config: Any) -> FilSettings:
     )
 
 
-def ignored(config: Any) -> list[str]:
+def ignored(config: ModelConfig) -> list[str]:
     """The parameters a config sets that change nothing on CPU here (GPU-only, or the reference's
     other CPU engine)."""
     return [k for k in (*GPU_ONLY, *NO_EFFECT) if k in config.parameters]

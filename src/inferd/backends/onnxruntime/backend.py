@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -42,12 +42,15 @@ from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import BYTES
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
 
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
+
 log = logging.getLogger("inferd.backends.onnxruntime")
 
 DEFAULT_FILENAME = "model.onnx"
 
 
-def model_path(config: Any, version_dir: Path) -> Path:
+def model_path(config: ModelConfig, version_dir: Path) -> Path:
     """``<version>/<default_model_filename>``, or ``model.onnx`` inside it when that is a folder."""
     path = version_dir / (config.default_model_filename or DEFAULT_FILENAME)
     if path.is_dir():
@@ -155,7 +158,9 @@ class OnnxRuntimeBackend(NativeBackend):
         onnxruntime wheel is CPU-only): ``KIND_AUTO`` stays ``KIND_CPU`` without it."""
         return CUDA_PROVIDER in ort.get_available_providers()
 
-    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    def signature(
+        self, config: ModelConfig, version_dir: Path
+    ) -> tuple[list[GraphTensor], list[GraphTensor]]:
         """The graph's inputs and outputs, read from a session that only loads it (no optimisation)."""
         path = model_path(config, version_dir)
         options = ort.SessionOptions()

@@ -10,11 +10,14 @@ OpenVINO and TensorFlow backends.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.signature import GraphTensor, check_datatype, check_shape, config_dims, shape_text
 from inferd.core.tensor import TensorSpec
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelInput, ModelOutput
 
 #: ONNX Runtime's type strings -> ModelConfig data types
 _ORT_TYPES: dict[str, str] = {
@@ -57,7 +60,7 @@ def graph_signature(session: Any) -> tuple[list[GraphTensor], list[GraphTensor],
 
 
 def check_config_against_graph(
-    config: Any,
+    config: ModelConfig,
     inputs: Sequence[GraphTensor],
     outputs: Sequence[GraphTensor],
     initializers: Sequence[GraphTensor] = (),
@@ -80,6 +83,7 @@ def check_config_against_graph(
             f"{prefix}: the ONNX graph's input(s) {', '.join(repr(m) for m in missing)} are not in the "
             f"model configuration, which lists {sorted(configured) or 'no inputs'}: add them to config.pbtxt"
         )
+    io: ModelInput | ModelOutput  # the input loop's, then the output loop's
     for io in config.input:
         g = graph_inputs.get(io.name) or overridable.get(io.name)
         if g is None:
@@ -124,7 +128,7 @@ def _check_sequence_tensor(prefix: str, kind: str, spec: TensorSpec, tensors: di
         )
 
 
-def _check_tensor(prefix: str, kind: str, io: Any, g: GraphTensor, mbs: int) -> None:
+def _check_tensor(prefix: str, kind: str, io: ModelInput | ModelOutput, g: GraphTensor, mbs: int) -> None:
     if not g.is_tensor:
         raise InvalidArgumentError(
             f"{prefix}: {kind} '{io.name}' of the ONNX graph has type {g.type_name}; inferd serves tensors "

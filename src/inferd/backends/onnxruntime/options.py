@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnxruntime as ort
 
 from inferd.backends.native import available_cpus, default_intra_op_threads
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 #: ``optimization { graph { level } }`` -> ONNX Runtime's level (Triton's mapping; 0 = all)
 _GRAPH_LEVELS = {
@@ -88,7 +91,7 @@ def _accelerators(items: Any) -> tuple[tuple[str, tuple[tuple[str, str], ...]], 
     return tuple((a.name, tuple(sorted(a.parameters.items()))) for a in items)
 
 
-def session_settings(config: Any, instances: int, cpus: int | None = None) -> SessionSettings:
+def session_settings(config: ModelConfig, instances: int, cpus: int | None = None) -> SessionSettings:
     """Session options from ``parameters`` and ``optimization`` (Triton's keys, plus ``session.*``).
 
     ``intra_op_thread_count`` / ``inter_op_thread_count`` (0 or absent: the cores shared among the

@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from inferd.core.request import InferRequest
 from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.backends.openvino")
 
@@ -59,7 +62,7 @@ def _get_core() -> Any:
         return _core
 
 
-def model_path(config: Any, version_dir: Path) -> Path:
+def model_path(config: ModelConfig, version_dir: Path) -> Path:
     """``<version>/<default_model_filename>``; an IR's ``.bin`` weights must lie beside its ``.xml``."""
     name = config.default_model_filename or DEFAULT_FILENAME
     path = version_dir / name
@@ -166,7 +169,9 @@ class OpenVinoBackend(NativeBackend):
         ``GPU`` device is an Intel GPU; an explicit ``KIND_GPU`` asks OpenVINO for one)."""
         return False
 
-    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    def signature(
+        self, config: ModelConfig, version_dir: Path
+    ) -> tuple[list[GraphTensor], list[GraphTensor]]:
         path = model_path(config, version_dir)
         return model_signature(_read_model(path, config.name), config.name)
 

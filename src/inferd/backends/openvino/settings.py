@@ -9,9 +9,12 @@ one stream per compiled model (an instance is one stream of requests), and f32 p
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 #: config parameters handed to ``Core.compile_model`` as they are
 PASSED_PROPERTIES = frozenset(
@@ -33,7 +36,7 @@ def default_threads(instances: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // max(1, instances))
 
 
-def compile_properties(config: Any, instances: int) -> dict[str, str]:
+def compile_properties(config: ModelConfig, instances: int) -> dict[str, str]:
     """The properties each instance's ``compile_model`` gets."""
     props = {
         "INFERENCE_NUM_THREADS": str(default_threads(instances)),

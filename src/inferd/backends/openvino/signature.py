@@ -10,11 +10,14 @@ tensor the config contradicts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends import signature
 from inferd.backends.signature import GraphTensor
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 #: OpenVINO element type names -> ModelConfig data types
 _OV_TYPES: dict[str, str] = {
@@ -55,7 +58,7 @@ def model_signature(model: Any, name: str) -> tuple[list[GraphTensor], list[Grap
 
 
 def check_config_against_model(
-    config: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]
+    config: ModelConfig, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor]
 ) -> None:
     """Raise InvalidArgumentError naming the first tensor where ``config`` and the model disagree."""
     signature.check_config_against_model(

@@ -20,7 +20,7 @@ model sees ``is_cancelled()``.
 
 Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), the execute in
 flight fails with UNAVAILABLE naming the model, the instance and how the process ended, so do the
-requests still open in it, the event is logged and counted (``EVENTS``, exported on /metrics), and
+requests still open in it, the event is logged and counted (the server's ``WorkerProcesses``, backends/base.py, exported on /metrics), and
 the next execute starts a new worker (``initialize`` again) before it runs; a worker that cannot
 start fails the batch with the reason and is tried again a second later. A worker whose start
 (``initialize``, reading the model) passes its deadline, or its memory limit, is killed
@@ -30,7 +30,6 @@ with SIGKILL (``spawn.py`` says why one thread starts them all).
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import subprocess
@@ -55,15 +54,14 @@ from inferd.backends.process.ipc import (
 from inferd.backends.process.memory import WATCH, over_limit, rss_bytes
 from inferd.backends.process.relay import BlsRelay, answer, answer_call
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
+from inferd.backends.python.sending import release  # (only a Python model releases a request)
+from inferd.backends.tritonc.search import backend_directory
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, UnavailableError, error_for_code
-from inferd.logs import for_workers
 
 log = logging.getLogger("inferd.process")
 
-#: (model, version, "exited" | "restarted") -> count, read by the metrics collector
-EVENTS: collections.Counter[tuple[str, str, str]] = collections.Counter()
 #: a worker that failed to start is not tried again sooner than this
 RESTART_BACKOFF_S = 1.0
 STOP_TIMEOUT_S = 5.0
@@ -301,9 +299,10 @@ class ProcessInstance:
             "config": ctx.config.SerializeToString(),
             "spec": (spec.name, spec.kind, spec.device_id),
             "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
-            "log": for_workers(),
+            "log": ctx.links.log_settings() if ctx.links.log_settings is not None else {},
             "backend_config": dict(ctx.backend_config),
             "uploaded": ctx.uploaded,
+            "backend_directory": backend_directory(),  # a backend's library or model.py is found there
         }
         starting = Starting(proc, chan, deadline, self._memory_limit, self._limit_name)
         try:
@@ -356,8 +355,12 @@ class ProcessInstance:
             self._failed_at, self._failure = time.monotonic(), e
             raise UnavailableError(f"{self._who()} could not be restarted: {e.message}") from e
         self._failure = None
-        EVENTS[(self._ctx.model_name, str(self._ctx.version), "restarted")] += 1
+        self._ctx.links.processes.count(self._ctx.model_name, self._ctx.version, "restarted")
         return chan
+
+    def running_pid(self) -> int:
+        """Its worker's process id while one runs, else 0 (``WorkerProcesses.pids``)."""
+        return self.pid if self.pid and self._proc is not None else 0
 
     def is_ready(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """The model's ``is_ready()`` in the worker (True without one); a worker that is not running
@@ -422,8 +425,6 @@ class ProcessInstance:
             with self._lock:
                 request = self._open.pop(msg[1], None)
             if request is not None:
-                from inferd.backends.python.reschedule import release  # (a Python model's only)
-
                 release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
             self._end(
@@ -509,7 +510,7 @@ class ProcessInstance:
                 "the instance restarts"
             )
             log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
-        EVENTS[(self._ctx.model_name, str(self._ctx.version), "exited")] += 1
+        self._ctx.links.processes.count(self._ctx.model_name, self._ctx.version, "exited")
         self._end(error=error)
         self._fail_open(error)
         self._shm.cleanup()

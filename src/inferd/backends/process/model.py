@@ -11,14 +11,6 @@ from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.process.instance import ProcessInstance
 from inferd.backends.process.memory import memory_limit
 
-#: model name -> its process instances not unloaded yet (their workers' memory: core/on_demand.py)
-_WORKERS: dict[str, set[ProcessInstance]] = {}
-
-
-def worker_pids(model_name: str) -> list[int]:
-    """The worker processes running now for ``model_name``'s instances."""
-    return [i.pid for i in list(_WORKERS.get(model_name, ())) if i.pid and i._proc is not None]
-
 
 class ProcessModel:
     """A model whose instances are worker processes (a ``BackendModel``; each worker loads the model
@@ -56,7 +48,8 @@ class ProcessModel:
         with self._lock:
             self._live += 1
             self._instances.add(instance)
-        _WORKERS.setdefault(self.ctx.model_name, set()).add(instance)
+        # the server's (its links'): their workers' memory counts in the model's (engine/on_demand.py)
+        self.ctx.links.processes.add(self.ctx.model_name, instance)
         return instance
 
     def abort(self, reason: str) -> None:
@@ -68,7 +61,7 @@ class ProcessModel:
             instance.abort(reason)
 
     def is_ready(self) -> bool:
-        """Every live instance's ``is_ready()`` (core/readiness.py)."""
+        """Every live instance's ``is_ready()`` (engine/readiness.py)."""
         with self._lock:
             instances = list(self._instances)
         return all(i.is_ready() for i in instances)
@@ -90,7 +83,7 @@ class ProcessModel:
             self._live -= 1
             last = self._live == 0
             self._instances.discard(instance)
-        _WORKERS.get(self.ctx.model_name, set()).discard(instance)
+        self.ctx.links.processes.discard(self.ctx.model_name, instance)
         metrics = self.ctx.links.metrics
         if last and metrics is not None:
             metrics.release_owner(f"{self.ctx.model_name}:{self.ctx.version}")

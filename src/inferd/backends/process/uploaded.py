@@ -30,14 +30,17 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import LoadContext
 from inferd.backends.process.ipc import ChannelClosed
 from inferd.backends.process.model import ProcessModel
 from inferd.backends.process.spawn import Starting, how_it_ended, start_worker
+from inferd.backends.tritonc.search import backend_directory
 from inferd.errors import ErrorCode, InvalidArgumentError, UnavailableError, error_for_code
-from inferd.logs import for_workers
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.process")
 
@@ -139,11 +142,12 @@ class LoadAbort:
 
 
 def complete_in_worker(
-    config: Any,
+    config: ModelConfig,
     model_dir: Path,
     version_dir: Path | None,
     default_max_batch_size: int,
     limits: UploadLimits,
+    log_settings: dict[str, Any] | None = None,
 ) -> None:
     """The backend's ``auto_complete`` of ``config`` (in place), run in a worker process of its own
     that ends with it: within the load deadline and the memory limit, a crash answered as an
@@ -156,7 +160,8 @@ def complete_in_worker(
         "version_dir": None if version_dir is None else str(version_dir),
         "default_max_batch_size": default_max_batch_size,
         "log_verbose": 1 if log.isEnabledFor(logging.DEBUG) else 0,
-        "log": for_workers(),
+        "log": log_settings or {},
+        "backend_directory": backend_directory(),
     }
     starting = Starting(
         proc, chan, time.monotonic() + limits.load_timeout_s, limits.memory_limit, MEMORY_LIMIT_SETTING

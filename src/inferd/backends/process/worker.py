@@ -70,6 +70,7 @@ from inferd.backends.process.ipc import (
     unpack_response,
 )
 from inferd.backends.python.fork_signals import default_signals_in_forks
+from inferd.backends.tritonc.search import set_backend_directory
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.errors import ErrorCode, error_for_code
@@ -387,7 +388,7 @@ class Worker:
         return requests
 
     def answer_ready(self, ask_id: int) -> None:
-        """The model's ``is_ready()`` (core/readiness.py), in a thread of its own: it may block."""
+        """The model's ``is_ready()`` (engine/readiness.py), in a thread of its own: it may block."""
         check = getattr(self.instance, "is_ready", None)
         try:
             answer: tuple[str, Any] = ("ok", True if check is None else bool(check()))
@@ -460,6 +461,7 @@ def main(argv: list[str]) -> int:
         from inferd.logs import in_worker
 
         in_worker(init.get("log", {}), init.get("log_verbose", 0))  # the server's file and format
+        set_backend_directory(init.get("backend_directory", ""))  # the server's --backend-directory
         if kind == "complete":
             try:
                 channel.send(("completed", complete(init)))

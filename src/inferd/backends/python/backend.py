@@ -17,7 +17,7 @@ from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, Lo
 from inferd.backends.process import IN_WORKER
 from inferd.backends.python import pb_utils, recursion
 from inferd.backends.python.containment import execution_mode, runs_in_workers
-from inferd.backends.python.hooks import InstanceHooks, send_to
+from inferd.backends.python.hooks import InstanceHooks
 from inferd.backends.python.loader import (
     MODEL_ERRORS,
     format_exception,
@@ -28,6 +28,7 @@ from inferd.backends.python.loader import (
 )
 from inferd.backends.python.modelloop import ModelLoop
 from inferd.backends.python.reschedule import reschedule, take_rescheduled
+from inferd.backends.python.sending import send_to
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
@@ -45,6 +46,7 @@ pb_utils.install()
 
 if TYPE_CHECKING:
     from inferd.backends.process.model import ProcessModel
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.python")
 
@@ -70,21 +72,31 @@ class PythonBackend:
         are GPUs (the reference's Python backend prefers KIND_GPU), ``args`` saying which."""
         return True
 
+    def model_py(self, config: Any, version_dir: Path) -> tuple[Path, list[str] | None]:
+        """The model's file and the folders of its own modules (None: its version and model folders);
+        a Python-based backend's are the backend's (based.py)."""
+        return model_file(config, version_dir), None
+
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Run the model's static ``auto_complete_config`` if it has one."""
         if version_dir is None:
             return
         recursion.install()  # model.py runs here (in a worker process too for an uploaded model: it ends)
-        path = model_file(config, version_dir)
-        module = import_model(path, f"_inferd_autocomplete_{config.name}")
+        path, folders = self.model_py(config, version_dir)
+        module = import_model(path, f"_inferd_autocomplete_{config.name}", folders)
         try:
             self._complete(module, config)
         finally:
             release(module)  # the model loads afresh (its own modules too)
 
-    def _complete(self, module: ModuleType, config: Any) -> None:
+    def _complete(self, module: ModuleType, config: ModelConfig) -> None:
         hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
         if hook is None:
             return
@@ -111,7 +123,7 @@ class PythonBackend:
         from inferd.backends.process.model import ProcessModel
 
         mode = execution_mode(ctx)
-        path = model_file(ctx.config, ctx.version_dir)
+        path, folders = self.model_py(ctx.config, ctx.version_dir)
         limited = memory_limit(ctx) > 0  # (checked in every mode: a bad value fails the load)
         if mode == "auto" and runs_in_workers(ctx.model_name, path, limited):
             mode = "process"
@@ -126,7 +138,7 @@ class PythonBackend:
                 ctx.model_name,
             )
         module_name = f"_inferd_model_{ctx.model_name}_{ctx.version}"
-        module = import_model(path, module_name)
+        module = import_model(path, module_name, folders)
         model = PythonModel(ctx, module)
         if mode == "auto":
             model.auto = ProcessModel(ctx)
@@ -165,7 +177,7 @@ class PythonModel:
         self.instances: set[PythonInstance] = set()
 
     def ready_check(self) -> Callable[[], bool] | None:
-        """What the model-ready endpoints ask when the model defines ``is_ready`` (core/readiness.py):
+        """What the model-ready endpoints ask when the model defines ``is_ready`` (engine/readiness.py):
         every live instance, the thread ones and those moved to processes."""
         if not hasattr(self.module.TritonPythonModel, "is_ready"):
             return None

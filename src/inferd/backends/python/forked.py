@@ -21,11 +21,11 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from inferd.backends.base import LoadContext, ResponseCallback, ServerLinks
 from inferd.backends.process.ipc import Channel, ChannelClosed, ShmNames
-from inferd.backends.python import pb_utils
+from inferd.backends.python import pb_context
 from inferd.core.request import InferRequest
 
 if TYPE_CHECKING:
@@ -97,13 +97,11 @@ def _before_fork() -> None:
     global _listener, _address
     if _child is not None:
         return  # a child forking: its children reach the server's socket too
-    from inferd.backends.python.hooks import InstanceHooks
-
-    hooks = pb_utils._hooks()
-    if not isinstance(hooks, InstanceHooks):
-        return
+    hooks = pb_context._hooks()
+    if hooks is pb_context._default_hooks:
+        return  # a thread acting for no instance (any other hooks are an instance's: hooks.InstanceHooks)
     with _lock:
-        _forkers[id(hooks)] = hooks
+        _forkers[id(hooks)] = cast("InstanceHooks", hooks)
         if _listener is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             address = f"\0inferd-bls-{os.getpid()}".encode()

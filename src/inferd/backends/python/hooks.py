@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from inferd.backends.python import forked, pb_utils
 from inferd.backends.python.pb_bls import BlsStream, ResponseIterator
 from inferd.backends.python.pb_metrics import MetricsTarget
+from inferd.backends.python.sending import send_to
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InferdError, InternalError, UnavailableError
 
 if TYPE_CHECKING:
@@ -41,15 +42,6 @@ _PB_BY_CODE = {
 BLS_PHASE_ONLY = "BLS is only supported during the 'execute' function."
 #: why an abandoned BLS request is cancelled (its callee's stream carries it)
 BLS_ABANDONED = "the calling model stopped waiting for the responses of its BLS request"
-
-
-def send_to(stream: ResponseStream, response: InferResponse | None, final: bool) -> None:
-    """Hand a response to ``stream``: directly on its loop's thread (inline mode, a finalizer
-    there), so that it keeps its place before what the pool delivers next; else thread-safely."""
-    if asyncio._get_running_loop() is stream.loop:
-        stream.deliver(response, final)
-    else:
-        stream.send(response, final)
 
 
 def _cancel_stream(core: InferRequest) -> None:

@@ -13,11 +13,14 @@ import traceback
 import types
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.python import own_imports, pb_utils
 from inferd.backends.python.own_imports import loading as loading
 from inferd.errors import InternalError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.python")
 
@@ -48,7 +51,7 @@ def format_exception(e: BaseException, model_dir: Path | None = None, model_name
     return f"{type(e).__name__}: {str(e) or '<EMPTY MESSAGE>'}\n\nAt:\n{at}"
 
 
-def model_file(config: Any, version_dir: Path) -> Path:
+def model_file(config: ModelConfig, version_dir: Path) -> Path:
     return version_dir / (config.default_model_filename or "model.py")
 
 
@@ -87,16 +90,17 @@ def _install_model_alias(model_folders: set[str]) -> None:
 _model_folders: set[str] = set()
 
 
-def import_model(path: Path, module_name: str) -> ModuleType:
-    """Import the model file ``path`` as ``module_name``; ``release`` forgets it and its own modules."""
+def import_model(path: Path, module_name: str, folders: list[str] | None = None) -> ModuleType:
+    """Import the model file ``path`` as ``module_name``; ``release`` forgets it and its own modules.
+    ``folders``: where its own modules are (default: the version folder and the model's folder)."""
     if not path.is_file():
         raise InvalidArgumentError(f"unable to find '{path}': the Python model file is missing")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise InvalidArgumentError(f"unable to load '{path}' as a Python module")
     module = importlib.util.module_from_spec(spec)
-    # the version folder, then the model's folder, as the reference's stub appends them
-    folders = [str(path.parent), str(path.parent.parent)]
+    if folders is None:  # the version folder, then the model's folder, as the reference's stub appends them
+        folders = [str(path.parent), str(path.parent.parent)]
     _model_folders.update(folders)
     _install_model_alias(_model_folders)
     for folder in folders:

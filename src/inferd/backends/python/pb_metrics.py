@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import MetricError
 from inferd.backends.python.pb_args import REQUIRED, bind, incompatible, is_number
+from inferd.backends.python.pb_context import _hooks
 from inferd.backends.python.pb_errors import TritonModelException
 
 if TYPE_CHECKING:
@@ -44,9 +45,7 @@ class MetricsTarget:
 
 
 def _target() -> MetricsTarget:
-    from inferd.backends.python import pb_utils
-
-    return pb_utils._hooks().metrics()
+    return _hooks().metrics()
 
 
 class MetricFamily:

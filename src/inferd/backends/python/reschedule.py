@@ -14,25 +14,17 @@ model calls ``request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RE
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.python import pb_utils
-from inferd.backends.python.hooks import send_to
+from inferd.backends.python.sending import release
 from inferd.core.request import InferRequest
-from inferd.core.response import InferResponse
-from inferd.errors import InternalError, InvalidArgumentError
+from inferd.errors import InternalError
 
 if TYPE_CHECKING:
     from inferd.backends.python.backend import PythonInstance
 
-log = logging.getLogger("inferd.python")
-
 RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-NOT_CONFIGURED = (
-    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured "
-    "to handle such a flag."
-)
 
 
 def _type_name(value: Any) -> str:
@@ -76,14 +68,3 @@ def reschedule(inst: PythonInstance, requests: list[InferRequest], again: list[i
     """Hand the released requests to the instance's rescheduler (or refuse them)."""
     for i in again:
         release(inst.rescheduler, requests[i], inst.model.version_str)
-
-
-def release(rescheduler: Any, request: InferRequest, version: str) -> None:
-    """``request`` was released for another execute: to ``rescheduler``, else refused."""
-    if rescheduler is not None:
-        rescheduler(request)
-        return
-    log.error("Failed to release request: %s", NOT_CONFIGURED)
-    if request.stream is not None:
-        error = InvalidArgumentError(NOT_CONFIGURED)
-        send_to(request.stream, InferResponse(request.model_name, version, request.id, error=error), True)

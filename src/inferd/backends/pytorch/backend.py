@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import BF16, BYTES, DataType
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.backends.pytorch")
 
@@ -69,7 +72,7 @@ def _torch() -> Any:
     return import_lazily("torch", "pytorch", "torch")
 
 
-def model_path(config: Any, version_dir: Path) -> Path:
+def model_path(config: ModelConfig, version_dir: Path) -> Path:
     """``<version>/<default_model_filename>``; a lone ``model.pt2`` serves when ``model.pt`` is absent."""
     name = config.default_model_filename or DEFAULT_FILENAME
     path = version_dir / name
@@ -320,7 +323,12 @@ class PyTorchBackend(NativeBackend):
         return bool(torch.cuda.is_available())
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """Nothing to complete from a TorchScript module (as Triton): inputs and outputs must be listed."""
         for kind, listed in (("input", len(config.input)), ("output", len(config.output))):

@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelParameter
 
 log = logging.getLogger("inferd.backends.pytorch")
 
 
-def _bool_param(params: Any, key: str, default: bool) -> bool:
+def _bool_param(params: Mapping[str, ModelParameter], key: str, default: bool) -> bool:
     if key not in params:
         return default
     value = params[key].string_value.strip().lower()
@@ -31,7 +35,7 @@ def _bool_param(params: Any, key: str, default: bool) -> bool:
     )
 
 
-def _int_param(params: Any, key: str) -> int | None:
+def _int_param(params: Mapping[str, ModelParameter], key: str) -> int | None:
     if key not in params:
         return None
     raw = params[key].string_value.strip()
@@ -54,7 +58,7 @@ class TorchSettings:
     inter_op_threads: int | None
 
 
-def torch_settings(config: Any, instances: int, cpus: int | None = None) -> TorchSettings:
+def torch_settings(config: ModelConfig, instances: int, cpus: int | None = None) -> TorchSettings:
     """Settings from ``INFERENCE_MODE``, ``DISABLE_OPTIMIZED_EXECUTION``, ``INTRA_/INTER_OP_THREAD_COUNT``.
 
     With no ``INTRA_OP_THREAD_COUNT`` each instance gets the cores divided among the model's

@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from inferd.errors import (
     UnsupportedError,
 )
 
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
+
 log = logging.getLogger("inferd.backends.tensorflow")
 
 DEFAULT_FILENAME = "model.savedmodel"
@@ -58,7 +61,7 @@ def _tensorflow() -> Any:
     return import_lazily("tensorflow", "tensorflow", "tensorflow")
 
 
-def model_path(config: Any, version_dir: Path) -> Path:
+def model_path(config: ModelConfig, version_dir: Path) -> Path:
     """``<version>/<default_model_filename>``: a SavedModel directory holding ``saved_model.pb``."""
     name = config.default_model_filename or DEFAULT_FILENAME
     path = version_dir / name
@@ -195,7 +198,9 @@ class TensorFlowBackend(NativeBackend):
             return False  # the load says what to install
         return bool(tf.config.list_physical_devices("GPU"))
 
-    def signature(self, config: Any, version_dir: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    def signature(
+        self, config: ModelConfig, version_dir: Path
+    ) -> tuple[list[GraphTensor], list[GraphTensor]]:
         settings = tf_settings(config)
         _, fn = load_signature(model_path(config, version_dir), settings, config.name)
         return signature_tensors(fn, config.name)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig, ModelParameter
 
 log = logging.getLogger("inferd.backends.tensorflow")
 
@@ -29,13 +33,13 @@ class TfSettings:
     inter_op_threads: int | None = None
 
 
-def _text(params: Any, key: str) -> str | None:
+def _text(params: Mapping[str, ModelParameter], key: str) -> str | None:
     if key not in params:
         return None
     return str(params[key].string_value).strip() or None
 
 
-def _threads(config: Any, key: str) -> int | None:
+def _threads(config: ModelConfig, key: str) -> int | None:
     raw = _text(config.parameters, key)
     if raw is None:
         return None
@@ -47,7 +51,7 @@ def _threads(config: Any, key: str) -> int | None:
     return int(raw) or None
 
 
-def tf_settings(config: Any) -> TfSettings:
+def tf_settings(config: ModelConfig) -> TfSettings:
     """Settings from ``TF_SIGNATURE_DEF``, ``TF_GRAPH_TAG``, ``TF_NUM_INTRA_THREADS``, ``TF_NUM_INTER_THREADS``."""
     params = config.parameters
     return TfSettings(

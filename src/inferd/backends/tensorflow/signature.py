@@ -11,11 +11,14 @@ signature; the check names the tensor the config contradicts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends import signature
 from inferd.backends.signature import GraphTensor
 from inferd.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 #: TensorFlow dtype names -> ModelConfig data types (Triton's tensorflow backend's set)
 _TF_TYPES: dict[str, str] = {
@@ -70,7 +73,7 @@ def signature_tensors(fn: Any, model: str) -> tuple[list[GraphTensor], list[Grap
 
 
 def check_config_against_signature(
-    config: Any, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], signature_def: str
+    config: ModelConfig, inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], signature_def: str
 ) -> None:
     """Raise InvalidArgumentError naming the first tensor where ``config`` and the signature disagree."""
     signature.check_config_against_model(

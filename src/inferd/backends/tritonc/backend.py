@@ -26,13 +26,16 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
 from inferd.backends.tritonc import bls, build, library, search
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
 from inferd.errors import InferdError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
 
 log = logging.getLogger("inferd.tritonc")
 
@@ -47,7 +50,7 @@ def _io(tensors: Any) -> list[tuple[str, tuple[int, ...], tuple[int, ...] | None
     ]
 
 
-def _config_json(config: Any) -> str:
+def _config_json(config: ModelConfig) -> str:
     import json
 
     from inferd.repository.config import config_to_json
@@ -73,12 +76,12 @@ class TritonCBackend:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def find_library(self, config: Any, model_dir: Path, version_dir: Path | None) -> Path:
+    def find_library(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> Path:
         """The model's backend library (what ``inferd check`` asks: it runs no native code)."""
         return search.find_library(config, model_dir, version_dir)
 
     def _open(
-        self, config: Any, model_dir: Path, version_dir: Path | None, settings: dict[str, str] | None
+        self, config: ModelConfig, model_dir: Path, version_dir: Path | None, settings: dict[str, str] | None
     ) -> Any:
         path = search.find_library(config, model_dir, version_dir)
         if build.find() is None:
@@ -86,7 +89,12 @@ class TritonCBackend:
         return library.open_backend(self.name, path, _backend_config(settings, True))
 
     def auto_complete(
-        self, config: Any, model_dir: Path, version_dir: Path | None, *, default_max_batch_size: int = 4
+        self,
+        config: ModelConfig,
+        model_dir: Path,
+        version_dir: Path | None,
+        *,
+        default_max_batch_size: int = 4,
     ) -> None:
         """The backend's ``ModelInitialize`` with auto-complete on: what it sets with
         ``TRITONBACKEND_ModelSetConfig`` becomes ``config``. That model is finalized at once: the load
@@ -141,7 +149,7 @@ def _error(e: Exception, what: str) -> InferdError:
 
 
 def _new_model(
-    backend: Any, config: Any, name: str, version: int, model_dir: Path, auto_complete: bool
+    backend: Any, config: ModelConfig, name: str, version: int, model_dir: Path, auto_complete: bool
 ) -> Any:
     return backend.model(
         name,

@@ -3,7 +3,10 @@
 ``backend: "<name>"`` names ``libtriton_<name>.so`` (or the config's ``runtime``), looked for in the
 model's version folder, then the model's folder, then ``<backend directory>/<name>/``
 (``--backend-directory``, the reference's default ``/opt/tritonserver/backends``): the first found is
-used, as the reference's ``TritonModel::GetBackendLibraryProperties``.
+used, as the reference's ``TritonModel::GetBackendLibraryProperties``. Where no library is found and the
+config names no ``runtime``, ``<backend directory>/<name>/model.py`` makes ``<name>`` a Python-based
+backend (``python_based``: served by inferd's Python backend, ``backends/python/based.py``), as
+``runtime: "model.py"`` does.
 
 ``needed`` reads a library's ``DT_NEEDED`` entries from its ELF dynamic section, so that the host can
 answer to the name a backend was linked against (the Python backend of NVIDIA's PyPI wheel needs
@@ -16,11 +19,17 @@ from __future__ import annotations
 import platform
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from inferd.backends.builtin import builtin_names
 from inferd.errors import InvalidArgumentError, NotFoundError
 
+if TYPE_CHECKING:
+    from inferd.repository.config.schema import ModelConfig
+
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+#: the ``runtime`` of a Python-based backend, and its file in ``<backend directory>/<name>/``
+PYTHON_BASED_RUNTIME = "model.py"
 _state = {"backend_directory": DEFAULT_BACKEND_DIRECTORY}
 
 # ELF: e_machine of the machines inferd runs on, and the dynamic section's tags read here
@@ -40,7 +49,7 @@ def backend_directory() -> str:
     return _state["backend_directory"]
 
 
-def library_name(config: Any) -> str:
+def library_name(config: ModelConfig) -> str:
     """``runtime`` when the config names one, else ``libtriton_<backend>.so``."""
     runtime = str(getattr(config, "runtime", "") or "")
     return runtime if runtime else f"libtriton_{config.backend}.so"
@@ -52,7 +61,7 @@ def search_paths(backend: str, model_dir: Path, version_dir: Path | None) -> lis
     return [*paths, model_dir, Path(backend_directory()) / backend]
 
 
-def find_library(config: Any, model_dir: Path, version_dir: Path | None) -> Path:
+def find_library(config: ModelConfig, model_dir: Path, version_dir: Path | None) -> Path:
     """The backend library of a model, or InvalidArgumentError with the reference's text and the
     folders looked in."""
     name = library_name(config)
@@ -67,18 +76,59 @@ def find_library(config: Any, model_dir: Path, version_dir: Path | None) -> Path
                 )
             return candidate
     if not getattr(config, "runtime", ""):
-        from inferd.backends.registry import builtin_names
-
-        raise InvalidArgumentError(
-            f"unable to find backend '{config.backend}': inferd's backends are {', '.join(builtin_names())}, "
-            f"and no Triton C/C++ backend library {name} is in "
-            + ", ".join(f"'{p}'" for p in paths)
-            + " (the version folder, the model folder, --backend-directory/<backend>)"
-        )
+        raise not_found(config.backend, paths)
     raise InvalidArgumentError(
         f"unable to find backend library '{name}' for model '{config.name}', searched: "
         + " ".join(f"'{p}'" for p in paths)
     )
+
+
+def not_found(backend: str, paths: list[Path] | None = None) -> InvalidArgumentError:
+    """Neither a library nor a Python-based backend's model.py: the reference's words, then where
+    inferd looked (``paths``: the library's folders) and what it has of its own."""
+    where = ""
+    if paths:
+        where = (
+            f"; no Triton C/C++ backend library libtriton_{backend}.so is in "
+            + ", ".join(f"'{p}'" for p in paths)
+            + f" (the version folder, the model folder, --backend-directory/<backend>) and no "
+            f"Python-based backend's '{Path(backend_directory()) / backend / PYTHON_BASED_RUNTIME}'"
+        )
+    return InvalidArgumentError(
+        f"unable to find backend library for backend '{backend}', try specifying runtime on the model "
+        f"configuration. inferd's backends are {', '.join(builtin_names())}{where}"
+    )
+
+
+def python_based(config: ModelConfig, model_dir: Path, version_dir: Path | None) -> Path | None:
+    """The ``model.py`` of the model's backend when that backend is Python-based, else None (a C/C++
+    library: ``find_library`` finds it or says why not). The reference's rule: ``runtime:
+    "model.py"`` names ``<backend directory>/<backend>/model.py`` (InvalidArgumentError in its words
+    where that file is missing); no ``runtime``, no ``libtriton_<backend>.so`` in the search paths
+    and that file present does too."""
+    runtime = str(getattr(config, "runtime", "") or "")
+    if runtime and runtime != PYTHON_BASED_RUNTIME:
+        return None
+    backend = str(config.backend)
+    folder = Path(backend_directory()) / backend
+    # the registry refuses a name with a path in it: a backend is a folder of the backend directory
+    if folder.parent != Path(backend_directory()) or backend in ("", ".", ".."):
+        e = not_found(backend)
+        raise InvalidArgumentError(
+            f"{e.message} (a backend's name is a folder of --backend-directory: no path)"
+        )
+    path = folder / PYTHON_BASED_RUNTIME
+    if runtime:
+        if not path.is_file():
+            raise InvalidArgumentError(
+                f"unable to find Python backend based backend library '{PYTHON_BASED_RUNTIME}' for model "
+                f"'{config.name}', searched: '{path}'"
+            )
+        return path
+    name = library_name(config)
+    if any((p / name).is_file() for p in search_paths(backend, model_dir, version_dir)):
+        return None
+    return path if path.is_file() else None
 
 
 def _elf_header(data: bytes) -> tuple[str, int, int, int, int, int]:

@@ -14,9 +14,11 @@ import importlib
 import importlib.util
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferd.repository._proto import pb2 as _model_config_pb2
+
+__all__ = ["pb"]
 
 _MODNAME = "tritonclient.grpc.service_pb2"
 _IMPORT = "from tritonclient.grpc import model_config_pb2 as model__config__pb2"
@@ -47,4 +49,7 @@ def _load() -> ModuleType:
     return mod
 
 
-pb: Any = _load()
+if TYPE_CHECKING:  # typings/tritonclient/grpc/service_pb2.pyi (scripts/proto_stubs.py)
+    from tritonclient.grpc import service_pb2 as pb
+else:
+    pb = _load()

@@ -27,7 +27,7 @@ from inferd.frontends.grpc.service import (
     InferenceServicer,
     RpcError,
 )
-from inferd.options import ServerOptions
+from inferd.server_config import GrpcConfig
 
 log = logging.getLogger("inferd.grpc")
 
@@ -87,36 +87,36 @@ def health_handlers(servicer: InferenceServicer) -> dict[str, grpc.RpcMethodHand
     return {"Check": grpc.unary_unary_rpc_method_handler(check)}
 
 
-def server_options(options: ServerOptions) -> list[tuple[str, Any]]:
+def server_options(config: GrpcConfig) -> list[tuple[str, Any]]:
     """grpcio channel arguments from tritonserver's gRPC flags."""
     opts: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", options.grpc_max_message_size),
-        ("grpc.max_concurrent_streams", options.grpc_max_concurrent_streams),
-        ("grpc.max_metadata_size", options.grpc_max_header_list_size),
-        ("grpc.so_reuseport", 1 if options.reuse_grpc_port else 0),
-        ("grpc.keepalive_time_ms", options.grpc_keepalive_time),
-        ("grpc.keepalive_timeout_ms", options.grpc_keepalive_timeout),
-        ("grpc.keepalive_permit_without_calls", int(options.grpc_keepalive_permit_without_calls)),
-        ("grpc.http2.max_pings_without_data", options.grpc_http2_max_pings_without_data),
+        ("grpc.max_receive_message_length", config.max_message_size),
+        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+        ("grpc.max_metadata_size", config.max_header_list_size),
+        ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+        ("grpc.keepalive_time_ms", config.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(config.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", config.http2_max_pings_without_data),
         (
             "grpc.http2.min_ping_interval_without_data_ms",
-            options.grpc_http2_min_recv_ping_interval_without_data,
+            config.http2_min_recv_ping_interval_without_data_ms,
         ),
-        ("grpc.http2.max_ping_strikes", options.grpc_http2_max_ping_strikes),
+        ("grpc.http2.max_ping_strikes", config.http2_max_ping_strikes),
     ]
-    if options.grpc_max_connection_age is not None:
-        opts.append(("grpc.max_connection_age_ms", options.grpc_max_connection_age))
-    if options.grpc_max_connection_age_grace is not None:
-        opts.append(("grpc.max_connection_age_grace_ms", options.grpc_max_connection_age_grace))
-    level = _COMPRESSION_LEVELS[options.grpc_infer_response_compression_level]
+    if config.max_connection_age_ms is not None:
+        opts.append(("grpc.max_connection_age_ms", config.max_connection_age_ms))
+    if config.max_connection_age_grace_ms is not None:
+        opts.append(("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms))
+    level = _COMPRESSION_LEVELS[config.infer_response_compression_level]
     if level:
         opts.append(("grpc.default_compression_level", level))
     return opts
 
 
-def _credentials(options: ServerOptions) -> grpc.ServerCredentials | None:
-    if not options.grpc_use_ssl:
+def _credentials(config: GrpcConfig) -> grpc.ServerCredentials | None:
+    if not config.use_ssl:
         return None
 
     def read(path: str | None) -> bytes | None:
@@ -125,13 +125,13 @@ def _credentials(options: ServerOptions) -> grpc.ServerCredentials | None:
         with open(path, "rb") as f:
             return f.read()
 
-    key, cert = read(options.grpc_server_key), read(options.grpc_server_cert)
+    key, cert = read(config.server_key), read(config.server_cert)
     if key is None or cert is None:
         raise InternalError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
     return grpc.ssl_server_credentials(
         [(key, cert)],
-        root_certificates=read(options.grpc_root_cert),
-        require_client_auth=options.grpc_use_ssl_mutual,
+        root_certificates=read(config.root_cert),
+        require_client_auth=config.use_ssl_mutual,
     )
 
 
@@ -139,7 +139,7 @@ class GrpcServer:
     """The gRPC endpoint on grpc.aio, on the running event loop."""
 
     def __init__(self, servicer: InferenceServicer, address: str, port: int) -> None:
-        self.options = servicer.options
+        self.config = servicer.config
         self.servicer = servicer
         self.address = address
         self.port = port
@@ -148,7 +148,7 @@ class GrpcServer:
     async def start(self) -> None:
         """Bind and serve; ``port`` 0 picks a free one (``self.port`` tells which). OSError when the
         address cannot be bound."""
-        s = grpc.aio.server(options=server_options(self.options))
+        s = grpc.aio.server(options=server_options(self.config))
         s.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(SERVICE, method_handlers(self.servicer)),
@@ -156,7 +156,7 @@ class GrpcServer:
             )
         )
         target = grpc_target(self.address, self.port)
-        creds = _credentials(self.options)
+        creds = _credentials(self.config)
         try:
             bound = s.add_secure_port(target, creds) if creds is not None else s.add_insecure_port(target)
         except RuntimeError as e:

@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
-from inferd.core.validate import request_prefix
+from inferd.engine.model import Model
+from inferd.engine.validate import request_prefix
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.shm.system import write_to_target
 
 if TYPE_CHECKING:
     from inferd.core.request import Target
+    from inferd.frontends.grpc._pb import pb
     from inferd.shm.system import Window
 
 #: what the reference answers a message it cannot parse (gRPC INTERNAL)
@@ -53,7 +54,7 @@ class SharedMemory(Protocol):
 
 
 # -- parameters ------------------------------------------------------------------------------------
-def param_value(p: Any) -> tuple[str | None, Any]:
+def param_value(p: pb.InferParameter) -> tuple[str | None, Any]:
     """(oneof kind, value) of an InferParameter; (None, None) when no value is set."""
     kind = p.WhichOneof("parameter_choice")
     return kind, (None if kind is None else getattr(p, kind))

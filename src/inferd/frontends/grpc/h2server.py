@@ -51,7 +51,7 @@ from inferd.frontends.grpc.service import (
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge, inflate
 from inferd.frontends.sweep import sweep_forever
 from inferd.frontends.tls import server_context
-from inferd.logs import REQUESTS, VERBOSE1
+from inferd.logs import VERBOSE1
 
 log = logging.getLogger("inferd.grpc")
 
@@ -187,21 +187,23 @@ class _Handlers:
         self.model_infer = f"/{SERVICE}/ModelInfer"
         self.stream_infer = f"/{SERVICE}/ModelStreamInfer"
         self.health_check = f"/{HEALTH_SERVICE}/Check"
-        options = servicer.options
-        self.max_message = options.grpc_max_message_size
+        config = servicer.config
+        #: whether the server logs each call (the servicer's switch)
+        self.request_log = servicer.request_log
+        self.max_message = config.max_message_size
         self.limits = H2Limits(
-            max_concurrent_streams=options.grpc_max_concurrent_streams,
-            max_header_list=options.grpc_max_header_list_size,
-            preface_timeout_s=options.http_header_timeout_secs,
-            keepalive_time_s=options.grpc_keepalive_time / 1000,
-            keepalive_timeout_s=options.grpc_keepalive_timeout / 1000,
+            max_concurrent_streams=config.max_concurrent_streams,
+            max_header_list=config.max_header_list_size,
+            preface_timeout_s=config.preface_timeout_s,
+            keepalive_time_s=config.keepalive_time_ms / 1000,
+            keepalive_timeout_s=config.keepalive_timeout_ms / 1000,
         )
-        self.max_connections = options.max_connections
+        self.max_connections = config.max_connections
         #: the process's bound on unsent answers, shared with the other front ends (``frontends/flow.py``;
         #: None: one of this server's own, without a limit)
         self.budget = budget if budget is not None else UnsentBudget(0)
-        age = options.grpc_max_connection_age
-        grace = options.grpc_max_connection_age_grace
+        age = config.max_connection_age_ms
+        grace = config.max_connection_age_grace_ms
         #: seconds: connection age before GOAWAY, and the grace after it
         self.max_age = (
             None if age is None else age / 1000,
@@ -256,7 +258,7 @@ class GrpcConnection(H2Connection[_Call]):
             st.pending = bytearray()
             st.task = asyncio.get_running_loop().create_task(self._run_stream(st))
         elif st.path not in h.unary and st.path != h.model_infer and st.path != h.health_check:
-            if REQUESTS.on:  # (the known methods' lines are the servicer's)
+            if h.request_log.on:  # (the known methods' lines are the servicer's)
                 log.log(VERBOSE1, "gRPC request: %s UNIMPLEMENTED", st.path)
             self.finish(st, _UNIMPLEMENTED, f"Method not found: {st.path}")
 
@@ -507,7 +509,7 @@ class LeanGrpcServer:
     def __init__(
         self, servicer: InferenceServicer, address: str, port: int, budget: UnsentBudget | None = None
     ) -> None:
-        self.options = servicer.options
+        self.config = servicer.config
         self.servicer = servicer
         self.address = address
         self.port = port
@@ -520,17 +522,17 @@ class LeanGrpcServer:
     async def start(self) -> None:
         """Bind and serve; ``port`` 0 picks a free one. OSError when the address cannot be bound,
         InvalidArgumentError when the TLS files cannot be used."""
-        options = self.options
+        config = self.config
         tls = None
-        if options.grpc_use_ssl:  # ALPN "h2": gRPC clients refuse a TLS peer that does not select it
-            root = options.grpc_root_cert if options.grpc_use_ssl_mutual else None
-            tls = server_context(options.grpc_server_cert, options.grpc_server_key, root, ("h2",))
+        if config.use_ssl:  # ALPN "h2": gRPC clients refuse a TLS peer that does not select it
+            root = config.root_cert if config.use_ssl_mutual else None
+            tls = server_context(config.server_cert, config.server_key, root, ("h2",))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: GrpcConnection(self._handlers, self._connections),
             bind_host(self.address),
             self.port,
-            reuse_port=options.reuse_grpc_port or None,
+            reuse_port=config.reuse_port or None,
             backlog=1024,
             ssl=tls,
         )
@@ -567,9 +569,9 @@ class LeanGrpcServer:
 def make_grpc_server(servicer: InferenceServicer, budget: UnsentBudget | None = None) -> Any:
     """The gRPC endpoint ``--grpc-server`` names for ``servicer``; compressed responses always on grpc.aio
     (whose buffers are grpc's own: ``budget`` bounds the lean server's)."""
-    options = servicer.options
-    if options.grpc_server == "lean" and options.grpc_infer_response_compression_level == "none":
-        return LeanGrpcServer(servicer, options.grpc_address, options.grpc_port, budget)
+    config = servicer.config
+    if config.server == "lean" and config.infer_response_compression_level == "none":
+        return LeanGrpcServer(servicer, config.address, config.port, budget)
     from inferd.frontends.grpc.aio import GrpcServer
 
-    return GrpcServer(servicer, options.grpc_address, options.grpc_port)
+    return GrpcServer(servicer, config.address, config.port)

@@ -9,21 +9,46 @@ forwarding and trace sampling follow, the same on both ways.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, Target
+from inferd.engine.model import Model
 from inferd.errors import InternalError
 from inferd.frontends.grpc import trace as _trace
 from inferd.frontends.grpc._pb import pb
-from inferd.frontends.grpc.codec import PARSE_ERROR, decode_infer_request, forwarded_headers, output_targets
+from inferd.frontends.grpc.codec import (
+    PARSE_ERROR,
+    SharedMemory,
+    decode_infer_request,
+    forwarded_headers,
+    output_targets,
+)
 from inferd.frontends.grpc.request_cache import RequestCache, Split, Template
-from inferd.trace import Trace
+from inferd.trace import Trace, Tracing
 
-if TYPE_CHECKING:
-    from inferd.frontends.grpc.service import InferenceServicer, Metadata
+#: a call's metadata, (key, value) pairs
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+class Servicer(Protocol):
+    """What a call reads of the servicer that read it (``service.InferenceServicer``: service.py
+    imports this module, not the other way)."""
+
+    @property
+    def requests(self) -> RequestCache: ...
+
+    @property
+    def shm(self) -> SharedMemory: ...
+
+    @property
+    def forward(self) -> re.Pattern[str] | None: ...  # --grpc-header-forward-pattern
+
+    @property
+    def tracing(self) -> Tracing: ...
 
 
 class InferCall:
@@ -49,7 +74,7 @@ class InferCall:
 
     def __init__(
         self,
-        servicer: InferenceServicer,
+        servicer: Servicer,
         msg: Any,
         metadata: Metadata | None,
         parts: Split | None = None,
@@ -76,7 +101,7 @@ class InferCall:
         self.empty_final = False
 
     @classmethod
-    def read(cls, servicer: InferenceServicer, payload: bytes, metadata: Metadata | None) -> InferCall:
+    def read(cls, servicer: Servicer, payload: bytes, metadata: Metadata | None) -> InferCall:
         """The call of a ModelInfer message: from its template when its key is known (nothing
         parsed), else parsed (DecodeError: not a ``ModelInferRequest``)."""
         requests = servicer.requests

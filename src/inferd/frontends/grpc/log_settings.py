@@ -10,7 +10,7 @@ from inferd.logs import FORMATS as LOG_FORMATS
 from inferd.logs import LogSettings
 
 
-def log_settings(logs: LogSettings | None, request: Any) -> Any:
+def log_settings(logs: LogSettings | None, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
     """LogSettings: each setting applied in the reference's order, with its checks; the settings."""
     if logs is None:
         raise UnavailableError("the server does not support dynamic logging")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
+from inferd.engine.model import Model
 from inferd.frontends.grpc.codec import output_targets
 
 #: the key bytes of ``raw_input_contents`` (field 7, length-delimited), ``id`` (3), ``parameters`` (4)

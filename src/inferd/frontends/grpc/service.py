@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from inferd.core.facade import Core
-from inferd.core.model_control import load_parameters
 from inferd.core.request import parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.unsent import UnsentBudget
+from inferd.engine.facade import Core
+from inferd.engine.model_control import load_parameters
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.forward import compile_forward_pattern
@@ -42,7 +42,7 @@ from inferd.frontends.grpc.codec import (
     stream_response,
     well_formed,
 )
-from inferd.frontends.grpc.infer_call import InferCall
+from inferd.frontends.grpc.infer_call import InferCall, Metadata
 from inferd.frontends.grpc.log_settings import log_settings
 from inferd.frontends.grpc.request_cache import RequestCache
 from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT, InOrder, Out, Waiting
@@ -52,8 +52,8 @@ from inferd.frontends.request_log import (
     logged_stream_request,
     logged_unary,
 )
-from inferd.logs import REQUESTS, VERBOSE1, LogSettings
-from inferd.options import ServerOptions
+from inferd.logs import VERBOSE1, LogSettings, RequestLogging
+from inferd.server_config import GrpcConfig
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Tracing
@@ -68,7 +68,6 @@ _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction p
 _STATUS: dict[ErrorCode, grpc.StatusCode] = {c: grpc.StatusCode[c.grpc_status_name] for c in ErrorCode}
 #: SERVING / NOT_SERVING HealthCheckResponse
 _HEALTH = {True: b"\x08\x01", False: b"\x08\x02"}
-Metadata = Iterable[tuple[str, str | bytes]]
 
 
 class RpcError(Exception):
@@ -163,7 +162,7 @@ class InferenceServicer:
     def __init__(
         self,
         core: Core,
-        options: ServerOptions,
+        config: GrpcConfig,
         shm: SharedMemoryManager | None = None,
         cuda_shm: CudaSharedMemoryManager | None = None,
         access: AccessPolicy | None = None,
@@ -172,10 +171,13 @@ class InferenceServicer:
         unsent: UnsentBudget | None = None,
     ) -> None:
         self.core = core
-        self.options = options
+        #: the gRPC front end's part of the server's configuration (server_config.py)
+        self.config = config
         #: the process's budget of answers held for clients, which a stream's waiting answers count in
         self.unsent = unsent
         self.logs = logs
+        #: whether this server logs each call (its ``--log-verbose``): one attribute read per call
+        self.request_log = logs.requests if logs is not None else RequestLogging()
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
@@ -183,7 +185,7 @@ class InferenceServicer:
         self.cuda_shm = cuda_shm if cuda_shm is not None else CudaSharedMemoryManager()
         self.encoder = ResponseEncoder()
         self.requests = RequestCache()
-        pattern = options.grpc_header_forward_pattern
+        pattern = config.header_forward_pattern
         self.forward = compile_forward_pattern(pattern, "--grpc-header-forward-pattern")
         self._requests = {name: getattr(pb, f"{name}Request") for name in UNARY_RPCS}
 
@@ -215,8 +217,8 @@ class InferenceServicer:
 
     async def call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
         """A unary RPC (not ModelInfer): the request's bytes in, the answer's bytes out; RpcError."""
-        if REQUESTS.on:  # --log-verbose 1: a line per call
-            return await logged_unary(rpc, self._call_unary(rpc, payload, context))
+        if self.request_log.on:  # --log-verbose 1: a line per call
+            return await logged_unary(rpc, self._call_unary(rpc, payload, context), self.request_log.details)
         return await self._call_unary(rpc, payload, context)
 
     async def _call_unary(self, rpc: str, payload: bytes, context: Context) -> bytes:
@@ -235,8 +237,8 @@ class InferenceServicer:
 
     def health_check(self, payload: bytes, metadata: Metadata | None = None) -> bytes:
         """``grpc.health.v1.Health/Check``: SERVING iff the server is ready (any service name)."""
-        if REQUESTS.on:  # --log-verbose 1: a line per call
-            return logged_health_check(self._health_check, payload, metadata)
+        if self.request_log.on:  # --log-verbose 1: a line per call
+            return logged_health_check(self._health_check, payload, metadata, self.request_log.details)
         return self._health_check(payload, metadata)
 
     def _health_check(self, payload: bytes, metadata: Metadata | None) -> bytes:
@@ -254,8 +256,8 @@ class InferenceServicer:
     ) -> ResponseStream | None:
         """ModelInfer without a task: the answer (or the failure) comes through a callback, on the
         loop; the returned stream is what to cancel when the client goes away."""
-        if REQUESTS.on:  # --log-verbose 1: a line once answered (all it costs while off)
-            answer, fail = logged_model_infer(payload, answer, fail)
+        if self.request_log.on:  # --log-verbose 1: a line once answered (all it costs while off)
+            answer, fail = logged_model_infer(payload, answer, fail, self.request_log.details)
         call: InferCall | None = None
         try:
             self.authorize("ModelInfer", metadata)
@@ -325,42 +327,48 @@ class InferenceServicer:
         return None
 
     # -- health and metadata ---------------------------------------------------------------------
-    async def ServerLive(self, request: Any, context: Any) -> Any:
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.core.live())
 
-    async def ServerReady(self, request: Any, context: Any) -> Any:
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.core.ready())
 
-    async def ModelReady(self, request: Any, context: Any) -> Any:
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         try:
             version = parse_version(request.version)
         except InferdError:
             return pb.ModelReadyResponse(ready=False)
         ready = self.core.model_ready(request.name, version)
         check = self.core.ready_check(request.name, version) if ready else None
-        if check is not None:  # the model's own is_ready(): bounded by core/readiness.py
+        if check is not None:  # the model's own is_ready(): bounded by engine/readiness.py
             ready = await check()
         return pb.ModelReadyResponse(ready=ready)
 
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
         return json_format.ParseDict(self.core.metadata(), pb.ServerMetadataResponse())
 
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         doc = self.core.model_metadata(request.name, parse_version(request.version))
         return json_format.ParseDict(doc, pb.ModelMetadataResponse())
 
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         model = self.core.get_model(request.name, parse_version(request.version))
         resp = pb.ModelConfigResponse()
         resp.config.CopyFrom(model.config)
         return resp
 
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
         doc = await self.core.gather_statistics(request.name, parse_version(request.version))
         return json_format.ParseDict(doc, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- repository ------------------------------------------------------------------------------
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         resp = pb.RepositoryIndexResponse()
@@ -368,7 +376,9 @@ class InferenceServicer:
             resp.models.add(**entry)
         return resp
 
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         params = {k: _parameter_value(p) for k, p in request.parameters.items()}
@@ -376,7 +386,9 @@ class InferenceServicer:
         await self.core.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
         if request.repository_name:
             raise UnsupportedError("'repository_name' specification is not supported")
         dependents = request.parameters.get("unload_dependents")
@@ -386,41 +398,53 @@ class InferenceServicer:
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory ---------------------------------------------------------------------------
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
         resp = pb.SystemSharedMemoryStatusResponse()
         for region in self.shm.status(request.name):
             resp.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
         return resp
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
         await self.shm.register_everywhere(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
         await self.shm.unregister_everywhere(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
         resp = pb.CudaSharedMemoryStatusResponse()
         for region in self.cuda_shm.status(request.name):
             resp.regions[region["name"]].CopyFrom(pb.CudaSharedMemoryStatusResponse.RegionStatus(**region))
         return resp
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
         await self.cuda_shm.register_everywhere(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
         await self.cuda_shm.unregister_everywhere(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and logging ----------------------------------------------------------------------------
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
         return _trace.trace_setting(self.core, self.tracing, request)
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
         return log_settings(self.logs, request)
 
     # -- inference -------------------------------------------------------------------------------
@@ -550,12 +574,12 @@ class InferenceServicer:
                 finish_if_idle()
 
         callback = on_response if call.trace is None else _trace.traced(call.trace, on_response)
-        if REQUESTS.on:  # --log-verbose 1: a line once answered
+        if self.request_log.on:  # --log-verbose 1: a line once answered
             callback = logged_stream_request(call.model_name, call.model_version, call.rid, callback)
         stream.set_callback(callback)
 
 
-def _parameter_value(p: Any) -> Any:
+def _parameter_value(p: pb.ModelRepositoryParameter) -> bool | int | str | bytes | None:
     """A ModelRepositoryParameter's value (bool, int, str or bytes)."""
     which = p.WhichOneof("parameter_choice")
     return None if which is None else getattr(p, which)

@@ -14,13 +14,15 @@ from inferd.trace import Trace, Tracing
 from inferd.trace.protocol import grpc_answer, grpc_update, unknown_model
 
 if TYPE_CHECKING:
-    from inferd.core.facade import Core
+    from inferd.engine.facade import Core
 
 Metadata = Any
 Callback = Callable[[InferResponse | None, bool], None]
 
 
-def trace_setting(core: Core, tracing: Tracing | None, request: Any) -> Any:
+def trace_setting(
+    core: Core, tracing: Tracing | None, request: pb.TraceSettingRequest
+) -> pb.TraceSettingResponse:
     """TraceSetting: the model check, the update (when settings are given), the current settings."""
     if tracing is None:
         raise UnavailableError("the server does not support trace")

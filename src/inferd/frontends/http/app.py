@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from inferd.core.facade import Core
-from inferd.core.model import Model
-from inferd.core.model_control import load_parameters
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse
+from inferd.engine.facade import Core
+from inferd.engine.model import Model
+from inferd.engine.model_control import load_parameters
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.forward import forwarded
@@ -42,7 +42,7 @@ from inferd.frontends.http.trace import TracedResponder, received, start_trace, 
 from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
 from inferd.frontends.request_log import LoggedResponder
-from inferd.logs import REQUESTS, LogSettings
+from inferd.logs import LogSettings, RequestLogging
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
 from inferd.trace import Trace, Tracing
@@ -150,6 +150,8 @@ class HttpApp:
         #: --http-header-forward-pattern: matching headers reach the model as parameters
         self.header_forward = header_forward
         self.logs = logs
+        #: whether this server logs each request (its ``--log-verbose``): one attribute read per request
+        self.request_log = logs.requests if logs is not None else RequestLogging()
         #: the trace extension (a server with tracing off when not given)
         self.tracing = tracing if tracing is not None else Tracing()
         self.access = access if access is not None and access.enabled else None
@@ -170,8 +172,8 @@ class HttpApp:
             if m is not None and m.group(3) == "infer":  # inference: its one log check in _infer
                 self.infer(req, resp, m.group(1), m.group(2) or "")
                 return
-        if REQUESTS.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
-            resp = LoggedResponder(resp, req.method, path, req.query)  # type: ignore[assignment]
+        if self.request_log.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
+            resp = LoggedResponder(resp, req.method, path, req.query, self.request_log.details)  # type: ignore[assignment]
         self._route(req, resp)
 
     def _route(self, req: HttpRequest, resp: Responder) -> None:
@@ -279,7 +281,7 @@ class HttpApp:
                 check = server.ready_check(name, version)
                 if check is None:
                     resp.send(200, _EMPTY, _TEXT)
-                else:  # the model's own is_ready(): bounded by core/readiness.py
+                else:  # the model's own is_ready(): bounded by engine/readiness.py
                     self._spawn(self._ready_answer(resp, check), resp)
         elif action == "config":
             self._get_only(req, resp, lambda: self._json(resp, server.model_config(name, version)))
@@ -463,9 +465,9 @@ class HttpApp:
         at: tuple[int, int] | None = None,
         dialect: InferDialect | None = None,
     ) -> None:
-        if REQUESTS.on:  # --log-verbose 1: a line once answered, with the request's id
+        if self.request_log.on:  # --log-verbose 1: a line once answered, with the request's id
             if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
-                resp = LoggedResponder(resp, req.method, req.path, req.query)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, req.method, req.path, req.query, self.request_log.details)  # type: ignore[assignment]
             call: _InferCall = _LoggedInferCall(self, req, resp, body, at, dialect)
         else:
             call = _InferCall(self, req, resp, body, at, dialect)

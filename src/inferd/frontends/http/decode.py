@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE, BYTES, DataType
-from inferd.core.validate import request_prefix
+from inferd.engine.model import Model
+from inferd.engine.validate import request_prefix
 from inferd.errors import InternalError, InvalidArgumentError, NotFoundError
 from inferd.frontends.http.encode import OutputEncoding
 from inferd.frontends.http.jsonparse import parse_json

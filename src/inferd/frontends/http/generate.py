@@ -22,13 +22,13 @@ from typing import Any, cast
 import numpy as np
 import orjson
 
-from inferd.core.facade import Core
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
-from inferd.core.validate import request_prefix
+from inferd.engine.facade import Core
+from inferd.engine.model import Model
+from inferd.engine.validate import request_prefix
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnsupportedError, error_for_code
 from inferd.frontends.http.errors import error_body, send_error
 from inferd.frontends.http.jsonparse import parse_json

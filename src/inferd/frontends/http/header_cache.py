@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
 from inferd.core.types import BYTES, DataType
+from inferd.engine.model import Model
 from inferd.frontends.http.decode import decode_infer_request
 from inferd.frontends.http.encode import OutputEncoding
 

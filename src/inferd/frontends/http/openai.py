@@ -29,10 +29,10 @@ from urllib.parse import unquote
 import numpy as np
 import orjson
 
-from inferd.core.facade import Core
-from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.engine.facade import Core
+from inferd.engine.model import Model
 from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.http.openai_mapping import EMBEDDINGS, TEXT, Mapping, mapping_for

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, TensorSpec
 from inferd.core.types import BY_WIRE, BYTES
+from inferd.engine.model import Model
 from inferd.frontends.http.openai_schema import OpenAIError, invalid
 
 EMBEDDINGS = "embeddings"

@@ -1,14 +1,12 @@
 """What a handler gets of an HTTP/1.1 request (``HttpRequest``) and how it answers it (``Responder``,
-in order on its connection: ``protocol.HttpConnection`` writes what it is handed)."""
+in order on its connection: ``protocol.HttpConnection`` writes what it is handed, seen from here as
+a ``Connection``: protocol.py imports this module, not the other way)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from inferd.frontends.http.protocol import HttpConnection
+from typing import Protocol
 
 _REASONS = {
     100: "Continue",
@@ -51,6 +49,28 @@ class HttpRequest:
     body: bytes
 
 
+class Connection(Protocol):
+    """What a ``Responder`` writes through (``protocol.HttpConnection``)."""
+
+    #: the client went away
+    lost: bool
+
+    def respond(
+        self,
+        responder: Responder,
+        status: int,
+        body: bytes | list[bytes | memoryview],
+        content_type: str,
+        extra_headers: ExtraHeaders,
+    ) -> None: ...
+
+    def chunk(self, responder: Responder, data: bytes, end: bool) -> None: ...
+
+    def must_wait(self, responder: Responder) -> bool: ...
+
+    async def wait_for_change(self) -> None: ...
+
+
 class Responder:
     """Writes the response of one request, in order, on its connection (loop thread only).
 
@@ -62,7 +82,7 @@ class Responder:
 
     __slots__ = ("_chunks", "_conn", "_done", "_ended", "_framed", "keep_alive", "on_close")
 
-    def __init__(self, conn: HttpConnection, keep_alive: bool, framed: bool = True) -> None:
+    def __init__(self, conn: Connection, keep_alive: bool, framed: bool = True) -> None:
         self._conn = conn
         self._done = False
         self.keep_alive = keep_alive

@@ -2,7 +2,7 @@
 
 Served on the HTTP port (under the statistics access category) and on the metrics port, unless
 ``--allow-status-page=false``. The page is one static file in the package (``status.html``: no
-build step, no CDN); it reads ``/v2/status`` (``core/status.py``) every second.
+build step, no CDN); it reads ``/v2/status`` (``engine/status.py``) every second.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from importlib import resources
 
 import orjson
 
-from inferd.core.facade import Core
+from inferd.engine.facade import Core
 from inferd.frontends.http.protocol import HttpRequest, Responder
 
 PATHS = ("/", "/v2/status")

@@ -20,7 +20,7 @@ from inferd.trace import Trace, Tracing
 from inferd.trace.protocol import http_answer, http_update, unknown_model
 
 if TYPE_CHECKING:
-    from inferd.core.facade import Core
+    from inferd.engine.facade import Core
 
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 

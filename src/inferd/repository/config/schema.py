@@ -3,22 +3,21 @@ default file names."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from inferd.repository._proto import pb2
 
-if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig as ModelConfig
-else:
-    ModelConfig = pb2.ModelConfig
-
-BatchInput: Any = pb2.BatchInput
-BatchOutput: Any = pb2.BatchOutput
-DataType: Any = pb2.DataType
-ModelInput: Any = pb2.ModelInput
-ModelInstanceGroup: Any = pb2.ModelInstanceGroup
-ModelQueuePolicy: Any = pb2.ModelQueuePolicy
-ModelSequenceBatching: Any = pb2.ModelSequenceBatching
+# typed by typings/tritonclient/grpc/model_config_pb2.pyi (scripts/proto_stubs.py)
+ModelConfig = pb2.ModelConfig
+BatchInput = pb2.BatchInput
+BatchOutput = pb2.BatchOutput
+DataType = pb2.DataType
+ModelInput = pb2.ModelInput
+ModelOutput = pb2.ModelOutput
+ModelParameter = pb2.ModelParameter
+ModelInstanceGroup = pb2.ModelInstanceGroup
+ModelQueuePolicy = pb2.ModelQueuePolicy
+ModelRateLimiter = pb2.ModelRateLimiter
+ModelSequenceBatching = pb2.ModelSequenceBatching
+ModelWarmup = pb2.ModelWarmup
 
 ENSEMBLE_PLATFORM = "ensemble"
 

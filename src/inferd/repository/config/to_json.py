@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from inferd.repository.config.schema import ModelConfig
+
+if TYPE_CHECKING:  # the C implementation's descriptor type (protobuf's upb, the usual runtime)
+    from google._upb._message import Descriptor as UpbDescriptor
+    from google._upb._message import FieldDescriptor as UpbFieldDescriptor
 
 _INT64_TYPES = frozenset(
     {
@@ -37,7 +41,7 @@ _TRITON_STRING_INT64 = frozenset(
 _NEWER_THAN_2_51 = frozenset({("inference.ModelEnsembling", "max_inflight_requests")})
 
 
-def _fix_value(value: Any, field: FieldDescriptor, path: str) -> Any:
+def _fix_value(value: Any, field: FieldDescriptor | UpbFieldDescriptor, path: str) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         if isinstance(value, dict) and field.message_type is not None:
             _fix_message(value, field.message_type, f"{path}.")
@@ -54,7 +58,7 @@ def _fix_value(value: Any, field: FieldDescriptor, path: str) -> Any:
     return value
 
 
-def _fix_message(obj: dict[str, Any], descriptor: Descriptor, prefix: str) -> None:
+def _fix_message(obj: dict[str, Any], descriptor: Descriptor | UpbDescriptor, prefix: str) -> None:
     """Fix 64-bit integers and floats in place and put the keys in declaration order (as C++ does)."""
     fixed: dict[str, Any] = {}
     for field in descriptor.fields:

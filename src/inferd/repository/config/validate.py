@@ -20,6 +20,7 @@ from inferd.repository.config.schema import (
     DataType,
     ModelConfig,
     ModelInput,
+    ModelOutput,
     ModelQueuePolicy,
     ModelSequenceBatching,
 )
@@ -167,7 +168,9 @@ def _control_kind_name(kind: int) -> str:
     return str(_Control.Kind.Name(kind))
 
 
-def _check_sequence_control(sb: Any, name: str, kind: int, *, typed: bool) -> tuple[str, int]:
+def _check_sequence_control(
+    sb: ModelSequenceBatching, name: str, kind: int, *, typed: bool
+) -> tuple[str, int]:
     """``Get{Boolean,Typed}SequenceControlProperties``: returns (tensor name or "", data type)."""
     kind_name = _control_kind_name(kind)
     seen_tensors: set[str] = set()
@@ -306,7 +309,7 @@ def _segment_counts(dims: Iterable[int]) -> list[int]:
     return counts
 
 
-def _validate_io_shape(io: Any, max_batch_size: int, prefix: str) -> None:
+def _validate_io_shape(io: ModelInput | ModelOutput, max_batch_size: int, prefix: str) -> None:
     """``ValidateIOShape``; messages get `` for <model>`` appended by the caller."""
     if not io.name:
         raise _invalid(f"{prefix}must specify 'name'")
@@ -347,7 +350,7 @@ def _validate_io_shape(io: Any, max_batch_size: int, prefix: str) -> None:
             raise _invalid(f"{pname}has different size for dims and reshape")
 
 
-def _validate_non_linear(io: Any, platform: str, is_input: bool) -> None:
+def _validate_non_linear(io: ModelInput | ModelOutput, platform: str, is_input: bool) -> None:
     if not io.is_non_linear_format_io:
         return
     if platform != TENSORRT_PLATFORM:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ from inferd.errors import InvalidArgumentError
 
 
 @pytest.fixture
-def shm() -> ShmNames:
+def shm() -> Iterator[ShmNames]:
     names = ShmNames(f"test{os.getpid()}")
     yield names
     names.cleanup()
@@ -113,7 +114,11 @@ def test_requests_and_responses_keep_every_field(shm: ShmNames) -> None:
         500,
         2,
     )
-    assert back.outputs is not None and back.outputs[0].classification == 3 and back.output_names == {"Y"}
+    assert (
+        back.outputs is not None
+        and back.outputs[0].classification == 3
+        and back.output_names == frozenset({"Y"})
+    )
     np.testing.assert_array_equal(back.inputs["A"].array, np.ones((2, 3)))
     response = InferResponse("m", "2", "rid", [Tensor.from_array("Y", np.zeros(3, np.float64))], {"k": "v"})
     r = unpack_response(pack_response(response, shm))

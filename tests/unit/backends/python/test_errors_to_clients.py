@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.backends.python import pb_utils
-from inferd.backends.python.backend import format_exception
+from inferd.backends.python.loader import format_exception
 
 
 def test_the_servers_own_frames_stay_in_the_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

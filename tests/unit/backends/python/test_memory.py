@@ -12,7 +12,6 @@ import pytest
 
 from inferd import Server
 from inferd.backends.base import LoadContext
-from inferd.backends.process.instance import EVENTS
 from inferd.backends.process.memory import memory_limit
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.repository import ModelConfig
@@ -75,12 +74,12 @@ def test_a_worker_past_its_limit_is_restarted_with_a_clear_error(tmp_path: Path)
     (tmp_path / "repo" / "leaky" / "1").mkdir(parents=True)
     (tmp_path / "repo" / "leaky" / "config.pbtxt").write_text(CONFIG)
     (tmp_path / "repo" / "leaky" / "1" / "model.py").write_text(LEAKY)
-    exited = EVENTS[("leaky", "1", "exited")]
 
     def infer(server: Server, mb: int) -> Any:
         return int(server.infer("leaky", {"MB": np.array([mb], np.int32)})["PID"][0])
 
     with Server(tmp_path / "repo") as server:  # auto: a limited model runs in worker processes
+        events = server.runtime.core.worker_processes.events  # this server's
         first = infer(server, 100)
         assert infer(server, 100) == first  # about 240 MiB: under the limit
         try:  # past 300 MiB: killed, after its answer (the check after each execute) or before it
@@ -88,16 +87,16 @@ def test_a_worker_past_its_limit_is_restarted_with_a_clear_error(tmp_path: Path)
         except UnavailableError as e:
             assert "more than its memory_limit_bytes of 300.0 MiB" in e.message
         deadline = time.monotonic() + 30
-        while EVENTS[("leaky", "1", "exited")] == exited and time.monotonic() < deadline:
+        while events[("leaky", "1", "exited")] == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert EVENTS[("leaky", "1", "exited")] == exited + 1
+        assert events[("leaky", "1", "exited")] == 1
         second = infer(server, 0)  # a new worker
         assert second != first
-        with pytest.raises(UnavailableError) as e:  # killed while it grows within one execute
+        with pytest.raises(UnavailableError) as killed:  # killed while it grows within one execute
             infer(server, -1)
-        assert e.value.message.startswith(
+        assert killed.value.message.startswith(
             "the process of model 'leaky' instance 'leaky_0' was killed: it used "
-        ) and e.value.message.endswith(
+        ) and killed.value.message.endswith(
             "MiB of memory, more than its memory_limit_bytes of 300.0 MiB; it restarts on its next request"
         )
         assert infer(server, 0) not in (first, second)  # and back again

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pymodels import execute, instance, request, write_model
 
-from inferd.backends.python import loader
+from inferd.backends.python import own_imports
 from inferd.backends.python.backend import PythonInstance
 
 MODEL = """
@@ -145,7 +145,7 @@ def test_the_rest_of_sys_path_comes_first(tmp_path: Path) -> None:
 def test_an_unloaded_models_helpers_go_and_a_new_load_imports_them_afresh(tmp_path: Path) -> None:
     model_dir = _with_utils(tmp_path, "reloaded", "one")
     inst = instance(model_dir)
-    package = loader.own_imports._of_module[inst.model.module].name
+    package = own_imports._of_module[inst.model.module].name
     assert _seen(inst)[0] == "one"
     assert f"{package}.utils" in sys.modules
     inst.unload()

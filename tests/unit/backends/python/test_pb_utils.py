@@ -268,7 +268,7 @@ def test_bls_and_senders_outside_an_instance() -> None:
 
 # -- config helpers ------------------------------------------------------------------------------
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "name": "m",
     "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [2]}],
     "output": [{"name": "Y", "data_type": "TYPE_INT64", "dims": [-1]}],

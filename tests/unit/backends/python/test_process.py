@@ -16,7 +16,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd import Server
-from inferd.backends.process.instance import EVENTS
 from inferd.backends.process.ipc import SHM_DIR
 from inferd.errors import InferdError, UnavailableError
 from waiting import wait_until
@@ -177,14 +176,20 @@ def _infer(server: Server, mode: int, x: np.ndarray[Any, Any]) -> dict[str, np.n
 
 
 def _pids() -> set[int]:
+    """This process's worker children (other tests and servers on the machine start workers too)."""
     out = set()
+    me = os.getpid()
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"inferd.backends.process.worker" in f.read():
-                    out.add(int(pid))
-        except OSError:
-            pass
+                if b"inferd.backends.process.worker" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            out.add(int(pid))
     return out
 
 
@@ -228,13 +233,14 @@ def test_decoupled_responses_from_a_worker_thread(server: Server) -> None:
 def test_a_crash_fails_its_request_only_and_the_instance_comes_back(
     server: Server, mode: int, how: str
 ) -> None:
-    exited = EVENTS[("worker", "1", "exited")]
+    events = server.runtime.core.worker_processes.events  # this server's
+    exited = events[("worker", "1", "exited")]
     with pytest.raises(UnavailableError) as info:
         _infer(server, mode, np.ones(2, np.float32))
     assert how in info.value.message and "model 'worker' instance" in info.value.message
-    assert EVENTS[("worker", "1", "exited")] == exited + 1
+    assert events[("worker", "1", "exited")] == exited + 1
     deadline = time.monotonic() + 30  # the next requests run, on a new worker where one crashed
-    answers = []
+    answers: list[list[float]] = []
     while len(answers) < 4 and time.monotonic() < deadline:
         try:
             answers.append(_infer(server, 0, np.ones(2, np.float32))["Y"].tolist())

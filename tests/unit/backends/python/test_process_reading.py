@@ -100,7 +100,7 @@ class Served:
         self.threads = [threading.Thread(target=self.worker.serve, daemon=True) for _ in range(2)]
 
     def start(self, body: Any) -> None:
-        self.worker.instance = FakeInstance(body)
+        self.worker.instance = FakeInstance(body)  # type: ignore[assignment]  # a worker calls execute only
         self.worker.reading = True
         for t in self.threads:
             t.start()

@@ -15,7 +15,8 @@ import pytest
 
 from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.python import pb_utils
-from inferd.backends.python.backend import PythonBackend, PythonInstance, format_exception
+from inferd.backends.python.backend import PythonBackend, PythonInstance
+from inferd.backends.python.loader import format_exception
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor

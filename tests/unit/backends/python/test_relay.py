@@ -31,6 +31,7 @@ from inferd.backends.process.worker import Worker
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
+from inferd.repository import ModelConfig
 
 WAIT_S = 30.0
 BIG = INLINE_MAX  # floats: four times the inline limit, so through shared memory
@@ -86,7 +87,7 @@ def _ours(shm: ShmNames) -> list[str]:
 
 def _relay(core: FakeCore, chan: Channel, shm: ShmNames, tmp_path: Path) -> BlsRelay:
     links = ServerLinks(infer_async=core.infer_async)
-    ctx = LoadContext("caller", 1, tmp_path, tmp_path, None, None, links)
+    ctx = LoadContext("caller", 1, tmp_path, tmp_path, ModelConfig(), None, links)
     return BlsRelay(ctx, chan, shm, lambda: pytest.fail("no thread pool without infer_blocking"), "caller_0")
 
 

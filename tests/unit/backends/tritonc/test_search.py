@@ -76,11 +76,71 @@ def test_a_backend_found_nowhere_says_where_it_looked(layout: tuple[Path, Path, 
     model, version, backends = layout
     with pytest.raises(InvalidArgumentError) as e:
         search.find_library(config('backend: "nope"'), model, version)
-    assert e.value.message.startswith(
-        "unable to find backend 'nope': inferd's backends are fil, onnxruntime, openvino, python, pytorch, "
-        f"tensorflow, and no Triton C/C++ backend library libtriton_nope.so is in '{version}', '{model}', "
-        f"'{backends / 'nope'}'"
+    assert e.value.message == (
+        "unable to find backend library for backend 'nope', try specifying runtime on the model "
+        "configuration. inferd's backends are fil, onnxruntime, openvino, python, pytorch, tensorflow; no "
+        f"Triton C/C++ backend library libtriton_nope.so is in '{version}', '{model}', '{backends / 'nope'}' "
+        "(the version folder, the model folder, --backend-directory/<backend>) and no Python-based "
+        f"backend's '{backends / 'nope' / 'model.py'}'"
     )
+
+
+# -- Python-based backends: <backend directory>/<name>/model.py -------------------------------------
+def test_a_model_py_in_the_backend_folder_makes_a_python_based_backend(
+    layout: tuple[Path, Path, Path],
+) -> None:
+    model, version, backends = layout
+    cfg = config('backend: "custom"')
+    assert search.python_based(cfg, model, version) is None  # nothing at all: find_library says why
+    (backends / "custom" / "model.py").write_text("")
+    assert search.python_based(cfg, model, version) == backends / "custom" / "model.py"
+    # a model.py of the model's own is no backend's: only the backend folder's counts
+    (backends / "custom" / "model.py").unlink()
+    (version / "model.py").write_text("")
+    (model / "model.py").write_text("")
+    assert search.python_based(cfg, model, version) is None
+
+
+@pytest.mark.parametrize("where", ["version", "model", "backends"])
+def test_a_library_anywhere_in_the_search_paths_wins_over_model_py(
+    layout: tuple[Path, Path, Path], where: str
+) -> None:
+    model, version, backends = layout
+    (backends / "custom" / "model.py").write_text("")
+    folder = {"version": version, "model": model, "backends": backends / "custom"}[where]
+    (folder / "libtriton_custom.so").write_bytes(b"")
+    assert search.python_based(config('backend: "custom"'), model, version) is None
+
+
+def test_runtime_model_py_names_the_backend_folder_s_file(layout: tuple[Path, Path, Path]) -> None:
+    model, version, backends = layout
+    cfg = config('backend: "custom" runtime: "model.py"')
+    (version / "libtriton_custom.so").write_bytes(b"")  # runtime decides: no library is looked for
+    with pytest.raises(InvalidArgumentError) as e:
+        search.python_based(cfg, model, version)
+    assert e.value.message == (  # the reference's text
+        "unable to find Python backend based backend library 'model.py' for model 'm', searched: "
+        f"'{backends / 'custom' / 'model.py'}'"
+    )
+    (backends / "custom" / "model.py").write_text("")
+    assert search.python_based(cfg, model, version) == backends / "custom" / "model.py"
+    # any other runtime is a library's name
+    assert search.python_based(config('backend: "custom" runtime: "other.py"'), model, version) is None
+
+
+@pytest.mark.parametrize("name", ["../outside", "custom/sub", "..", "."])
+def test_a_backend_name_with_a_path_never_leaves_the_backend_directory(
+    layout: tuple[Path, Path, Path], name: str
+) -> None:
+    model, version, backends = layout
+    (backends / "custom" / "sub").mkdir()
+    for folder in (backends.parent / "outside", backends / "custom" / "sub", backends, backends.parent):
+        folder.mkdir(exist_ok=True)
+        (folder / "model.py").write_text("")
+    with pytest.raises(InvalidArgumentError, match=f"unable to find backend library for backend '{name}'"):
+        search.python_based(config(f'backend: "{name}" runtime: "model.py"'), model, version)
+    with pytest.raises(InvalidArgumentError, match=f"unable to find backend library for backend '{name}'"):
+        search.python_based(config(f'backend: "{name}"'), model, version)
 
 
 def _elf(path: Path, *, elf_class: int = 2, e_type: int = 3, machine: int = 62) -> Path:

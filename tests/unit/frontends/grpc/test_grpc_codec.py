@@ -17,12 +17,12 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import InferResult, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, parse_version
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, NotFoundError
 from inferd.frontends.grpc import codec
 from inferd.frontends.grpc._pb import pb as inferd_pb
@@ -42,6 +42,7 @@ from inferd.frontends.grpc.codec import (
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer
 from inferd.options import ServerOptions
 from inferd.repository import parse_config_text
+from inferd.server_config import GrpcConfig
 
 WIRE_TYPES = list(BY_WIRE)
 #: wire datatype -> the InferTensorContents field that carries it
@@ -88,7 +89,7 @@ def arrays(wire: str) -> st.SearchStrategy[np.ndarray[Any, Any]]:
     if wire == "BYTES":
         return shape.flatmap(
             lambda s: st.lists(st.binary(max_size=8), min_size=math.prod(s), max_size=math.prod(s)).map(
-                lambda items, s=s: np.array([*items, b""], dtype=np.object_)[:-1].reshape(s)
+                lambda items, s=s: np.array([*items, b""], dtype=np.object_)[:-1].reshape(s)  # type: ignore[misc]
             )
         )
     return hnp.arrays(BY_WIRE[wire].numpy, shape)
@@ -425,11 +426,13 @@ def test_servicer_has_every_generated_method() -> None:
 def test_server_options_follow_tritonservers_flags() -> None:
     opts = dict(
         server_options(
-            ServerOptions(
-                grpc_keepalive_time=1000,
-                grpc_max_connection_age=5,
-                grpc_infer_response_compression_level="high",
-                reuse_grpc_port=True,
+            GrpcConfig.from_options(
+                ServerOptions(
+                    grpc_keepalive_time=1000,
+                    grpc_max_connection_age=5,
+                    grpc_infer_response_compression_level="high",
+                    reuse_grpc_port=True,
+                )
             )
         )
     )
@@ -439,7 +442,7 @@ def test_server_options_follow_tritonservers_flags() -> None:
     assert opts["grpc.keepalive_time_ms"] == 1000 and opts["grpc.keepalive_timeout_ms"] == 20000
     assert opts["grpc.max_connection_age_ms"] == 5 and opts["grpc.so_reuseport"] == 1
     assert opts["grpc.default_compression_level"] == 3
-    assert dict(server_options(ServerOptions()))["grpc.so_reuseport"] == 0
+    assert dict(server_options(GrpcConfig()))["grpc.so_reuseport"] == 0
 
 
 def test_errors_map_to_grpc_status_names() -> None:

@@ -26,8 +26,9 @@ from inferd.frontends.grpc._pb import pb
 from inferd.frontends.grpc.h2conn import STREAM_WINDOW
 from inferd.frontends.grpc.h2server import GrpcConnection, _Handlers
 from inferd.frontends.grpc.h2wire import DATA, PADDED, WINDOW_UPDATE, frame, length_prefixed
-from inferd.frontends.grpc.service import STREAM_IN_FLIGHT, InferenceServicer
-from inferd.options import ServerOptions
+from inferd.frontends.grpc.service import InferenceServicer
+from inferd.frontends.grpc.stream_order import STREAM_IN_FLIGHT
+from inferd.server_config import GrpcConfig
 
 MiB = 1 << 20
 
@@ -246,7 +247,7 @@ async def _until(check: Callable[[], bool], limit: float = 5.0) -> None:
 def test_a_stream_call_reads_no_more_requests_while_its_answers_wait(core: Any) -> None:
     async def main() -> None:
         core.hold = True  # the test answers
-        servicer = InferenceServicer(core, ServerOptions())
+        servicer = InferenceServicer(core, GrpcConfig())
         ctx = BlockedContext()
 
         async def requests() -> AsyncIterator[bytes]:
@@ -274,7 +275,7 @@ def test_a_stream_call_reads_no_more_requests_while_its_answers_wait(core: Any) 
 def test_a_decoupled_stream_takes_a_response_once_it_is_written(core: Any) -> None:
     async def main() -> None:
         core.hold = True
-        servicer = InferenceServicer(core, ServerOptions())
+        servicer = InferenceServicer(core, GrpcConfig())
         ctx = BlockedContext()
         done = asyncio.Event()
 
@@ -313,7 +314,7 @@ def test_a_streams_answers_count_until_written_and_over_the_budget_are_not_kept(
     async def main() -> None:
         core.hold = True
         budget = UnsentBudget(20_000)
-        servicer = InferenceServicer(core, ServerOptions(), unsent=budget)
+        servicer = InferenceServicer(core, GrpcConfig(), unsent=budget)
         ctx = BlockedContext()
 
         async def requests() -> AsyncIterator[bytes]:

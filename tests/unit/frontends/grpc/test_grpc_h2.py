@@ -11,7 +11,7 @@ import asyncio
 import gzip
 import struct
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import h2.config
 import h2.connection
@@ -27,6 +27,7 @@ from inferd.frontends.grpc.h2server import GrpcConnection, LeanGrpcServer, _Hand
 from inferd.frontends.grpc.h2wire import PREFACE, frame, hpack_int, length_prefixed, percent_encode
 from inferd.frontends.grpc.service import InferenceServicer
 from inferd.options import ServerOptions
+from inferd.server_config import GrpcConfig
 
 SVC = "/inference.GRPCInferenceService"
 
@@ -42,7 +43,7 @@ class FakeServicer(InferenceServicer):
     message, then ends OK. The RPCs not overridden fail (the fake core has none of them)."""
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(FakeCore(), ServerOptions(**options))  # type: ignore[arg-type]
+        super().__init__(FakeCore(), GrpcConfig.from_options(ServerOptions(**options)))  # type: ignore[arg-type]
         self.metadata: Any = None
         self.stream_cancelled = False
         self.release = asyncio.Event()
@@ -105,7 +106,11 @@ class FakeTransport:
 class Peer:
     """An h2 client wired to one GrpcConnection."""
 
-    def __init__(self, servicer: FakeServicer | None = None, settings: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        servicer: FakeServicer | None = None,
+        settings: dict[h2.settings.SettingCodes, int] | None = None,
+    ) -> None:
         self.servicer = servicer or FakeServicer()
         self.conn = GrpcConnection(_Handlers(self.servicer), set())
         self.transport = FakeTransport()
@@ -156,17 +161,19 @@ class Peer:
         """Response headers, body bytes, trailers (None until they came), reset?"""
         headers: dict[str, str] = {}
         body = b""
-        trailers = None
+        trailers: dict[str, str] | None = None
         reset = False
         for e in self.events:
             if getattr(e, "stream_id", None) != sid:
                 continue
-            if isinstance(e, h2.events.ResponseReceived):
-                headers = dict(e.headers)
+            if isinstance(
+                e, h2.events.ResponseReceived
+            ):  # str headers: header_encoding (h2's types say bytes)
+                headers = cast("dict[str, str]", dict(e.headers))
             elif isinstance(e, h2.events.DataReceived):
                 body += e.data
             elif isinstance(e, h2.events.TrailersReceived):
-                trailers = dict(e.headers)
+                trailers = cast("dict[str, str]", dict(e.headers))
             elif isinstance(e, h2.events.StreamReset):
                 reset = True
         if trailers is None and headers.get("grpc-status") is not None:  # trailers-only
@@ -603,7 +610,7 @@ def test_the_lean_server_is_chosen_unless_compression_or_aio() -> None:
     core: Any = FakeCore()
 
     def make(**options: Any) -> Any:
-        return make_grpc_server(InferenceServicer(core, ServerOptions(**options)))
+        return make_grpc_server(InferenceServicer(core, GrpcConfig.from_options(ServerOptions(**options))))
 
     assert ServerOptions().grpc_server == "lean"
     assert isinstance(make(), LeanGrpcServer)

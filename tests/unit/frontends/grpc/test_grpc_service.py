@@ -13,8 +13,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from inferd.core.response import InferResponse
 from inferd.errors import ErrorCode, InternalError, error_for_code
-from inferd.frontends.grpc.service import PARSE_ERROR, InferenceServicer, RpcError, rpc_error
-from inferd.options import ServerOptions
+from inferd.frontends.grpc.codec import PARSE_ERROR
+from inferd.frontends.grpc.service import InferenceServicer, RpcError, rpc_error
+from inferd.server_config import GrpcConfig
 
 
 def infer_request(
@@ -62,7 +63,7 @@ def test_a_bug_is_internal_and_logged(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_model_infer_answers_the_encoded_response(core: Any) -> None:
-    servicer = InferenceServicer(core, ServerOptions())
+    servicer = InferenceServicer(core, GrpcConfig())
     body, error = model_infer(servicer, infer_request().SerializeToString())
     assert error is None and body is not None
     resp = pb.ModelInferResponse.FromString(body)
@@ -87,18 +88,18 @@ def test_model_infer_answers_the_encoded_response(core: Any) -> None:
     ],
 )
 def test_model_infer_refusals(core: Any, payload: bytes, status: grpc.StatusCode, text: str) -> None:
-    _, error = model_infer(InferenceServicer(core, ServerOptions()), payload)
+    _, error = model_infer(InferenceServicer(core, GrpcConfig()), payload)
     assert error is not None and error.code is status and text in error.message
 
 
 def test_model_infer_error_of_the_model(core: Any) -> None:
     core.answer = lambda r: InferResponse(r.model_name, "1", r.id, error=InternalError("exploded"))
-    _, error = model_infer(InferenceServicer(core, ServerOptions()), infer_request().SerializeToString())
+    _, error = model_infer(InferenceServicer(core, GrpcConfig()), infer_request().SerializeToString())
     assert error is not None and (error.code, error.message) == (grpc.StatusCode.INTERNAL, "exploded")
 
 
 def test_forwarded_headers_reach_the_request(core: Any) -> None:
-    servicer = InferenceServicer(core, ServerOptions(grpc_header_forward_pattern="^x-"))
+    servicer = InferenceServicer(core, GrpcConfig(header_forward_pattern="^x-"))
 
     async def main() -> None:
         await servicer.model_infer_async(infer_request().SerializeToString(), (("x-team", "a"), ("y", "b")))
@@ -109,7 +110,7 @@ def test_forwarded_headers_reach_the_request(core: Any) -> None:
 
 def test_a_cancelled_call_cancels_its_request(core: Any) -> None:
     core.hold = True
-    servicer = InferenceServicer(core, ServerOptions())
+    servicer = InferenceServicer(core, GrpcConfig())
 
     async def main() -> None:
         task = asyncio.get_running_loop().create_task(
@@ -125,7 +126,7 @@ def test_a_cancelled_call_cancels_its_request(core: Any) -> None:
 
 
 def test_call_unary_parses_dispatches_and_maps(core: Any) -> None:
-    servicer = InferenceServicer(core, ServerOptions())
+    servicer = InferenceServicer(core, GrpcConfig())
 
     async def main() -> None:
         live = await servicer.call_unary("ServerLive", b"", Context())
@@ -152,7 +153,7 @@ def test_call_unary_parses_dispatches_and_maps(core: Any) -> None:
 
 
 def test_health_check(core: Any) -> None:
-    servicer = InferenceServicer(core, ServerOptions())
+    servicer = InferenceServicer(core, GrpcConfig())
     assert servicer.health_check(b"") == b"\x08\x01"
     core.is_ready = False
     assert servicer.health_check(b"") == b"\x08\x02"
@@ -161,7 +162,7 @@ def test_health_check(core: Any) -> None:
 
 
 def test_stream_infer_answers_each_request_and_errors_do_not_end_it(core: Any) -> None:
-    servicer = InferenceServicer(core, ServerOptions())
+    servicer = InferenceServicer(core, GrpcConfig())
     ctx = Context()
 
     async def messages() -> AsyncIterator[bytes]:

@@ -14,8 +14,8 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.grpc import _utils as client_utils
 from tritonclient.grpc import service_pb2 as pb
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest, parse_version
+from inferd.engine.model import Model
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.grpc._pb import pb as inferd_pb
 from inferd.frontends.grpc.codec import decode_infer_request, varint

@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 from tritonclient.http import InferenceServerClient, InferInput
 
-from inferd.core.model import Model
 from inferd.core.types import BY_WIRE
+from inferd.engine.model import Model
 from inferd.repository import parse_config_text
 
 

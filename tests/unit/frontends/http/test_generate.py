@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.core.model import Model
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import (
     InferdError,
     InternalError,

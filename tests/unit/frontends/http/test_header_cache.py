@@ -11,8 +11,8 @@ import pytest
 from codec_models import ADD_SUB, IDENTITY_BYTES, IDENTITY_FP32, client_body, model
 from tritonclient.http import InferenceServerClient, InferInput
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START
+from inferd.engine.model import Model
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.frontends.http.decode import decode_infer_request
 from inferd.frontends.http.header_cache import HeaderCache

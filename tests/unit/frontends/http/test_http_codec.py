@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.http import InferenceServerClient, InferInput, InferRequestedOutput, InferResult
 
-from inferd.core.model import Model
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor, serialize_bytes
 from inferd.core.types import BY_WIRE, BYTES
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.errors import InferdError, InternalError, InvalidArgumentError
 from inferd.frontends.http.decode import RESERVED_PARAMETERS, decode_infer_request
 from inferd.frontends.http.encode import OutputEncoding, encode_infer_response
@@ -65,7 +65,8 @@ def tensors(draw: st.DrawFn, wire: str, json_safe: bool) -> np.ndarray[Any, Any]
         return arr.reshape(shape)
     dtype = BY_WIRE[wire].numpy
     if dtype.kind == "f":
-        elements = st.floats(width=8 * dtype.itemsize, allow_nan=not json_safe, allow_infinity=not json_safe)
+        width = 8 * dtype.itemsize  # 16, 32 or 64: what st.floats takes
+        elements = st.floats(width=width, allow_nan=not json_safe, allow_infinity=not json_safe)  # type: ignore[arg-type]
         return draw(hnp.arrays(dtype, shape, elements=elements))
     return draw(hnp.arrays(dtype, shape))
 

@@ -289,7 +289,7 @@ def test_a_whole_chat_completion_and_several_prompts(core: Any) -> None:
     assert core.requests[0].inputs["PROMPT"].array.tolist() == [b"user: hi\nassistant:"]
     core.requests.clear()
     core.streams.clear()
-    two = [[(piece("one", 1), True)], [(piece("two", 1), False), (None, True)]]
+    two: list[list[Any]] = [[(piece("one", 1), True)], [(piece("two", 1), False), (None, True)]]
     doc = json.loads(text_call(core, "/v1/completions", {"model": "writer", "prompt": ["a", "b"]}, two).body)
     assert [(c["index"], c["text"], c["finish_reason"]) for c in doc["choices"]] == [
         (0, "one", "stop"),
@@ -348,7 +348,7 @@ def test_a_streamed_chat_completion(core: Any) -> None:
 
 def test_a_streamed_completion_of_two_prompts_with_a_stop_sequence(core: Any) -> None:
     body = {"model": "writer", "prompt": ["a", "b"], "stream": True, "stop": "STOP"}
-    items = [
+    items: list[list[Any]] = [
         [(piece("x ST", 1), False), (piece("OP y", 2), False)],
         [(piece("two", 1), False), (None, True)],
     ]

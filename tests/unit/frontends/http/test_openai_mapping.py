@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.core.model import Model
 from inferd.core.response import InferResponse
 from inferd.core.tensor import Tensor
-from inferd.core.validate import validate_request
+from inferd.engine.model import Model
+from inferd.engine.validate import validate_request
 from inferd.frontends.http.openai_mapping import EMBEDDINGS, TEXT, mapping_for
 from inferd.frontends.http.openai_schema import OpenAIError
 

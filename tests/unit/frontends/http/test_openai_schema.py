@@ -76,7 +76,7 @@ def test_embeddings_inputs_and_formats() -> None:
     assert (b.texts, b.base64, b.dimensions) == (["one"], False, None)
     b = parse_embeddings({"model": "m", "input": ["a", ""], "encoding_format": "base64", "dimensions": 384})
     assert (b.texts, b.base64, b.dimensions) == (["a", ""], True, 384)
-    for bad, param in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"input": [1, 2, 3]}, "input"),  # token ids
         ({"input": [[1, 2]]}, "input"),
         ({"input": []}, "input"),
@@ -85,7 +85,8 @@ def test_embeddings_inputs_and_formats() -> None:
         ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
         ({"input": "a", "dimensions": 0}, "dimensions"),
         ({"input": "a", "dimensions": "384"}, "dimensions"),
-    ]:
+    ]
+    for bad, param in cases:
         e = _error(parse_embeddings, {"model": "m", **bad})
         assert (e.status, e.param) == (400, param), bad
     assert "token ids" in _error(parse_embeddings, {"model": "m", "input": [1, 2]}).message
