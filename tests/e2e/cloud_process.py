@@ -38,7 +38,7 @@ class CloudProcess(InferdProcess):
     def _wait_live(self) -> bool:
         def listening() -> bool:
             self.read_ports()
-            ports = self.ports
+            ports = self.listening
             self.cloud_port = ports.get("Sagemaker HTTPService") or ports.get("Vertex AI HTTPService", 0)
             if not self.cloud_port:
                 return False

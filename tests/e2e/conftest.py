@@ -215,7 +215,7 @@ class InferdProcess:
         #: the files the start-up lines go to, each with its size before the start
         self._logs: list[tuple[Path, int]] = [(log_path, 0)]
         #: every port the start-up lines name, by service ("HTTPService", "Sagemaker HTTPService"...)
-        self.ports: dict[str, int] = {}
+        self.listening: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> InferdProcess:
@@ -262,7 +262,7 @@ class InferdProcess:
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 f.seek(offset)
                 text += f.read().decode(errors="replace")
-        self.ports = ports = listening_ports(text)
+        self.listening = ports = listening_ports(text)
         self.port = ports.get("HTTPService", 0)
         self.grpc_port = ports.get("GRPCInferenceService", 0)
         self.metrics_port = ports.get("Metrics Service", 0)
