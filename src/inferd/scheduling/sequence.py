@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.backends.base import BackendInstance, Reschedulable
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response_path import ResponsePath
 from inferd.core.stats import ModelStats
 from inferd.errors import (
     InferdError,
@@ -420,27 +421,25 @@ class SequenceBatcher:
             request.stream.deliver(self._error(request, e), True)
 
     def _track(self, request: InferRequest, stream: ResponseStream, seq: _Sequence) -> None:
-        """Hear of the request's final response; take the states out of its responses."""
-        on_final = stream.on_final
+        """The scheduler's stages of the request's response path (core/response_path.py): hear of
+        its final response; take the states out of its responses."""
         loop = self._loop
 
-        def final(s: ResponseStream) -> None:
-            if on_final is not None:
-                on_final(s)
-            # after this delivery: its states are taken (postprocess) before the next request goes
+        def final(_s: ResponseStream) -> None:
+            # after this delivery: its states are taken (post-processing) before the next request goes
             loop.call_soon(self._completed, request)
 
-        stream.on_final = final
+        take = None
         specs = self._state_specs
         if specs:
-            post = stream.postprocess
 
             def take(response: InferResponse) -> None:
                 take_states(response, specs, seq.states)
-                if post is not None:
-                    post(response)
 
-            stream.postprocess = take
+        path = stream.path
+        if path is None:  # a stream made outside the core (no other stage)
+            path = stream.path = ResponsePath()
+        path.track(final, take)
 
     def _completed(self, request: InferRequest) -> None:
         """On the loop, after a request's final response: its slot takes the sequence's next one."""
