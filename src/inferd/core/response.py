@@ -219,7 +219,8 @@ class ResponseStream:
                     path.first = None
                     first()
             if final:
-                path.end(self)
+                for end in path.ends:
+                    end(self)
             if path.posts and response is not None and response.error is None:
                 response = path.post(response)
         cb = self._callback

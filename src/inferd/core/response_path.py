@@ -20,9 +20,10 @@ A response sent by a backend (from any thread, ``ResponseStream.send``, or a wor
 6. **consumer**: a front end's callback (``set_callback``), or the caller iterating the stream.
 
 ``ResponsePath`` is that list for one request, built once by ``ServerCore`` before the request is
-queued (``build``): each layer hands it its stage (the trace, the cache, the scheduler's part from
-``Tracked.track``); none wraps another's. What a request needs nothing from stays None and costs a
-test per response.
+queued: each layer hands it its stage (the trace, the response cache; a sequence batcher adds its own
+as it queues the request, ``tracked``); none wraps another's. A stage a request does not need is
+absent and costs nothing per response; a request that needs none but ``closed`` shares the server's
+one path.
 """
 
 from __future__ import annotations
@@ -41,12 +42,16 @@ Post = Callable[[InferResponse], None]
 
 
 class ResponsePath:
-    """The stages 3 to 5 of one request's responses (see the module docstring)."""
+    """The stages 3 to 5 of one request's responses (see the module docstring). Not changed once
+    a stream has it (``tracked`` makes a new one), so that the requests that need nothing but
+    ``closed`` share one: no allocation per request on the plain path. ``first`` is the exception:
+    cleared once it fired, on a path of its own (it holds the request's start)."""
 
     __slots__ = (
         "cache_post",
         "classify",
         "closed",
+        "ends",
         "first",
         "posts",
         "scheduler_end",
@@ -63,44 +68,43 @@ class ResponsePath:
         trace_post: Post | None = None,
         cache_post: Post | None = None,
         classify: Post | None = None,
+        scheduler_end: End | None = None,
+        scheduler_post: Post | None = None,
     ) -> None:
         self.first = first
         self.trace_end = trace_end
         self.closed = closed
-        self.scheduler_end: End | None = None
-        self.scheduler_post: Post | None = None
+        self.scheduler_end = scheduler_end
+        self.scheduler_post = scheduler_post
         self.cache_post = cache_post
         self.trace_post = trace_post
         self.classify = classify
-        #: whether any post-processing stage is set (one test per response when none is)
-        self.posts = cache_post is not None or trace_post is not None or classify is not None
+        #: stage 4, in order (what the stream calls at the final flag)
+        self.ends: tuple[End, ...] = tuple(e for e in (trace_end, closed, scheduler_end) if e is not None)
+        #: stage 5, in order (empty: one test per response)
+        self.posts: tuple[Post, ...] = tuple(
+            p for p in (scheduler_post, cache_post, trace_post, classify) if p is not None
+        )
 
-    def track(self, end: End | None, post: Post | None) -> None:
-        """The scheduler's stages (a sequence batcher's, as it queues the request)."""
-        self.scheduler_end = end
-        if post is not None:
-            self.scheduler_post = post
-            self.posts = True
-
-    def end(self, stream: ResponseStream) -> None:
-        """Stage 4: the final flag passed (called once)."""
-        trace_end = self.trace_end
-        if trace_end is not None:
-            trace_end(stream)
-        closed = self.closed
-        if closed is not None:
-            closed(stream)
-        scheduler_end = self.scheduler_end
-        if scheduler_end is not None:
-            scheduler_end(stream)
+    def tracked(self, end: End | None, post: Post | None) -> ResponsePath:
+        """This path with the scheduler's stages (a sequence batcher's, as it queues the request)."""
+        return ResponsePath(
+            self.closed,
+            self.first,
+            self.trace_end,
+            self.trace_post,
+            self.cache_post,
+            self.classify,
+            end,
+            post,
+        )
 
     def post(self, response: InferResponse) -> InferResponse:
         """Stage 5: a successful response made into what the consumer gets (an error response when
         a stage refuses it)."""
         try:
-            for stage in (self.scheduler_post, self.cache_post, self.trace_post, self.classify):
-                if stage is not None:
-                    stage(response)
+            for stage in self.posts:
+                stage(response)
         except InferdError as e:
             return InferResponse(response.model_name, response.model_version, response.id, error=e)
         return response

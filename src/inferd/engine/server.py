@@ -127,6 +127,8 @@ class ServerCore:
         self._open: set[ResponseStream] = set()
         #: a stream's final response takes it out of ``_open`` (one bound method for all of them)
         self._closed = self._open.discard
+        #: the response path (core/response_path.py) of every request that needs no other stage
+        self._plain_path = ResponsePath(self._closed)
         #: how far a decoupled model's responses may run ahead of their client (core/stream_flow.py)
         self.stream_limits = StreamLimits(
             config.stream_max_unread_bytes, config.stream_stall_timeout_s, unsent
@@ -388,10 +390,18 @@ class ServerCore:
             stream.limit(self.stream_limits)
         request.stream = stream
         self._open.add(stream)
-        hit = self._build_path(model, request, stream)
-        if hit is not None:  # a response cache hit: answered, never queued
-            stream.deliver(hit, True)
-            return stream
+        if (
+            request.outputs is None
+            and request.trace is None
+            and self.response_cache is None
+            and model.stats.first_response is None
+        ):
+            stream.path = self._plain_path  # nothing but the count of open requests
+        else:
+            hit = self._build_path(model, request, stream)
+            if hit is not None:  # a response cache hit: answered, never queued
+                stream.deliver(hit, True)
+                return stream
         try:
             model.scheduler.enqueue(request)
         except BaseException:
@@ -420,14 +430,17 @@ class ServerCore:
         hit = cache_post = None
         if self.response_cache is not None:
             hit, cache_post = look_up(self.response_cache, model, request)
-        stream.path = ResponsePath(
-            self._closed,
-            first,
-            None if trace is None else trace.ended,
-            None if trace is None else trace.output_capture,
-            cache_post,
-            classify,
-        )
+        if first is None and trace is None and cache_post is None and classify is None:
+            stream.path = self._plain_path
+        else:
+            stream.path = ResponsePath(
+                self._closed,
+                first,
+                None if trace is None else trace.ended,
+                None if trace is None else trace.output_capture,
+                cache_post,
+                classify,
+            )
         return hit
 
     def _submit_later(
@@ -439,7 +452,7 @@ class ServerCore:
         assert self.loop is not None
         stream = ResponseStream(self.loop)
         self._open.add(stream)
-        stream.path = ResponsePath(self._closed)
+        stream.path = self._plain_path
         task = self.loop.create_task(
             self._load_then_enqueue(name, version, decode, decoupled_error, lookup, stream)
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from inferd.core.request import InferRequest
 from inferd.scheduling.ordering import OrderedResponses
@@ -23,7 +24,7 @@ from inferd.scheduling.queue import BatchPolicy, PolicyQueue, RequestQueue, form
 class BatchFormer:
     """The pool's queue and how batches form from it (see the module docstring)."""
 
-    __slots__ = ("_clock", "_ordered", "policy", "policy_queue", "queue")
+    __slots__ = ("_clock", "_ordered", "form", "policy", "policy_queue", "queue")
 
     def __init__(self, policy: BatchPolicy, queue: PolicyQueue | None, clock: Callable[[], int]) -> None:
         """``queue``: the dynamic batcher's queue policy, None: first in, first out."""
@@ -33,14 +34,11 @@ class BatchFormer:
         self._clock = clock
         #: preserve_ordering: each request's place, reserved as its batch forms (None: off)
         self._ordered = OrderedResponses() if policy.preserve_ordering else None
-
-    def admit(self, request: InferRequest, now: int) -> int:
-        """Queue ``request``; its queue deadline (0: none)."""
-        pq = self.policy_queue
-        if pq is None:
-            self.queue.append(request)
-            return 0
-        return pq.admit(request, now)
+        #: the next batch off the queue (not empty), and its batch size (no frame of ours between
+        #: the worker and ``form_batch`` where no place is reserved: this is every request's path)
+        self.form: Callable[[], tuple[list[InferRequest], int]] = (
+            partial(form_batch, self.queue, policy, clock) if self._ordered is None else self._form_ordered
+        )
 
     def wait_for_batch(
         self, cond: threading.Condition, holding: list[threading.Condition], stopping: Callable[[], bool]
@@ -72,8 +70,7 @@ class BatchFormer:
         pq = self.policy_queue
         return pq.expire(self._clock()) if pq is not None and pq.has_deadlines else []
 
-    def form(self) -> tuple[list[InferRequest], int]:
-        """The next batch off the queue (not empty), and its batch size."""
+    def _form_ordered(self) -> tuple[list[InferRequest], int]:
         batch, total = form_batch(self.queue, self.policy, self._clock)
         if self._ordered is not None:
             self._ordered.reserve(batch)

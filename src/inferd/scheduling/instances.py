@@ -78,6 +78,7 @@ class InstancePool:
         self._lock = threading.Lock()
         self._former = BatchFormer(policy, queue, clock)
         self._queue = self._former.queue
+        self._policy_queue = queue
         self._executing = 0
         self._stopping = False
         self._gate = gate
@@ -122,13 +123,18 @@ class InstancePool:
     def enqueue(self, request: InferRequest) -> None:
         request.t_queue_ns = now = self._clock()
         inline = self._inline
+        deadline = 0
         with self._lock:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
             watch = self._watch
             if watch.abandoned and watch.all_stuck():
                 raise watch.stuck_error()
-            deadline = self._former.admit(request, now)
+            pq = self._policy_queue
+            if pq is None:
+                self._queue.append(request)
+            else:
+                deadline = pq.admit(request, now)
             if not inline.active:
                 self._workers.wake_one()
         if deadline:  # on the loop: reject (or delay) it then if it still waits

@@ -437,9 +437,7 @@ class SequenceBatcher:
                 take_states(response, specs, seq.states)
 
         path = stream.path
-        if path is None:  # a stream made outside the core (no other stage)
-            path = stream.path = ResponsePath()
-        path.track(final, take)
+        stream.path = (ResponsePath() if path is None else path).tracked(final, take)
 
     def _completed(self, request: InferRequest) -> None:
         """On the loop, after a request's final response: its slot takes the sequence's next one."""
