@@ -19,7 +19,7 @@ from inferd.backends.base import BackendLookup, MetricRegistry, ResponseCallback
 from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.response_path import ResponsePath
+from inferd.core.response_path import Post, ResponsePath
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.unsent import UnsentBudget
 from inferd.engine.cache import ResponseCache, look_up
@@ -390,15 +390,23 @@ class ServerCore:
             stream.limit(self.stream_limits)
         request.stream = stream
         self._open.add(stream)
+        classify = None
+        outputs = request.outputs
+        if outputs is not None:
+            for o in outputs:
+                if o.classification > 0:
+                    wanted = {o.name: o.classification for o in outputs if o.classification > 0}
+                    classify = partial(apply_classification, wanted, model)
+                    break
         if (
-            request.outputs is None
+            classify is None
             and request.trace is None
             and self.response_cache is None
             and model.stats.first_response is None
         ):
             stream.path = self._plain_path  # nothing but the count of open requests
         else:
-            hit = self._build_path(model, request, stream)
+            hit = self._build_path(model, request, stream, classify)
             if hit is not None:  # a response cache hit: answered, never queued
                 stream.deliver(hit, True)
                 return stream
@@ -410,18 +418,11 @@ class ServerCore:
         return stream
 
     def _build_path(
-        self, model: Model, request: InferRequest, stream: ResponseStream
+        self, model: Model, request: InferRequest, stream: ResponseStream, classify: Post | None
     ) -> InferResponse | None:
-        """The request's response path (core/response_path.py), every stage the core knows of; a
-        response cache hit's answer instead of queueing (None: queue it)."""
-        classify = None
-        outputs = request.outputs
-        if outputs is not None:
-            for o in outputs:
-                if o.classification > 0:
-                    wanted = {o.name: o.classification for o in outputs if o.classification > 0}
-                    classify = partial(apply_classification, wanted, model)
-                    break
+        """The request's response path (core/response_path.py): every stage the core knows of
+        (``classify``: the classification extension's, found by ``_enqueue``); a response cache
+        hit's answer instead of queueing (None: queue it)."""
         histogram = model.stats.first_response  # --metrics-config histogram_latencies=true
         first = None if histogram is None else partial(histogram.observe_since, request.t_start_ns)
         trace = request.trace  # sampled by its front end, or a traced request's child
