@@ -33,7 +33,12 @@ def test_the_stages_run_in_order_and_the_first_and_end_once() -> None:
         stream = ResponseStream(asyncio.get_running_loop())
         stream.path = _path(seen)
         got: list[bool] = []
-        stream.set_callback(lambda _r, final: (seen.append("consumer"), got.append(final)))
+
+        def consumer(_response: InferResponse | None, final: bool) -> None:
+            seen.append("consumer")
+            got.append(final)
+
+        stream.set_callback(consumer)
         stream.deliver(InferResponse("m", "1"), False)
         stream.deliver(InferResponse("m", "1"), True)
         stream.deliver(InferResponse("m", "1"), True)  # after the final one: goes nowhere
