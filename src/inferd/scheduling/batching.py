@@ -5,12 +5,14 @@ priorities, maximum size, timeouts). A worker about to take a batch first holds 
 ``max_queue_delay`` (``wait_for_batch``), takes the requests whose queue timeout passed off the queue
 (``take_expired``: also checked as a batch forms, as the reference does, so that an idle instance
 cannot outrun the timer), then forms the batch (``form``), reserving each request's place in the
-completion order under preserve_ordering (scheduling/ordering.py). Every method runs with the pool's
-lock held.
+completion order under preserve_ordering (scheduling/ordering.py). Those run with the pool's lock
+held. A request queued with a deadline also sets a timer on the loop (``expire_at``), which rejects
+it then if it still waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
 from collections.abc import Callable
@@ -24,10 +26,22 @@ from inferd.scheduling.queue import BatchPolicy, PolicyQueue, RequestQueue, form
 class BatchFormer:
     """The pool's queue and how batches form from it (see the module docstring)."""
 
-    __slots__ = ("_clock", "_ordered", "form", "policy", "policy_queue", "queue")
+    __slots__ = ("_clock", "_lock", "_loop", "_ordered", "_reject", "form", "policy", "policy_queue", "queue")
 
-    def __init__(self, policy: BatchPolicy, queue: PolicyQueue | None, clock: Callable[[], int]) -> None:
-        """``queue``: the dynamic batcher's queue policy, None: first in, first out."""
+    def __init__(
+        self,
+        policy: BatchPolicy,
+        queue: PolicyQueue | None,
+        clock: Callable[[], int],
+        loop: asyncio.AbstractEventLoop,
+        lock: threading.Lock,
+        reject: Callable[[list[InferRequest], bool], None],
+    ) -> None:
+        """``queue``: the dynamic batcher's queue policy, None: first in, first out; ``lock``: the
+        pool's; ``reject(requests, on_loop)``: answers the requests whose queue timeout passed."""
+        self._loop = loop
+        self._lock = lock
+        self._reject = reject
         self.policy = policy
         self.policy_queue = queue
         self.queue: RequestQueue = collections.deque() if queue is None else queue
@@ -64,6 +78,24 @@ class BatchFormer:
                 cond.wait(left / 1e9)
             finally:
                 holding.remove(cond)
+
+    def expire_at(self, deadline: int, now: int) -> None:
+        """A request was queued with a queue deadline: on the loop, reject (or delay) it then if it
+        still waits."""
+        self._loop.call_later((deadline - now) / 1e9, self._expire, deadline)
+
+    def _expire(self, deadline: int) -> None:
+        """On the loop, at a request's queue deadline: reject (or delay) what timed out. uvloop's
+        timers count whole milliseconds and fire up to one early (3% of them, measured): one that
+        comes before ``deadline`` is set again rather than leaving the request to wait out the
+        execute ahead of it."""
+        early_ns = deadline - self._clock()
+        if early_ns >= 0:
+            self._loop.call_later(early_ns / 1e9 + 0.001, self._expire, deadline)
+            return
+        with self._lock:
+            rejected = self.take_expired()
+        self._reject(rejected, True)
 
     def take_expired(self) -> list[InferRequest]:
         """The queued requests past their deadline, taken off the queue."""

@@ -76,9 +76,6 @@ class InstancePool:
         self._loop = loop
         self._clock = clock
         self._lock = threading.Lock()
-        self._former = BatchFormer(policy, queue, clock)
-        self._queue = self._former.queue
-        self._policy_queue = queue
         self._executing = 0
         self._stopping = False
         self._gate = gate
@@ -107,6 +104,9 @@ class InstancePool:
         self._runner = BatchRunner(
             model_name, model_version, stats, loop, clock, self._inline, self._auto, self._watch.abandoned
         )
+        self._former = BatchFormer(policy, queue, clock, loop, self._lock, self._runner.reject)
+        self._queue = self._former.queue
+        self._policy_queue = queue
         started = 0
         try:
             for t in threads:
@@ -138,7 +138,7 @@ class InstancePool:
             if not inline.active:
                 self._workers.wake_one()
         if deadline:  # on the loop: reject (or delay) it then if it still waits
-            self._loop.call_later((deadline - now) / 1e9, self._expire, deadline)
+            self._former.expire_at(deadline, now)
         if not inline.active:
             return
         if not inline.drain_scheduled:
@@ -374,20 +374,7 @@ class InstancePool:
         self._inline.give_up()
         self._runner.fail_all(batch, error, inline=True)
 
-    # -- queue timeouts and the execute watchdog -------------------------------------------------------
-    def _expire(self, deadline: int) -> None:
-        """On the loop, at a request's queue deadline: reject (or delay) what timed out. uvloop's
-        timers count whole milliseconds and fire up to one early (3% of them, measured): one that
-        comes before ``deadline`` is set again rather than leaving the request to wait out the
-        execute ahead of it."""
-        early_ns = deadline - self._clock()
-        if early_ns >= 0:
-            self._loop.call_later(early_ns / 1e9 + 0.001, self._expire, deadline)
-            return
-        with self._lock:
-            rejected = self._former.take_expired()
-        self._runner.reject(rejected, on_loop=True)
-
+    # -- the execute watchdog -------------------------------------------------------------------------
     @property
     def execute_timeout_ns(self) -> int:
         return self._watch.timeout_ns
