@@ -50,7 +50,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.base import BackendInstance, Reschedulable
 from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest

@@ -206,7 +206,8 @@ def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
         for r in reqs:
             r.stream = ResponseStream(loop)
         with pool._lock:  # the requests land together, with one wake-up
-            pool._queue.extend(reqs)
+            for r in reqs:
+                pool._queue.append(r)
             pool._workers.wake_one()
         resps = await answers([r.stream for r in reqs if r.stream is not None])
         await pool.stop(WAIT_S)
