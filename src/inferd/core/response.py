@@ -6,14 +6,27 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from inferd.core.stream_flow import DROP, FLAG_ONLY, STALLED, StreamLimits, StreamWindow, stalled_error
 from inferd.core.tensor import Tensor
 from inferd.errors import InferdError
 
-if TYPE_CHECKING:
-    from inferd.core.response_path import ResponsePath
+
+class StreamPath(Protocol):
+    """What a stream calls of its request's response path: core/response_path.py's ResponsePath,
+    which is built from responses and streams (so it imports this module, and this one names it
+    by what it offers)."""
+
+    first: Callable[[], None] | None
+    ends: tuple[Callable[[ResponseStream], None], ...]
+    posts: tuple[Callable[[InferResponse], None], ...]
+
+    def post(self, response: InferResponse) -> InferResponse: ...
+
+    def tracked(
+        self, end: Callable[[ResponseStream], None] | None, post: Callable[[InferResponse], None] | None
+    ) -> StreamPath: ...
 
 
 @dataclass(slots=True)
@@ -63,7 +76,7 @@ class ResponseStream:
         self._callback: Callable[[InferResponse | None, bool], None] | None = None
         self._cancel_reason: str | None = None
         #: the stages between ordering and the consumer (None: none, a stream outside the core)
-        self.path: ResponsePath | None = None
+        self.path: StreamPath | None = None
         #: called once when the request is cancelled (a worker process must be told)
         self.on_cancel: Callable[[str], None] | None = None
         #: preserve_ordering (scheduling/ordering.py): takes every response instead of ``deliver``,
