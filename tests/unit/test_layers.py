@@ -20,6 +20,7 @@ CORE_DATA = frozenset(
         "inferd.core.tensor",
         "inferd.core.request",
         "inferd.core.response",
+        "inferd.core.response_path",  # the stages a request's responses pass (the schedulers add theirs)
         "inferd.core.stream_flow",
         "inferd.core.unsent",  # the process's budget of held response bytes, which stream windows count in
     }

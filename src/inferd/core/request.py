@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -12,7 +12,7 @@ from inferd.core.tensor import Tensor
 from inferd.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from inferd.core.response import ResponseStream
+    from inferd.core.response import InferResponse, ResponseStream
 
 # Request flags (TRITONSERVER_RequestFlag)
 SEQUENCE_START = 1
@@ -22,10 +22,17 @@ SEQUENCE_END = 2
 class RequestTrace(Protocol):
     """A sampled request's trace (``inferd.trace``), as the core, the schedulers and backends see it."""
 
-    def attach(
-        self, request: InferRequest, model_name: str, model_version: str, stream: ResponseStream
-    ) -> None:
-        """The core queues ``request`` on ``stream`` (the trace hooks its final response)."""
+    def attach(self, request: InferRequest, model_name: str, model_version: str) -> None:
+        """The core is about to queue ``request``."""
+        ...
+
+    def ended(self, stream: ResponseStream) -> None:
+        """Its response path's end: the final response passed (core/response_path.py)."""
+        ...
+
+    @property
+    def output_capture(self) -> Callable[[InferResponse], None] | None:
+        """Its response path's stage that copies the outputs (None: none)."""
         ...
 
     def computed(self, start_ns: int, end_ns: int, timings: tuple[int, int, int] | None) -> None:

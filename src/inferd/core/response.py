@@ -6,11 +6,27 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from inferd.core.stream_flow import DROP, FLAG_ONLY, STALLED, StreamLimits, StreamWindow, stalled_error
 from inferd.core.tensor import Tensor
 from inferd.errors import InferdError
+
+
+class StreamPath(Protocol):
+    """What a stream calls of its request's response path: core/response_path.py's ResponsePath,
+    which is built from responses and streams (so it imports this module, and this one names it
+    by what it offers)."""
+
+    first: Callable[[], None] | None
+    ends: tuple[Callable[[ResponseStream], None], ...]
+    posts: tuple[Callable[[InferResponse], None], ...]
+
+    def post(self, response: InferResponse) -> InferResponse: ...
+
+    def tracked(
+        self, end: Callable[[ResponseStream], None] | None, post: Callable[[InferResponse], None] | None
+    ) -> StreamPath: ...
 
 
 @dataclass(slots=True)
@@ -29,9 +45,9 @@ class ResponseStream:
     """Responses of one request, sent from any thread and consumed on the event loop.
 
     ``send`` is thread-safe; ``final=True`` closes the stream. Unary callers ``await first()``;
-    streaming callers iterate with ``async for``. ``postprocess`` (set by the core before the
-    request is queued) turns each successful response into what the client gets, on the loop
-    thread; an InferdError it raises becomes that response's error.
+    streaming callers iterate with ``async for``. On the loop, each response passes the stages of
+    its request's ``ResponsePath`` (core/response_path.py: the order, and who sets what) before the
+    consumer gets it.
 
     A stream with a window (``limit``: the core gives one to a decoupled model's) bounds the bytes
     of responses sent and not yet taken (``core/stream_flow.py``): past it ``send`` waits in the
@@ -49,9 +65,7 @@ class ResponseStream:
         "_window",
         "hold",
         "on_cancel",
-        "on_final",
-        "on_first",
-        "postprocess",
+        "path",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -61,11 +75,8 @@ class ResponseStream:
         self._done = False
         self._callback: Callable[[InferResponse | None, bool], None] | None = None
         self._cancel_reason: str | None = None
-        self.postprocess: Callable[[InferResponse], None] | None = None
-        #: called once, on the loop, when the final flag is delivered (the core's in-flight count)
-        self.on_final: Callable[[ResponseStream], None] | None = None
-        #: called once, on the loop, when the first response passes (the first-response histogram)
-        self.on_first: Callable[[], None] | None = None
+        #: the stages between ordering and the consumer (None: none, a stream outside the core)
+        self.path: StreamPath | None = None
         #: called once when the request is cancelled (a worker process must be told)
         self.on_cancel: Callable[[str], None] | None = None
         #: preserve_ordering (scheduling/ordering.py): takes every response instead of ``deliver``,
@@ -209,24 +220,22 @@ class ResponseStream:
             if win is not None:
                 win.release(cost)
             return
-        first = self.on_first
-        if first is not None and response is not None:
-            self.on_first = None
-            first()
+        path = self.path
         if final:
             self._done = True
             if win is not None:
                 win.close()
-            done = self.on_final
-            if done is not None:
-                self.on_final = None
-                done(self)
-        post = self.postprocess
-        if post is not None and response is not None and response.error is None:
-            try:
-                post(response)
-            except InferdError as e:
-                response = InferResponse(response.model_name, response.model_version, response.id, error=e)
+        if path is not None:  # stages 3 to 5 (core/response_path.py)
+            if response is not None:
+                first = path.first
+                if first is not None:
+                    path.first = None
+                    first()
+            if final:
+                for end in path.ends:
+                    end(self)
+            if path.posts and response is not None and response.error is None:
+                response = path.post(response)
         cb = self._callback
         if cb is not None:
             if final:

@@ -1,9 +1,9 @@
 """The response cache: ``--cache-config local,size=N`` and a model's ``response_cache { enable: true }``.
 
 One cache per server, bounded in bytes, least recently used entries evicted first, thread-safe. The
-core looks a request up in ``ServerCore.submit`` before it is queued (``answer_from_cache``): a hit is
-answered there and never reaches the scheduler; a miss is watched, and its successful response is
-inserted. Ensembles are cached at the top level the same way (their steps through their own models).
+core looks a request up in ``ServerCore.submit`` before it is queued (``look_up``): a hit is
+answered there and never reaches the scheduler; a miss gets a stage in its response path
+(core/response_path.py) that inserts its successful response. Ensembles are cached at the top level the same way (their steps through their own models).
 
 The key, as Triton's ``TritonCache::Hash``: the model's name and version and every input (sorted by
 name) with its bytes; parameters are not part of it. Unlike 2.51 it also holds each input's datatype
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response import InferResponse
+from inferd.core.response_path import Post
 from inferd.core.tensor import Tensor
 from inferd.core.types import DataType
 from inferd.errors import InvalidArgumentError
@@ -247,11 +248,13 @@ class ResponseCache:
 
 
 # -- the request lifecycle's part ------------------------------------------------------------------------
-def answer_from_cache(
-    cache: ResponseCache, model: Model, request: InferRequest, stream: ResponseStream
-) -> bool:
-    """Look ``request`` to a model that enables the cache up before it is queued: on a hit answer it on ``stream`` now and return True;
-    on a miss have its successful response inserted when it comes, and return False.
+def look_up(
+    cache: ResponseCache, model: Model, request: InferRequest
+) -> tuple[InferResponse | None, Post | None]:
+    """Look ``request`` to a model that enables the cache up before it is queued: on a hit, the
+    answer (the core delivers it, never queueing the request); on a miss, the stage of its response
+    path (core/response_path.py) that inserts its successful response when it comes. (None, None)
+    where the model does not enable the cache.
 
     Statistics as the reference's: a hit is a success with its queue time (until the lookup) and its
     lookup time, and no inference, execution or compute; a miss counts its lookup and insertion time
@@ -259,7 +262,7 @@ def answer_from_cache(
     entry another request inserted meanwhile is not counted, as 2.51's batcher; its ensembles count it).
     """
     if not model.config.response_cache.enable:
-        return False
+        return None, None
     t_queue = time.monotonic_ns()
     key = request_key(model.name, model.version_str, request)
     t0 = time.monotonic_ns()
@@ -267,13 +270,15 @@ def answer_from_cache(
     t1 = time.monotonic_ns()
     if entry is not None:
         model.stats.record_cache_hit(t1 - request.t_start_ns, t0 - t_queue, t1 - t0)
-        stream.deliver(InferResponse(model.name, model.version_str, request.id, entry.tensors()), True)
-        return True
-    then = stream.postprocess
+        return InferResponse(model.name, model.version_str, request.id, entry.tensors()), None
     ensemble = model.platform == "ensemble"
+    inserted = False
 
     def insert(response: InferResponse) -> None:
-        stream.postprocess = then  # one response: a non-decoupled model's
+        nonlocal inserted
+        if inserted:  # one response: a non-decoupled model's
+            return
+        inserted = True
         t2 = time.monotonic_ns()
         try:
             new: Entry | None = entry_of(response.outputs)
@@ -291,8 +296,5 @@ def answer_from_cache(
             )
         if result != cache.EXISTS or ensemble:
             model.stats.record_cache_miss(t1 - t0 + time.monotonic_ns() - t2)
-        if then is not None:
-            then(response)
 
-    stream.postprocess = insert
-    return False
+    return None, insert

@@ -19,9 +19,10 @@ from inferd.backends.base import BackendLookup, MetricRegistry, ResponseCallback
 from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response_path import Post, ResponsePath
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.unsent import UnsentBudget
-from inferd.engine.cache import ResponseCache, answer_from_cache
+from inferd.engine.cache import ResponseCache, look_up
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
 from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
@@ -126,6 +127,8 @@ class ServerCore:
         self._open: set[ResponseStream] = set()
         #: a stream's final response takes it out of ``_open`` (one bound method for all of them)
         self._closed = self._open.discard
+        #: the response path (core/response_path.py) of every request that needs no other stage
+        self._plain_path = ResponsePath(self._closed)
         #: how far a decoupled model's responses may run ahead of their client (core/stream_flow.py)
         self.stream_limits = StreamLimits(
             config.stream_max_unread_bytes, config.stream_stall_timeout_s, unsent
@@ -385,29 +388,61 @@ class ServerCore:
             stream = ResponseStream(self.loop)
         if model.decoupled:
             stream.limit(self.stream_limits)
+        request.stream = stream
+        self._open.add(stream)
+        classify = None
         outputs = request.outputs
         if outputs is not None:
             for o in outputs:
                 if o.classification > 0:
                     wanted = {o.name: o.classification for o in outputs if o.classification > 0}
-                    stream.postprocess = partial(apply_classification, wanted, model)
+                    classify = partial(apply_classification, wanted, model)
                     break
-        request.stream = stream
-        self._open.add(stream)
-        stream.on_final = self._closed
-        histogram = model.stats.first_response
-        if histogram is not None:  # --metrics-config histogram_latencies=true (core/histogram.py)
-            stream.on_first = partial(histogram.observe_since, request.t_start_ns)
-        if request.trace is not None:  # sampled by its front end, or a traced request's child
-            request.trace.attach(request, model.name, model.version_str, stream)
-        if self.response_cache is not None and answer_from_cache(self.response_cache, model, request, stream):
-            return stream  # a response cache hit: answered, never queued
+        if (
+            classify is None
+            and request.trace is None
+            and self.response_cache is None
+            and model.stats.first_response is None
+        ):
+            stream.path = self._plain_path  # nothing but the count of open requests
+        else:
+            hit = self._build_path(model, request, stream, classify)
+            if hit is not None:  # a response cache hit: answered, never queued
+                stream.deliver(hit, True)
+                return stream
         try:
             model.scheduler.enqueue(request)
         except BaseException:
             self._open.discard(stream)
             raise
         return stream
+
+    def _build_path(
+        self, model: Model, request: InferRequest, stream: ResponseStream, classify: Post | None
+    ) -> InferResponse | None:
+        """The request's response path (core/response_path.py): every stage the core knows of
+        (``classify``: the classification extension's, found by ``_enqueue``); a response cache
+        hit's answer instead of queueing (None: queue it)."""
+        histogram = model.stats.first_response  # --metrics-config histogram_latencies=true
+        first = None if histogram is None else partial(histogram.observe_since, request.t_start_ns)
+        trace = request.trace  # sampled by its front end, or a traced request's child
+        if trace is not None:
+            trace.attach(request, model.name, model.version_str)
+        hit = cache_post = None
+        if self.response_cache is not None:
+            hit, cache_post = look_up(self.response_cache, model, request)
+        if first is None and trace is None and cache_post is None and classify is None:
+            stream.path = self._plain_path
+        else:
+            stream.path = ResponsePath(
+                self._closed,
+                first,
+                None if trace is None else trace.ended,
+                None if trace is None else trace.output_capture,
+                cache_post,
+                classify,
+            )
+        return hit
 
     def _submit_later(
         self, name: str, version: str, decode: Decoder, decoupled_error: str | None, lookup: InferdError
@@ -418,7 +453,7 @@ class ServerCore:
         assert self.loop is not None
         stream = ResponseStream(self.loop)
         self._open.add(stream)
-        stream.on_final = self._closed
+        stream.path = self._plain_path
         task = self.loop.create_task(
             self._load_then_enqueue(name, version, decode, decoupled_error, lookup, stream)
         )

@@ -32,6 +32,12 @@ import logging
 import statistics
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from inferd.backends.base import BackendInstance
+
+if TYPE_CHECKING:
+    from inferd.scheduling.workers import Workers
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -104,3 +110,81 @@ def overlap(busy_since: list[int], last_span: list[tuple[int, int]], worker: int
         a, b = (since, t3) if since else last_span[j]
         total += max(0, min(b, t3) - max(a, t0))
     return total
+
+
+class AutoPromotion:
+    """A pool's ``execution_mode: auto``: measures its threaded executes (``AutoMode``, once two
+    instances serve) and, once decided, makes the process instances that take over from the
+    threads (``Workers.replacements``, each swapped in when its worker is idle)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        promote: Callable[[], dict[int, BackendInstance]],
+        workers: Workers,
+        leave_threads: Callable[[], bool],
+    ) -> None:
+        """``promote``: makes the process instances, by worker index; ``leave_threads`` (lock held):
+        False when the pool stops, else the pool leaves inline mode for good and returns True."""
+        self._model_name = model_name
+        self._promote = promote
+        self._workers = workers
+        self._leave_threads = leave_threads
+        self.mode: AutoMode | None = None
+        #: when each worker's execute began (0: idle) and its last one's span
+        self.busy_since: list[int] = [0] * len(workers.threads)
+        self.last_span: list[tuple[int, int]] = [(0, 0)] * len(workers.threads)
+        self.grew()
+
+    def added(self) -> None:
+        """A worker was added (lock held)."""
+        self.busy_since.append(0)
+        self.last_span.append((0, 0))
+
+    def grew(self) -> None:
+        """The live instances changed (lock held): with two or more, the measures start."""
+        if self.mode is None and self._workers.live >= 2:
+            self.mode = AutoMode(self._model_name, self._decided)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether threaded executes are still measured."""
+        mode = self.mode
+        return mode is not None and not mode.done
+
+    def begin(self, worker: int, t0: int) -> None:
+        self.busy_since[worker] = t0
+
+    def end(self, worker: int) -> None:
+        self.busy_since[worker] = 0
+
+    def observe(self, worker: int, t0: int, t3: int, cpu_ns: int) -> None:
+        """A threaded execute of ``worker`` ran from ``t0`` to ``t3``, ``cpu_ns`` of its thread's CPU."""
+        mode = self.mode
+        assert mode is not None
+        self.last_span[worker] = (t0, t3)
+        mode.observe(t3 - t0, cpu_ns, overlap(self.busy_since, self.last_span, worker, t0, t3))
+
+    def _decided(self, to_processes: bool) -> None:
+        if to_processes:  # the processes start off the execute's thread (initialize may take long)
+            threading.Thread(target=self._promote_now, daemon=True).start()
+
+    def _promote_now(self) -> None:
+        workers = self._workers
+        try:
+            made = self._promote()
+        except Exception:
+            log.exception(
+                "model '%s': its worker processes did not start; it stays in threads", self._model_name
+            )
+            return
+        with workers.lock:
+            if self._leave_threads():
+                # instances added or retired while the processes started keep what they have
+                workers.replacements = [
+                    made.pop(i) if i in made and i not in workers.retired else inst
+                    for i, (_, inst) in enumerate(workers.instances)
+                ]
+                workers.wake_all()
+        for inst in made.values():  # the pool stopped, or their workers went: nobody takes them over
+            inst.unload()

@@ -12,10 +12,17 @@ An inline execute that runs away is interrupted (``LoopGuard``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inferd.backends.base import BackendInstance
+
+log = logging.getLogger("inferd.scheduling")
 
 INLINE_AFTER = 4
 INLINE_MAX_NS = 2_000_000
@@ -187,3 +194,76 @@ def _raise_in(tid: int) -> None:
 
 #: the server's one guard
 LOOP_GUARD = LoopGuard()
+
+
+class InlineSwitch:
+    """A pool's inline strategy: whether it may run executes on the loop (``capable``), whether it
+    does now (``active``), and the switch between the two (``InlineMode`` measures, this switches).
+
+    The pool's lock guards ``active`` and ``drain_scheduled``; ``observe`` runs after every execute.
+    """
+
+    __slots__ = (
+        "_lock",
+        "_loop",
+        "_model",
+        "_owner",
+        "_wake_all",
+        "active",
+        "capable",
+        "drain_scheduled",
+        "mode",
+    )
+
+    def __init__(
+        self,
+        capable: bool,
+        clock: Callable[[], int],
+        loop: asyncio.AbstractEventLoop,
+        lock: threading.Lock,
+        wake_all: Callable[[], None],
+        owner: object,
+        model: str,
+    ) -> None:
+        """``capable``: every instance may run on the loop and nothing must block it (no queue delay,
+        no execute timeout, no rate limiter); ``owner``: the pool the loop guard watches."""
+        self.capable = capable
+        self.active = False
+        self.drain_scheduled = False
+        self.mode = InlineMode(clock)
+        self._loop = loop
+        self._lock = lock
+        self._wake_all = wake_all
+        self._owner = owner
+        self._model = model  # "model 'm' version 1", for the log
+
+    def observe(self, instance: BackendInstance, ns: int, blocked: bool, inline: bool) -> None:
+        """Track ``instance``'s execute time (inline: the loop thread's CPU; threaded: wall); switch
+        modes."""
+        if not self.capable:
+            return
+        if instance.uses_bls:
+            self.capable = False
+            self.set(False)
+            return
+        switch = self.mode.observe(ns, blocked, inline, self.active)
+        if switch is not None:
+            self.set(switch)
+
+    def give_up(self) -> None:
+        """Never inline again (an execute overran the loop)."""
+        self.capable = False
+        self.set(False)
+
+    def set(self, inline: bool) -> None:
+        log.debug(
+            "%s: %s (average inline execute %.0f us of CPU)",
+            self._model,
+            "executing inline" if inline else "executing in threads",
+            self.mode.ewma_ns / 1000,
+        )
+        with self._lock:
+            self.active = inline
+            self.mode.reset()
+            self._wake_all()
+        (LOOP_GUARD.watch if inline else LOOP_GUARD.unwatch)(self._loop, self._owner)

@@ -32,33 +32,30 @@ START to the one flagged END. As Triton's ``SequenceBatchScheduler``:
 - An ``instance_group`` update (engine/instance_update.py) adds instances with their slots; a removed
   instance's slots take no new sequence, and it unloads once its sequences ended (the update does
   not wait for them).
-- Instances unload one at a time, at a removal as at the stop, as an InstancePool's do (and the
-  reference's, each in its own stub process): a model's ``finalize`` may count on not running beside
-  another instance's (Triton's qa ``model_init_del`` counts them in a file under ``lockf``, a lock
-  that threads of one process do not exclude each other with).
 
-Execution is the instance pool's (``instances.py``): one pool per instance, whose instance is
-wrapped by :class:`SequenceInstance` (slot order, fillers, state outputs requested), so statistics,
-inline mode, the execute watchdog and cancellation are the same as for any model. The batcher's
-own state (slots, backlog, sequences) lives on the event loop: ``enqueue``, completions and timers
-all run there, so it takes no lock.
+The parts: the settings read from the config once (``sequence_settings.py``); the instances, a pool
+and batch slots each (``sequence_slots.py``); what a request gets on its way in and out (control
+inputs, states: ``sequence_state.py``); the wrapped instance (``sequence_instance.py``: slot order,
+fillers, state outputs requested), so statistics, inline mode, the execute watchdog and cancellation
+are the pool's (``instances.py``) as for any model. The batcher here keeps the sequences: which
+holds which slot, the backlog, each one's queue, their timers. It lives on the event loop:
+``enqueue``, completions and timers all run there, so it takes no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import heapq
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd.backends.base import BackendInstance, Reschedulable
-from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest, RequestedOutput
+from inferd.core.request import SEQUENCE_END, SEQUENCE_START, InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response_path import ResponsePath
 from inferd.core.stats import ModelStats
 from inferd.errors import (
     InferdError,
@@ -68,16 +65,11 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.scheduling.instances import InstancePool
-from inferd.scheduling.queue import BatchPolicy
 from inferd.scheduling.rate_limiter import Gate
 from inferd.scheduling.sequence_instance import wrap_instance
-from inferd.scheduling.sequence_state import (
-    SequenceControls,
-    SequenceStates,
-    StateSpec,
-    state_specs,
-    take_states,
-)
+from inferd.scheduling.sequence_settings import SequenceSettings
+from inferd.scheduling.sequence_slots import SequenceSlots, Slot
+from inferd.scheduling.sequence_state import SequenceStates, take_states
 from inferd.scheduling.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -95,21 +87,7 @@ Clock = Callable[[], int]
 CorrelationId = int | str
 
 
-class _Slot:
-    """A batch slot of one instance, and the sequence that holds it."""
-
-    __slots__ = ("busy", "index", "number", "pool", "seq")
-
-    def __init__(self, number: int, pool: int, index: int) -> None:
-        self.number = number  # its place in the batcher's list
-        self.pool = pool
-        self.index = index
-        self.seq: _Sequence | None = None
-        #: a request of this slot is with the instance and has not had its final response
-        self.busy = False
-
-
-class _Sequence:
+class Sequence:
     """One sequence: its requests not yet handed to the instance, its slot (None: in the backlog)."""
 
     __slots__ = ("cid", "ended", "expire_ns", "last_ns", "queue", "slot", "states", "timer")
@@ -117,7 +95,7 @@ class _Sequence:
     def __init__(self, cid: CorrelationId, states: SequenceStates | None, now_ns: int) -> None:
         self.cid = cid
         self.queue: collections.deque[InferRequest] = collections.deque()
-        self.slot: _Slot | None = None
+        self.slot: Slot | None = None
         self.states = states
         #: its END was queued, or it was released (idle): no request joins it any more
         self.ended = False
@@ -155,72 +133,31 @@ class SequenceBatcher:
         self._clock = clock
         self._stats = stats
         try:
-            self._controls = SequenceControls(config)
-            self._state_specs: list[StateSpec] = state_specs(config, model_dir)
+            self.settings = settings = SequenceSettings(config, model_dir)
         except InferdError:
             for _, inst in instances:
                 inst.unload()
             if gate is not None:
                 gate.close()
             raise
-        sb = config.sequence_batching
-        mbs = int(config.max_batch_size)
-        self.oldest = sb.HasField("oldest")
-        slot_count = max(1, mbs)
-        if self.oldest:
-            slot_count = int(sb.oldest.max_candidate_sequences) or slot_count
-            policy = BatchPolicy(
-                max_batch_size=mbs,
-                max_queue_delay_ns=int(sb.oldest.max_queue_delay_microseconds) * 1000 if mbs > 0 else 0,
-                preferred_batch_size=tuple(int(x) for x in sb.oldest.preferred_batch_size),
-            )
-        else:
-            utilization = float(sb.direct.minimum_slot_utilization)
-            delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
-            wait = mbs > 1 and delay_ns > 0 and utilization > 0
-            policy = BatchPolicy(
-                max_batch_size=mbs,
-                max_queue_delay_ns=delay_ns if wait else 0,
-                hold_for=max(1, math.ceil(utilization * mbs)) if wait else 0,
-            )
-        decoupled = bool(config.model_transaction_policy.decoupled)
-        #: direct: fillers keep every request at its slot's position (a decoupled model's fillers
-        #: would have nobody to send to: it gets none)
-        self.fillers = not self.oldest and mbs > 0 and not decoupled
-        self._idle_ns = int(sb.max_sequence_idle_microseconds) * 1000
-        # what the wrapped instances ask the backend for besides the client's outputs: the states
-        self.state_outputs = [RequestedOutput(s.output_name) for s in self._state_specs]
-        self.state_output_names = frozenset(s.output_name for s in self._state_specs)
-        self.all_outputs = [RequestedOutput(o.name) for o in config.output] + self.state_outputs
-        self.all_output_names = frozenset(o.name for o in self.all_outputs)
         #: iterative_sequence: requests without an ID get the next of these (see the module docstring)
-        self.iterative = bool(sb.iterative_sequence)
+        self.iterative = settings.iterative
         self._next_id = 1
         #: id(request) -> its slot, from its hand-off to the instance until its final response
-        self.tickets: dict[int, _Slot] = {}
-        self._policy, self._execute_timeout_ns, self._slot_count = policy, execute_timeout_ns, slot_count
+        self.tickets: dict[int, Slot] = {}
+        self._execute_timeout_ns = execute_timeout_ns
         gates = gate.split() if gate is not None else [None] * len(instances)
-        self._pools: list[InstancePool] = []
+        pools: list[InstancePool] = []
         try:
             for (name, inst), g in zip(instances, gates, strict=True):
-                self._pools.append(self._pool(name, inst, g))
+                pools.append(self._pool(name, inst, g))
         except BaseException:  # a pool that cannot start: the others' workers end too
-            for pool in self._pools:
+            for pool in pools:
                 pool.halt()
             raise
-        pairs = [(i, p) for i in range(slot_count) for p in range(len(instances))]
-        self._slots = [_Slot(n, p, i) for n, (i, p) in enumerate(pairs)]
-        #: free slots, the lowest slot index first (then the lowest instance), as the reference
-        self._free = [(s.index, s.pool, s.number) for s in self._slots]
-        heapq.heapify(self._free)
-        #: pools of removed instances -> their slots not yet free of their sequences; their stops
-        self._retiring: dict[int, int] = {}
-        self._retired: set[int] = set()
-        self._stops: set[asyncio.Task[None]] = set()
-        #: the pools stop one after the other (see the module docstring)
-        self._unloading = asyncio.Lock()
-        self._live: dict[CorrelationId, _Sequence] = {}
-        self._backlog: collections.deque[_Sequence] = collections.deque()
+        self._slots = SequenceSlots(pools, settings.slot_count, loop)
+        self._live: dict[CorrelationId, Sequence] = {}
+        self._backlog: collections.deque[Sequence] = collections.deque()
         self._waiting = 0  # requests in the sequences' queues
         self._handed = 0  # requests with the instances, final response not yet seen
         self._reaper: asyncio.TimerHandle | None = None
@@ -235,8 +172,8 @@ class SequenceBatcher:
         return InstancePool(
             self._model_name,
             self._model_version,
-            [(name, wrap_instance(inst, self))],
-            self._policy,
+            [(name, wrap_instance(inst, self.settings, self.tickets))],
+            self.settings.policy,
             self._stats,
             self._loop,
             clock=self._clock,
@@ -278,11 +215,13 @@ class SequenceBatcher:
         if stream is None:
             raise InternalError("a sequence request needs a response stream")
         if seq is None:
-            seq = _Sequence(cid, SequenceStates(self._state_specs) if self._state_specs else None, now)
+            specs = self.settings.state_specs
+            seq = Sequence(cid, SequenceStates(specs) if specs else None, now)
             if not end:
                 self._live[cid] = seq
-            if self._free:
-                self._assign(seq, self._slots[heapq.heappop(self._free)[2]])
+            slot = self._slots.take()
+            if slot is not None:
+                self._assign(seq, slot)
             else:
                 self._backlog.append(seq)
         elif start:
@@ -306,7 +245,7 @@ class SequenceBatcher:
         else:
             self._pump(seq.slot)
         if self._reaper is None and self._live:
-            self._reaper = self._loop.call_later(self._idle_ns / 1e9, self.reap)
+            self._reaper = self._loop.call_later(self.settings.idle_ns / 1e9, self.reap)
 
     def inflight(self) -> int:
         return self._waiting + self._handed
@@ -331,45 +270,33 @@ class SequenceBatcher:
             self._reaper.cancel()
             self._reaper = None
         error = UnavailableError("Server is stopping")
-        for seq in [*(s.seq for s in self._slots if s.seq is not None), *self._backlog]:
+        for seq in [*(s.seq for s in self._slots.all if s.seq is not None), *self._backlog]:
             self._fail_queue(seq, error)
         self._backlog.clear()
-        left = max(0.0, deadline - time.monotonic())
-        live = [p for i, p in enumerate(self._pools) if i not in self._retired]
-        self._retired.update(range(len(self._pools)))
-        self._retiring.clear()  # their pools stop here
-        await asyncio.gather(*(self._stop_pool(p, left) for p in live), *self._stops)
-
-    async def _stop_pool(self, pool: InstancePool, timeout_s: float) -> None:
-        async with self._unloading:
-            await pool.stop(timeout_s)
+        await self._slots.stop(max(0.0, deadline - time.monotonic()))
 
     # -- what tests and the statistics may look at ------------------------------------------------
     def stats(self) -> dict[str, int]:
         return {
             "queued": self._waiting,
             "executing": self._handed,
-            "sequences": sum(1 for s in self._slots if s.seq is not None) + len(self._backlog),
+            "sequences": sum(1 for s in self._slots.all if s.seq is not None) + len(self._backlog),
             "backlog": len(self._backlog),
         }
 
     @property
     def pools(self) -> list[InstancePool]:
-        return self._pools
-
-    def controls_for_filler(self) -> dict[str, Any]:
-        """The control tensors of a ``direct`` filler request (for the wrapped instances)."""
-        return self._controls.for_filler()
+        return self._slots.pools
 
     # -- the sequences --------------------------------------------------------------------------
-    def _assign(self, seq: _Sequence, slot: _Slot) -> None:
+    def _assign(self, seq: Sequence, slot: Slot) -> None:
         seq.slot = slot
         slot.seq = seq
         if seq.timer is not None:
             seq.timer.cancel()
             seq.timer = None
 
-    def _pump(self, slot: _Slot) -> None:
+    def _pump(self, slot: Slot) -> None:
         """Hand the slot's next request to its instance, or pass the slot on once its sequence ended."""
         while not slot.busy:
             seq = slot.seq
@@ -382,11 +309,10 @@ class SequenceBatcher:
                 return  # it waits for the sequence's next request
             self._release(slot)
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         """The slot's sequence is over: the oldest backlogged sequence takes it, else it is free."""
         slot.seq = None
-        if slot.pool in self._retiring:  # its instance was removed: the slot goes with it
-            self._slot_gone(slot.pool)
+        if self._slots.leaving(slot):  # its instance was removed: the slot goes with it
             return
         while self._backlog:
             seq = self._backlog.popleft()
@@ -394,16 +320,16 @@ class SequenceBatcher:
                 log.debug("sequence %s of model '%s' takes slot %d", seq.cid, self._model_name, slot.index)
                 self._assign(seq, slot)
                 return
-        heapq.heappush(self._free, (slot.index, slot.pool, slot.number))
+        self._slots.free(slot)
 
-    def _hand_off(self, slot: _Slot, seq: _Sequence, request: InferRequest) -> None:
+    def _hand_off(self, slot: Slot, seq: Sequence, request: InferRequest) -> None:
         """Controls and state in, then to the slot's instance (on the loop)."""
         self._waiting -= 1
-        inputs = {**request.inputs, **self._controls.for_request(request)}
+        inputs = {**request.inputs, **self.settings.controls.for_request(request)}
         states = seq.states
         if states is not None:
             if request.flags & SEQUENCE_START:
-                states.reset(self._state_specs)
+                states.reset(self.settings.state_specs)
             inputs.update(states.current)
         request.inputs = inputs
         slot.busy = True
@@ -411,7 +337,7 @@ class SequenceBatcher:
         self._handed += 1
         queued_ns = request.t_queue_ns
         try:
-            self._pools[slot.pool].enqueue(request)
+            self._slots.pools[slot.pool].enqueue(request)
             # the queue time counts from the batcher, as the reference's (the wait for its turn in the
             # sequence, or for a slot, is queueing too); a direct batch's delay counts from there too
             request.t_queue_ns = queued_ns
@@ -419,28 +345,24 @@ class SequenceBatcher:
             assert request.stream is not None
             request.stream.deliver(self._error(request, e), True)
 
-    def _track(self, request: InferRequest, stream: ResponseStream, seq: _Sequence) -> None:
-        """Hear of the request's final response; take the states out of its responses."""
-        on_final = stream.on_final
+    def _track(self, request: InferRequest, stream: ResponseStream, seq: Sequence) -> None:
+        """The scheduler's stages of the request's response path (core/response_path.py): hear of
+        its final response; take the states out of its responses."""
         loop = self._loop
 
-        def final(s: ResponseStream) -> None:
-            if on_final is not None:
-                on_final(s)
-            # after this delivery: its states are taken (postprocess) before the next request goes
+        def final(_s: ResponseStream) -> None:
+            # after this delivery: its states are taken (post-processing) before the next request goes
             loop.call_soon(self._completed, request)
 
-        stream.on_final = final
-        specs = self._state_specs
+        take = None
+        specs = self.settings.state_specs
         if specs:
-            post = stream.postprocess
 
             def take(response: InferResponse) -> None:
                 take_states(response, specs, seq.states)
-                if post is not None:
-                    post(response)
 
-            stream.postprocess = take
+        path = stream.path
+        stream.path = (ResponsePath() if path is None else path).tracked(final, take)
 
     def _completed(self, request: InferRequest) -> None:
         """On the loop, after a request's final response: its slot takes the sequence's next one."""
@@ -502,49 +424,24 @@ class SequenceBatcher:
     ) -> list[int]:
         """A pool and its slots for each of ``instances`` (``gate``: their rate limiter slots); their
         pool indices."""
-        first = len(self._pools)
+        first = len(self._slots.pools)
         gates = gate.split() if gate is not None else [None] * len(instances)
         for (name, inst), g in zip(instances, gates, strict=True):
-            p = len(self._pools)
-            self._pools.append(self._pool(name, inst, g))
-            for i in range(self._slot_count):
-                slot = _Slot(len(self._slots), p, i)
-                self._slots.append(slot)
+            for slot in self._slots.add(self._pool(name, inst, g)):
                 self._release(slot)  # a backlogged sequence takes it, else it is free
-        return list(range(first, len(self._pools)))
+        return list(range(first, len(self._slots.pools)))
 
     async def remove_instances(self, indices: list[int], timeout_s: float) -> None:
         """The pools at ``indices`` take no new sequence; each stops once its sequences ended."""
-        gone = set(indices)
-        self._free = [f for f in self._free if f[1] not in gone]
-        heapq.heapify(self._free)
-        for p in indices:
-            self._retiring[p] = self._slot_count
-        for slot in self._slots:
-            if slot.pool in gone and slot.seq is None:
-                self._slot_gone(slot.pool)
-        stopping = [t for t in self._stops if not t.done()]
-        if stopping:  # the instances idle now finalize before the load answers, as the reference's
-            await asyncio.wait(stopping)
+        await self._slots.remove(indices)
 
-    def _slot_gone(self, pool: int) -> None:
-        """A slot of a removed instance is free of its sequence: after the last, the pool stops."""
-        self._retiring[pool] -= 1
-        if self._retiring[pool] > 0:
-            return
-        del self._retiring[pool]
-        self._retired.add(pool)
-        task = self._loop.create_task(self._stop_pool(self._pools[pool], 0))
-        self._stops.add(task)
-        task.add_done_callback(self._stops.discard)
-
-    def _end(self, seq: _Sequence, error: InferdError, reason: str) -> None:
+    def _end(self, seq: Sequence, error: InferdError, reason: str) -> None:
         seq.ended = True
         if self._live.get(seq.cid) is seq:
             del self._live[seq.cid]
         self._fail_queue(seq, error, reason)
 
-    def _fail_queue(self, seq: _Sequence, error: InferdError, reason: str = "REJECTED") -> None:
+    def _fail_queue(self, seq: Sequence, error: InferdError, reason: str = "REJECTED") -> None:
         now = self._clock()
         while seq.queue:
             r = seq.queue.popleft()
@@ -561,10 +458,10 @@ class SequenceBatcher:
         """The idle timer: release the sequences idle for ``max_sequence_idle_microseconds``."""
         self._reaper = None
         now = self._clock()
-        wait = self._idle_ns
-        idle: list[_Slot] = []
+        wait = self.settings.idle_ns
+        idle: list[Slot] = []
         for cid, seq in list(self._live.items()):
-            left = seq.last_ns + self._idle_ns - now
+            left = seq.last_ns + self.settings.idle_ns - now
             if left > 0:
                 wait = min(wait, left)
                 continue
@@ -580,7 +477,7 @@ class SequenceBatcher:
         if self._live and not self._stopping:
             self._reaper = self._loop.call_later(max(wait, 1000) / 1e9, self.reap)
 
-    def _set_backlog_deadline(self, seq: _Sequence, deadline_ns: int) -> None:
+    def _set_backlog_deadline(self, seq: Sequence, deadline_ns: int) -> None:
         if seq.expire_ns and seq.expire_ns <= deadline_ns:
             return
         seq.expire_ns = deadline_ns
@@ -588,7 +485,7 @@ class SequenceBatcher:
             seq.timer.cancel()
         seq.timer = self._loop.call_later(max(0, deadline_ns - self._clock()) / 1e9, self.expire, seq)
 
-    def expire(self, seq: _Sequence) -> None:
+    def expire(self, seq: Sequence) -> None:
         """A backlogged sequence's deadline passed: its requests are rejected, the sequence forgotten."""
         seq.timer = None
         if seq.slot is not None:

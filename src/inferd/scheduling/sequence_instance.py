@@ -12,16 +12,19 @@ from inferd.scheduling.sequence_state import filler
 from inferd.scheduling.watchdog import Abortable
 
 if TYPE_CHECKING:
-    from inferd.scheduling.sequence import SequenceBatcher
+    from inferd.scheduling.sequence_settings import SequenceSettings
+    from inferd.scheduling.sequence_slots import Slot
 
 
 class SequenceInstance:
     """A model instance as the sequence batcher's pool sees it: each execute gets the batch in slot
     order with fillers (``direct``), and asks the backend for the state outputs too."""
 
-    def __init__(self, inner: BackendInstance, batcher: SequenceBatcher) -> None:
+    def __init__(self, inner: BackendInstance, settings: SequenceSettings, tickets: dict[int, Slot]) -> None:
+        """``tickets``: the batcher's, each request handed off -> its slot."""
         self.inner = inner
-        self._batcher = batcher
+        self._settings = settings
+        self._tickets = tickets
 
     @property
     def inline_ok(self) -> bool:
@@ -39,7 +42,7 @@ class SequenceInstance:
         self.inner.unload()
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        b = self._batcher
+        b = self._settings
         full, positions = requests, None
         if b.fillers:
             full, positions = self._arrange(requests)
@@ -67,12 +70,12 @@ class SequenceInstance:
     def _arrange(self, requests: list[InferRequest]) -> tuple[list[InferRequest], list[int] | None]:
         """``requests`` at their slots' positions, fillers in the empty slots below the highest; the
         position of each request of ``requests`` (None: nothing moved)."""
-        tickets = self._batcher.tickets
+        tickets = self._tickets
         index = [tickets[id(r)].index for r in requests]
         if index == list(range(len(requests))):
             return requests, None
         by_slot = dict(zip(index, requests, strict=True))
-        controls = self._batcher.controls_for_filler()
+        controls = self._settings.controls_for_filler()
         full = [by_slot[i] if i in by_slot else filler(requests[0], controls) for i in range(max(index) + 1)]
         return full, index
 
@@ -86,8 +89,10 @@ class AbortableSequenceInstance(SequenceInstance):
         inner.abort(reason)
 
 
-def wrap_instance(inner: BackendInstance, batcher: SequenceBatcher) -> SequenceInstance:
+def wrap_instance(
+    inner: BackendInstance, settings: SequenceSettings, tickets: dict[int, Slot]
+) -> SequenceInstance:
     """The wrapper for ``inner``, abortable when ``inner`` is."""
     if isinstance(inner, Abortable):
-        return AbortableSequenceInstance(inner, batcher)
-    return SequenceInstance(inner, batcher)
+        return AbortableSequenceInstance(inner, settings, tickets)
+    return SequenceInstance(inner, settings, tickets)

@@ -67,8 +67,6 @@ class Trace:
     traceparent: tuple[int, int, int] | None = None
     trace_id = 0
     span_id = 0
-    _prev_final: Callable[[ResponseStream], None] | None = None
-    _prev_post: Callable[[InferResponse], None] | None = None
 
     def __init__(
         self,
@@ -123,27 +121,23 @@ class Trace:
             cb(self)
 
     # -- the core's side (core.request.RequestTrace) -------------------------------------------
-    def attach(
-        self, request: InferRequest, model_name: str, model_version: str, stream: ResponseStream
-    ) -> None:
-        """The request was looked up, validated and is about to be queued on ``stream``."""
+    def attach(self, request: InferRequest, model_name: str, model_version: str) -> None:
+        """The request was looked up, validated and is about to be queued; its response path
+        (core/response_path.py) ends with ``ended`` and copies outputs with ``output_capture``."""
         self.request = request
         self.attached = True
         self.model_name = model_name
         self.model_version = model_version
-        self._prev_final = stream.on_final
-        stream.on_final = self._final
-        if self.setting.tensors:
-            self._prev_post = stream.postprocess
-            stream.postprocess = self._outputs
 
-    def _final(self, stream: ResponseStream) -> None:
+    def ended(self, stream: ResponseStream) -> None:
+        """The response path's end: the final response passed."""
         self.stamps += ("REQUEST_END", time.monotonic_ns())
         self._capture()
-        prev = self._prev_final
-        if prev is not None:
-            self._prev_final = None
-            prev(stream)
+
+    @property
+    def output_capture(self) -> Callable[[InferResponse], None] | None:
+        """The response path's stage that copies the outputs (None: tensors are not traced)."""
+        return self._outputs if self.setting.tensors else None
 
     def _capture(self) -> None:
         """Copy what is written out of the request, and let go of it."""
@@ -159,9 +153,6 @@ class Trace:
 
     def _outputs(self, response: InferResponse) -> None:
         self.outputs = [*self.outputs, *response.outputs]  # the backend's, before classification
-        prev = self._prev_post
-        if prev is not None:
-            prev(response)
 
     def computed(self, start_ns: int, end_ns: int, timings: tuple[int, int, int] | None) -> None:
         """The execute that answered the request: its start and end, and the backend's split

@@ -13,15 +13,16 @@ import pytest
 
 from inferd.core.request import InferRequest, RequestedOutput
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response_path import ResponsePath
 from inferd.core.stats import ModelStats
 from inferd.core.tensor import Tensor
 from inferd.engine.cache import (
     MIN_SIZE,
     Entry,
     ResponseCache,
-    answer_from_cache,
     cache_size,
     entry_of,
+    look_up,
     request_key,
 )
 from inferd.errors import InvalidArgumentError
@@ -216,22 +217,31 @@ class _Model:
         self.stats = ModelStats()
 
 
+def _watched(
+    loop: asyncio.AbstractEventLoop, cache: ResponseCache, model: _Model, request: InferRequest
+) -> ResponseStream:
+    """A stream whose response path inserts into ``cache`` (a miss)."""
+    hit, post = look_up(cache, model, request)  # type: ignore[arg-type]
+    assert hit is None and post is not None
+    stream = ResponseStream(loop)
+    stream.path = ResponsePath(cache_post=post)
+    return stream
+
+
 def test_miss_then_hit_on_the_stream() -> None:
     async def run() -> None:
         loop = asyncio.get_running_loop()
         cache, model = ResponseCache(1 << 20), _Model()
         a = np.arange(4, dtype=np.float32)
-        s1 = ResponseStream(loop)
-        assert not answer_from_cache(cache, model, _request(a), s1)  # type: ignore[arg-type]
+        s1 = _watched(loop, cache, model, _request(a))
         s1.deliver(InferResponse("m", "1", outputs=[Tensor.from_array("OUT", a * 2)]), True)
         assert (await s1.first()).outputs[0].array.tolist() == [0, 2, 4, 6]
-        s2 = ResponseStream(loop)
-        assert answer_from_cache(cache, model, _request(a), s2)  # type: ignore[arg-type]
-        assert (await s2.first()).outputs[0].array.tolist() == [0, 2, 4, 6]
-        s3 = ResponseStream(loop)  # an error is answered and never cached
-        assert not answer_from_cache(cache, model, _request(a + 1), s3)  # type: ignore[arg-type]
+        hit, post = look_up(cache, model, _request(a))  # type: ignore[arg-type]
+        assert hit is not None and post is None
+        assert hit.outputs[0].array.tolist() == [0, 2, 4, 6]
+        s3 = _watched(loop, cache, model, _request(a + 1))  # an error is answered and never cached
         s3.deliver(InferResponse("m", "1", error=InvalidArgumentError("no")), True)
-        assert not answer_from_cache(cache, model, _request(a + 1), ResponseStream(loop))  # type: ignore[arg-type]
+        assert look_up(cache, model, _request(a + 1))[0] is None  # type: ignore[arg-type]
         inf = model.stats.to_json("m", "1")
         assert inf["inference_stats"]["cache_hit"]["count"] == 1
         assert inf["inference_stats"]["cache_miss"]["count"] == 1

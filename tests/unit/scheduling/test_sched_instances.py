@@ -208,7 +208,7 @@ def test_a_backlog_wakes_as_many_workers_as_it_needs() -> None:
         with pool._lock:  # the requests land together, with one wake-up
             for r in reqs:
                 pool._queue.append(r)
-            pool._wake_one()
+            pool._workers.wake_one()
         resps = await answers([r.stream for r in reqs if r.stream is not None])
         await pool.stop(WAIT_S)
         return resps
@@ -585,7 +585,7 @@ def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: py
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
         for i in range(inline.INLINE_AFTER + 1):
             await answers(submit(pool, loop, request(i)))
-        monkeypatch.setattr(resource, "getrusage", ticking)  # what the pool reads
+        monkeypatch.setattr(resource, "getrusage", ticking)  # what the pool reads (execute.py)
         for i in range(inline.SLOW_RUN + 2):
             await answers(submit(pool, loop, request(f"ticked{i}")))
         await pool.stop(WAIT_S)
@@ -649,7 +649,7 @@ def test_long_threaded_executes_never_probe_inline() -> None:
             r.stream = ResponseStream(loop)
             pool.enqueue(r)
             await r.stream.first()
-        inline = pool._inline
+        inline = pool.executing_inline
         await pool.stop(1)
         return inline
 

@@ -200,7 +200,7 @@ def test_oldest_batches_across_sequences_without_fillers() -> None:
         gate.release.set()
         await results(streams)
         assert [[s.cid for s in batch] for batch in inst.batches] == [[1], [2, 3], [2]]
-        assert b.oldest and not b.fillers
+        assert b.settings.oldest and not b.settings.fillers
         await b.stop(5)
 
     run(main)
@@ -374,7 +374,7 @@ def test_a_decoupled_model_gets_no_fillers_and_its_states_come_from_its_sent_res
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         inst = SendingAccumulator()
         b = batcher(loop, config(mbs=2, sequence=CONTROLS + STATE, decoupled=True), [inst])
-        assert not b.fillers
+        assert not b.settings.fillers
         got = await results(
             send(b, loop, req(1, 5, start=True, mbs=2), req(1, 6, mbs=2), req(1, 7, end=True, mbs=2))
         )

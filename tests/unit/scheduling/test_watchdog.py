@@ -139,7 +139,7 @@ def test_a_watched_pool_never_executes_inline_and_is_forgotten_when_it_stops() -
         pool = _pool(loop, inst)
         for i in range(20):
             await answers(submit(pool, loop, request(i)))
-        assert not pool._inline
+        assert not pool.executing_inline
         watchdog = pool._watchdog
         assert watchdog is not None and pool in watchdog._pools
         await pool.stop(1)

@@ -13,6 +13,7 @@ import pytest
 
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
+from inferd.core.response_path import ResponsePath
 from inferd.core.tensor import Tensor
 from inferd.core.types import BY_WIRE
 from inferd.trace import NewSetting, Tracing, parse_trace_config
@@ -36,11 +37,13 @@ def run_request(t: Tracing, rid: str = "r1", model: str = "m") -> None:
         req = InferRequest(model, {"X": Tensor.from_array("X", np.array([1.5, 2.0], np.float32))}, id=rid)
         req.trace = trace
         stream = ResponseStream(loop)
-        trace.attach(req, model, "3", stream)
+        trace.attach(req, model, "3")
+        stream.path = ResponsePath(trace_end=trace.ended, trace_post=trace.output_capture)
         child = trace.child()
         child_req = InferRequest("step", {}, id=rid, trace=child)
         child_stream = ResponseStream(loop)
-        child.attach(child_req, "step", "1", child_stream)
+        child.attach(child_req, "step", "1")
+        child_stream.path = ResponsePath(trace_end=child.ended, trace_post=child.output_capture)
         child_stream.deliver(InferResponse("step", "1"), True)
         req.t_queue_ns = time.monotonic_ns()
         t0 = time.monotonic_ns()

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferd.core.request import InferRequest
-from inferd.core.response import ResponseStream
 from inferd.trace import Trace, Tracing, parse_trace_config
 from inferd.trace.record import row_runs
 from inferd.trace.rows import format_rows
@@ -62,11 +61,7 @@ def make_trace(
     req = InferRequest(model[0], {}, id=rid)
     req.t_start_ns = numbers[0]
     req.t_queue_ns = queue
-    loop = asyncio.new_event_loop()  # (the stream's; nothing runs on it)
-    try:
-        trace.attach(req, model[0], model[1], ResponseStream(loop))
-    finally:
-        loop.close()
+    trace.attach(req, model[0], model[1])
     if compute is not None:
         trace.computed(compute[0], compute[3], (compute[1], compute[2], 0))
     trace.stamps = [x for pair in zip(names, numbers[1:], strict=False) for x in pair]

@@ -94,8 +94,7 @@ class ProxyStream(ResponseStream):
         self._cancel_reason = None
         self._callback = None
         self._window = None  # the server's stream bounds the responses
-        self.postprocess = None
-        self.on_final = None
+        self.path = None
         self.on_cancel = None
         self._channel = channel
         self._key = key

@@ -1,5 +1,6 @@
-"""An InstancePool's instances changing while it serves: added ones take requests at once, removed
-ones take nothing new, finish what they run and unload before ``remove_instances`` returns."""
+"""An InstancePool's instances changing while it serves (scheduling/workers.py): added ones take
+requests at once, removed ones take nothing new, finish what they run and unload before
+``remove_instances`` returns."""
 
 from __future__ import annotations
 
