@@ -36,6 +36,7 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "autofill": ("autofill.c", ()),
     "bls": ("bls.c", ()),
     "accumulate": ("accumulate.c", ()),
+    "crash": ("crash.c", ()),
     "fail_init": ("failing.c", ("FAIL_INITIALIZE",)),
     "fail_model_init": ("failing.c", ("FAIL_MODEL_INITIALIZE",)),
     "fail_no_execute": ("failing.c", ("NO_EXECUTE",)),

@@ -6,3 +6,15 @@ the worker, never the server (``instance.py``: the server's side; ``worker.py``:
 #: set in the LoadContext a worker process gives its backend: there the instance is a thread of the
 #: worker, whatever the config's ``execution_mode`` says
 IN_WORKER = "inferd-in-worker"
+
+#: whether this process is a worker (``worker.main`` marks it): what runs here is contained already,
+#: so a backend that would hand work to a worker (a C backend's auto-complete) does it here instead
+_worker_process = [False]
+
+
+def mark_worker_process() -> None:
+    _worker_process[0] = True
+
+
+def in_worker_process() -> bool:
+    return _worker_process[0]

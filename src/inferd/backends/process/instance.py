@@ -78,6 +78,8 @@ class _Pending:
     responses: list[InferResponse] | None = None
     timings: tuple[int, int, int] | None = None
     error: InferdError | None = None
+    #: the positions of the requests the backend reported failed (a C backend's ReportStatistics)
+    failed: tuple[int, ...] = ()
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -130,6 +132,8 @@ class ProcessInstance:
         self._abort_reason = ""
         self._bls_pool: ThreadPoolExecutor | None = None
         self._last_timings: tuple[int, int, int] | None = None
+        #: the requests of the last batch the model reported as failed (the pool counts them)
+        self.last_failed: tuple[int, ...] = ()
         self._uses_bls = False
         self.pid = 0
         #: the worker's model defines ``is_ready`` (told when the worker started)
@@ -169,6 +173,7 @@ class ProcessInstance:
         if relay.loop is None and requests and requests[0].stream is not None:
             relay.loop = requests[0].stream.loop
         pending = _Pending()
+        self.last_failed = ()
         keys = []
         with self._lock:
             self._pending = pending
@@ -200,7 +205,7 @@ class ProcessInstance:
                     for p in packed:
                         release_unmapped(p[11])
                 raise pending.error
-            self._last_timings = pending.timings
+            self._last_timings, self.last_failed = pending.timings, pending.failed
             if pending.responses is not None:  # answered by returning: nothing more comes for them
                 with self._lock:
                     for key in keys:
@@ -430,6 +435,7 @@ class ProcessInstance:
             self._end(
                 responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],
                 timings=msg[3],
+                failed=tuple(msg[4]),
             )
         elif kind == "exec_error":
             code, message = msg[2]
@@ -469,13 +475,14 @@ class ProcessInstance:
         responses: list[InferResponse] | None = None,
         timings: tuple[int, int, int] | None = None,
         error: InferdError | None = None,
+        failed: tuple[int, ...] = (),
     ) -> None:
         with self._lock:
             pending = self._pending
         if pending is None:
             return
         self._unread = False  # before the role is released: the reader thread need not read on
-        pending.responses, pending.timings, pending.error = responses, timings, error
+        pending.responses, pending.timings, pending.error, pending.failed = responses, timings, error, failed
         pending.done.set()
 
     def _pool(self) -> ThreadPoolExecutor:

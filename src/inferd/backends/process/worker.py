@@ -56,7 +56,7 @@ from inferd.backends.base import (
     ResponseCallback,
     ServerLinks,
 )
-from inferd.backends.process import IN_WORKER
+from inferd.backends.process import IN_WORKER, mark_worker_process
 from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
@@ -405,7 +405,9 @@ class Worker:
         try:
             responses = inst.execute(requests)
             packed = None if responses is None else [pack_response(r, self.shm) for r in responses]
-            self.channel.send(("done", exec_id, packed, inst.last_timings))
+            # the requests a C backend reported failed (ReportStatistics): the server's pool counts them
+            failed = tuple(getattr(inst, "last_failed", ()))
+            self.channel.send(("done", exec_id, packed, inst.last_timings, failed))
         except ChannelClosed:
             return
         except BaseException as e:  # SystemExit from a model included: answer, serve on
@@ -447,6 +449,7 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     fd = int(argv[1])
     _die_with_parent()
+    mark_worker_process()
     sys.argv = []  # a model sees no server command line (the reference's models see an empty list)
     # the server decides when its workers stop: a Ctrl-C in a terminal, or a SIGTERM sent to the whole
     # process group or cgroup (systemd, a benchmark's killpg), reaches the server, which drains and then

@@ -17,18 +17,33 @@ Responses come back through the model's completion queue (an eventfd the event l
 wake-up per batch of responses, whichever threads sent them), never through Python code per API call.
 An execute returns None: the streams are answered as the backend sends; the batch statistics it
 reported (``TRITONBACKEND_ModelInstanceReportBatchStatistics``) are the pool's timings.
+
+``execution_mode`` (the model's parameter, else ``--backend-config=<backend>,execution-mode=...``; read
+where a Python model's is, ``containment.execution_mode``): ``thread`` runs the library in the server's
+process (the fastest: no copy, no hop between processes); ``process`` in worker processes, one per
+instance (``backends/process``: the worker loads this same backend, so everything behaves alike), where
+a crash in the backend fails the requests that instance held and the instance restarts, the server
+serving on; its auto-complete runs in a short-lived worker too, so the library is never opened in the
+server. ``auto`` (the default) is ``thread`` unless the model asks for a ``memory_limit_bytes``, which
+holds in a worker only: a backend is compiled code its operator installed, with nothing to read for
+risk as a ``model.py`` is read; a model a client uploaded runs in workers whatever it asks
+(``process/uploaded.py``). In a worker no event loop drains the completion queue: a thread does
+(``_Drainer``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import select
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.backends.base import BackendInstance, InstanceSpec, LoadContext
+from inferd.backends.base import BackendInstance, BackendModel, InstanceSpec, LoadContext
+from inferd.backends.process import IN_WORKER, in_worker_process
 from inferd.backends.tritonc import bls, build, library, search
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse
@@ -106,6 +121,11 @@ class TritonCBackend:
         nothing else would say why)."""
         if version_dir is None or not version_dir.name.isdigit():
             return
+        if _asks_process(config) and not in_worker_process():  # never opened in the server's process
+            from inferd.backends.process.uploaded import UploadLimits, complete_in_worker
+
+            complete_in_worker(config, model_dir, version_dir, default_max_batch_size, UploadLimits(0))
+            return
         try:
             backend = self._open(config, model_dir, version_dir, None)
         except InferdError as e:
@@ -135,11 +155,48 @@ class TritonCBackend:
             ) from None
         config.CopyFrom(completed)
 
-    def load(self, ctx: LoadContext) -> TritonCModel:
-        settings = dict(ctx.backend_config)
+    def load(self, ctx: LoadContext) -> BackendModel:
+        if _execution_mode(ctx) == "process":
+            from inferd.backends.process.model import ProcessModel
+
+            log.info(
+                "model '%s' version %d: backend '%s' runs in worker processes, one per instance "
+                "(execution_mode process)",
+                ctx.model_name,
+                ctx.version,
+                self.name,
+            )
+            return ProcessModel(ctx)
+        # the backend's config message says what the operator set, not how inferd runs it
+        settings = {k: v for k, v in ctx.backend_config.items() if k != IN_WORKER}
         backend = self._open(ctx.config, ctx.model_dir, ctx.version_dir, settings)
         library.set_links(ctx.links)
         return TritonCModel(ctx, backend)
+
+
+def _execution_mode(ctx: LoadContext) -> str:
+    """``thread`` or ``process`` (see the module's doc): ``auto`` is ``process`` only for a model with
+    a memory limit, which holds in a worker only."""
+    from inferd.backends.process.memory import memory_limit
+    from inferd.backends.python.containment import execution_mode  # the one reading of the parameter
+
+    mode = execution_mode(ctx)  # (``thread`` in a worker: there the instance is in-process)
+    if mode == "auto":
+        mode = "process" if memory_limit(ctx) > 0 else "thread"
+    return mode
+
+
+def _asks_process(config: Any) -> bool:
+    """Whether the config's own parameters run the model in worker processes (its auto-complete
+    reads no ``--backend-config``: the server's settings of a backend move its instances only)."""
+    params = config.parameters
+    mode = params["execution_mode"].string_value if "execution_mode" in params else "auto"
+    if mode == "auto" and "memory_limit_bytes" in params:
+        try:
+            return int(params["memory_limit_bytes"].string_value.strip() or "0") > 0
+        except ValueError:
+            return False  # the load says what is wrong with it
+    return mode == "process"
 
 
 def _error(e: Exception, what: str) -> InferdError:
@@ -184,6 +241,9 @@ class TritonCModel:
         self._instances = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
+        #: in a worker process: no event loop drains the completion queue, a thread does
+        self.in_worker = bool(ctx.backend_config.get(IN_WORKER))
+        self._drainer: _Drainer | None = None
         self._model: Any = self._initialize()
 
     def _initialize(self) -> Any:
@@ -194,6 +254,8 @@ class TritonCModel:
         except Exception as e:
             model.close()
             raise _error(e, "") from None
+        if self.in_worker:
+            self._drainer = _Drainer(model, self.name)
         return model
 
     def create_instance(self, spec: InstanceSpec) -> BackendInstance:
@@ -229,6 +291,9 @@ class TritonCModel:
             model.finalize()
         except Exception as e:
             log.error("model '%s': %s", self.name, _error(e, "TRITONBACKEND_ModelFinalize failed: "))
+        drainer, self._drainer = self._drainer, None
+        if drainer is not None:
+            drainer.stop()  # before close, which drains what is left in this thread
         loop = self._loop
         if loop is None or loop.is_closed():
             model.close()
@@ -299,6 +364,10 @@ class TritonCInstance:
         return self._timings
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
+        drainer = self._model._drainer
+        if drainer is not None:  # in a worker process
+            self._execute_in_worker(requests, drainer)
+            return None
         loop = self._model._loop
         if loop is None:
             stream = requests[0].stream
@@ -317,6 +386,21 @@ class TritonCInstance:
             raise library.translate(e) from None
         return None
 
+    def _execute_in_worker(self, requests: list[InferRequest], drainer: _Drainer) -> None:
+        """Not decoupled: the responses sent during the execute go out from this thread as it
+        returns (no hop to the drain thread, which waits meanwhile), before the worker says it ended.
+        Decoupled: the drain thread sends them as they come (an execute may wait until they went)."""
+        try:
+            if self._model.decoupled:
+                self._timings, self.last_failed = self._instance.execute(requests, False)
+            else:
+                with drainer.lock:
+                    self._timings, self.last_failed = self._instance.execute(requests, True)
+        except Exception as e:
+            if type(e).__name__ != "Error":
+                raise
+            raise library.translate(e) from None
+
     def unload(self) -> None:
         if self._unloaded:
             return
@@ -326,3 +410,35 @@ class TritonCInstance:
         except Exception as e:
             log.error("%s", _error(e, "TRITONBACKEND_ModelInstanceFinalize failed: "))
         self._model._instance_gone()
+
+
+class _Drainer:
+    """A worker process's stand-in for the event loop's reader: a thread that drains the model's
+    completion queue each time its eventfd is written (responses go out through the requests'
+    ``ProxyStream``s as the backend sends them, from whichever thread). ``stop`` ends it."""
+
+    def __init__(self, model: Any, name: str) -> None:
+        self._model = model
+        #: one drain at a time (a drain sends on the channel, letting go of the GIL meanwhile): the
+        #: events of a request go out in their order
+        self.lock = threading.Lock()
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name=f"inferd-tritonc-drain-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._model.fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        while True:
+            ready = poller.poll()
+            if any(fd == self._stop_r for fd, _ in ready):
+                return
+            with self.lock:
+                self._model.drain()
+
+    def stop(self) -> None:
+        os.write(self._stop_w, b"x")
+        self._thread.join()
+        os.close(self._stop_r)
+        os.close(self._stop_w)

@@ -129,8 +129,8 @@ def _exec(server: Channel, key: int = 1) -> None:
 
 
 def _done(server: Channel) -> float:
-    kind, exec_id, packed, timings = server.recv()
-    assert (kind, exec_id, timings) == ("done", 9, (1, 2, 3))
+    kind, exec_id, packed, timings, failed = server.recv()
+    assert (kind, exec_id, timings, failed) == ("done", 9, (1, 2, 3), ())
     return float(unpack_response(packed[0]).outputs[0].array[0])
 
 
