@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ MODELS = {
     "c_identity_proc": f'backend: "identity"\n{_FP32_IO}{_PROCESS}',
     "c_identity_thread": f'backend: "identity"\n{_FP32_IO}{_PROCESS.replace("process", "thread")}',
     "c_repeat_proc": c_backends.GOOD_MODELS["c_repeat"] + _PROCESS,
+    "c_batch_proc": c_backends.GOOD_MODELS["c_batch"] + _PROCESS,
     "c_accumulate_proc": c_backends.GOOD_MODELS["c_accumulate"] + _PROCESS,
 }
 CRASH = 13.0  # crash.c's CRASH_VALUE
@@ -47,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InferdProcess]:
     for name, text in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
-    for backend in ("crash", "identity", "repeat", "accumulate"):
+    for backend in ("crash", "identity", "repeat", "accumulate", "batch_sum"):
         c_backends.install(backend, backends / backend)
     proc = InferdProcess(
         repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env()
@@ -209,6 +211,32 @@ def test_identity_in_a_worker_answers_as_in_the_server(server: InferdProcess) ->
     s_thread, s_proc = _stats(server, "c_identity_thread"), _stats(server, "c_identity_proc")
     for key in ("success", "fail"):
         assert s_proc[key]["count"] == s_thread[key]["count"], (key, s_thread, s_proc)
+    # the backend's custom metric, counted in the worker, is on the server's /metrics
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
+        metrics = r.read().decode()
+    counted = {
+        line.split("{")[1].split(",")[0]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("identity_input_bytes{")
+    }
+    assert counted['model="c_identity_proc"'] == counted['model="c_identity_thread"'] > 0, counted
+
+
+def test_the_dynamic_batcher_hands_the_worker_many_requests_at_once(server: InferdProcess) -> None:
+    # preferred_batch_size 4, max_queue_delay 2 s: four requests sent together reach one execute
+    with http_client(server, concurrency=4) as c:
+        pending = [c.async_infer("c_batch_proc", [_input(k)]) for k in range(4)]
+        results = [p.get_result() for p in pending]
+    stats = c_backends.settled_stats(server, "c_batch_proc", 4)
+    for k, r in enumerate(results):
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), [[4.0 * k]])
+        assert r.get_response()["parameters"] == {"execute_requests": 4, "execute_batch": 4}
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [4]
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 4
+
+
+def _input(k: int) -> Any:
+    return httpclient.InferInput("INPUT0", [1, 4], "FP32").set_data_from_numpy(np.full((1, 4), k, np.float32))
 
 
 def test_a_decoupled_backend_streams_from_its_worker(server: InferdProcess) -> None:

@@ -169,8 +169,8 @@ class TritonCBackend:
             return ProcessModel(ctx)
         # the backend's config message says what the operator set, not how inferd runs it
         settings = {k: v for k, v in ctx.backend_config.items() if k != IN_WORKER}
+        library.set_links(ctx.links)  # first: a worker's TRITONBACKEND_Initialize creates metrics too
         backend = self._open(ctx.config, ctx.model_dir, ctx.version_dir, settings)
-        library.set_links(ctx.links)
         return TritonCModel(ctx, backend)
 
 
