@@ -26,18 +26,23 @@ from waiting import wait_for_text, wait_until
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module", params=["plain", "sanitized"])
+@pytest.fixture(scope="module", params=["plain", "sanitized", "process"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InferdProcess]:
-    """The server of every test here, twice: as built, and with the host and backends built with
-    AddressSanitizer and UBSan (preloaded into the server; any report ends it and fails the tests)."""
+    """The server of every test here, three times: as built; with the host and backends built with
+    AddressSanitizer and UBSan (preloaded into the server; any report ends it and fails the tests);
+    and with every model's instances in worker processes (``execution-mode=process``: the same
+    answers, statistics, streams, state, BLS, metrics and log lines from there)."""
     sanitize = request.param == "sanitized"
     root = tmp_path_factory.mktemp("c_backends")
     repo, backends = c_backends.repository(root, sanitize)
-    proc = InferdProcess(
-        repo, root / "inferd.log", ("--backend-directory", str(backends)), env=c_backends.server_env(sanitize)
-    ).start()
+    args: tuple[str, ...] = ("--backend-directory", str(backends))
+    if request.param == "process":
+        args += ("--backend-config=execution-mode=process",)
+    proc = InferdProcess(repo, root / "inferd.log", args, env=c_backends.server_env(sanitize)).start()
+    if request.param == "process":
+        assert "model 'c_identity' version 1: backend 'identity' runs in worker processes" in proc.log()
     try:
         yield proc
     finally:
