@@ -15,11 +15,12 @@ from inferd.backends.process.model import ProcessModel
 from inferd.backends.tritonc import backend as tritonc
 from inferd.errors import InvalidArgumentError
 from inferd.repository import parse_config_text
+from inferd.repository.config.schema import ModelConfig
 
 _IO = 'input [ { name: "I" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]'
 
 
-def _config(params: dict[str, str]) -> object:
+def _config(params: dict[str, str]) -> ModelConfig:
     text = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }} ' for k, v in params.items())
     return parse_config_text(f'name: "m" backend: "custom" {_IO} {text}', "test")
 
