@@ -173,7 +173,9 @@ def test_a_crash_in_execute_fails_only_its_request(server: InferdProcess, protoc
 
 
 def _stats(server: InferdProcess, model: str) -> dict[str, Any]:
-    return dict(c_backends.settled_stats(server, model, 4)["inference_stats"])
+    # three answered requests (the fourth, naming an output the model lacks, is refused before it queues:
+    # no statistics; the wait used to return at its deadline whatever it saw)
+    return dict(c_backends.settled_stats(server, model, 3)["inference_stats"])
 
 
 def test_identity_in_a_worker_answers_as_in_the_server(server: InferdProcess) -> None:
