@@ -22,6 +22,7 @@ import ast
 import importlib.machinery
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,10 @@ _OS = frozenset({"os", "posix"})
 #: vendored package or a data folder is not the model's code)
 _MAX_FILES = 200
 _MAX_ENTRIES = 5000
+#: one ``ast.parse`` at a time in this process: CPython 3.11's AST constructor keeps its recursion depth
+#: in interpreter state, and models loading in parallel threads raced on it ("SystemError: AST
+#: constructor recursion depth mismatch", python/cpython#106905): the model failed its load
+_PARSE = threading.Lock()
 
 
 def runs_in_workers(model_name: str, model_file: Path, memory_limited: bool) -> bool:
@@ -102,7 +107,9 @@ def _folder_files(folder: Path) -> list[Path]:
 
 def _source_risks(path: Path) -> list[str]:
     try:
-        tree = ast.parse(path.read_bytes(), str(path))
+        source = path.read_bytes()
+        with _PARSE:
+            tree = ast.parse(source, str(path))
     except (OSError, SyntaxError, ValueError):
         return []  # the load reports what is wrong with it
     scan = _Scan()
