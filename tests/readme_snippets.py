@@ -16,7 +16,7 @@ reader (``examples/models``, the served repository; ``examples/python_models``, 
 - a fence with a title (`` ```python title="my_models/hello/1/model.py" ``): written to that file, as the
   reader saves it;
 - `` ```bash `` whose command is ``inferd serve ...`` or ``tritonserver ...``: that server is started on
-  free ports (added to its flags) and waited for until ready; the blocks after it talk to it, and it is
+  port 0 (added to its flags; the ports it got read from its start-up lines) and waited for until ready; the blocks after it talk to it, and it is
   stopped (SIGTERM, exit 0) at the next one or at the page's end. Before it, blocks talk to the server
   ``make run`` starts;
 - `` ```python ``: run in a process of its own (``python -c``); `` ```bash ``: run under ``bash -e``, its

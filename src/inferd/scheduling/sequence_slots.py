@@ -6,7 +6,7 @@ Each instance has ``slot_count`` batch slots; a free slot goes to a new sequence
 index first, then the lowest instance, so that sequences spread over the instances, as the
 reference's.
 
-An ``instance_group`` update (core/instance_update.py) adds instances with their slots; a removed
+An ``instance_group`` update (engine/instance_update.py) adds instances with their slots; a removed
 instance's slots take no new sequence, and its pool stops once the last of its slots is free of its
 sequence (the update does not wait for that). Pools stop one at a time, at a removal as at the stop,
 as an InstancePool's instances unload (and the reference's, each in its own stub process): a

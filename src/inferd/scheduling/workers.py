@@ -2,7 +2,7 @@
 
 Each instance has a worker thread and an index, its place in the per-worker lists (here, and the
 watchdog's and auto mode's beside them); indices are never reused. An ``instance_group`` update
-(core/instance_update.py) appends workers for the instances it adds and retires those it removes:
+(engine/instance_update.py) appends workers for the instances it adds and retires those it removes:
 a retired worker takes nothing new, finishes the batch it runs, and its thread ends; then its
 instance unloads (the pool's ``remove_instances`` returns once that is done, as the reference's load
 answers after the removed instances finalized). The other workers go on serving throughout.

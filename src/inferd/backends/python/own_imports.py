@@ -48,8 +48,10 @@ _count = itertools.count(1)
 #: module name (a model's module, a model's package) -> its model's own modules
 _registry: dict[str, OwnModules] = {}
 #: the folders of every model loaded since the start, ``os.sep``-terminated: what "the rest of
-#: sys.path" leaves out (they stay on sys.path, appended, after their model unloads)
-_folders: set[str] = set()
+#: sys.path" leaves out (they stay on sys.path, appended, after their model unloads); a frozenset
+#: replaced whole under ``_lock``: every import reads it without the lock, while another model's load
+#: adds to it ("Set changed size during iteration" failed a model's `import json` at start)
+_folders: frozenset[str] = frozenset()
 #: a model's module -> its own modules (released with it)
 _of_module: weakref.WeakKeyDictionary[types.ModuleType, OwnModules] = weakref.WeakKeyDictionary()
 _original_import = builtins.__import__
@@ -213,9 +215,10 @@ def _install() -> None:
 
 def register(module: types.ModuleType, folders: Sequence[str], stem: str) -> None:
     """A model's ``module``, about to load: its own modules are those of ``folders`` (in order)."""
+    global _folders
     own = OwnModules(folders, stem)
     with _lock:
-        _folders.update(os.path.join(f, "") for f in folders)
+        _folders = _folders | {os.path.join(f, "") for f in folders}
         _registry[module.__name__] = own
         _registry[own.name] = own
         _of_module[module] = own
