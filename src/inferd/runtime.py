@@ -191,7 +191,7 @@ class Runtime:
 
                 self.clouds = await start_cloud_frontends(self)
             if options.allow_http:
-                from inferd.frontends.http.protocol import HttpServer
+                from inferd.frontends.http.server import HttpServer
 
                 app = self.http_app()
                 http = HttpServer(

@@ -30,8 +30,6 @@ memory growth.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import dataclasses
 import logging
@@ -46,7 +44,7 @@ from inferd.engine.instance_update import requires_reload, update_instances
 from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Model
 from inferd.engine.on_demand import MemoryBudget
-from inferd.engine.overrides import FILE_PREFIX, Uploads, sweep_stale
+from inferd.engine.overrides import Uploads, sweep_stale
 from inferd.engine.repository_manager import (
     FoundAtLoad,
     Loader,
@@ -58,63 +56,15 @@ from inferd.errors import InferdError, InternalError, InvalidArgumentError, Unav
 from inferd.repository import DuplicateModel, ModelDir, fingerprint
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import Fingerprint, scan_model_dir
+from inferd.repository.scan import Fingerprint, scan_model_dir, version_files
 
 log = logging.getLogger("inferd.repository")
 
 MODES = ("none", "poll", "explicit")
 
 
-def load_parameters(params: dict[str, Any], base64_files: bool) -> tuple[str | None, dict[str, bytes]]:
-    """A load request's parameters: the ``config`` override and the ``file:<path>`` overrides
-    (base64 text over HTTP, bytes over gRPC), with the reference's answers to other values."""
-    config: str | None = None
-    files: dict[str, bytes] = {}
-    for key, value in params.items():
-        if key == "config":
-            if not isinstance(value, str):
-                raise InternalError("attempt to access JSON non-string as string")
-            config = value
-        elif key.startswith(FILE_PREFIX):
-            if base64_files:
-                if not isinstance(value, str):
-                    raise InternalError("attempt to access JSON non-string as string")
-                try:
-                    data = base64.b64decode(value, validate=True)
-                except binascii.Error as e:
-                    raise InvalidArgumentError(f"the contents of '{key}' are not base64: {e}") from None
-            elif isinstance(value, bytes):
-                data = value
-            else:
-                raise InvalidArgumentError(f"the contents of '{key}' must be bytes_param")
-            files[key[len(FILE_PREFIX) :]] = data
-        else:
-            raise InternalError(
-                f"unexpected error on creating Triton parameter: '{key}' is not a load parameter "
-                "('config' or 'file:<path>')"
-            )
-    return config, files
-
-
 def _poll_failed(name: str, why: str) -> InternalError:
     return InternalError(f"failed to load '{name}', failed to poll from model repository: {why}")
-
-
-#: what the reference leaves out of a version's files: the config, and the folder of ``--model-config-name``
-_CONFIG_ENTRIES = frozenset({"config.pbtxt", "configs"})
-
-
-def version_files(mark: Fingerprint, version: int) -> Fingerprint:
-    """The part of a model folder's fingerprint that decides whether ``version`` changed, as the
-    reference's ``IsModelVersionModified``: its version folder and what lies beside the version
-    folders, except the config."""
-    v = str(version)
-    out = []
-    for entry in mark:
-        top = entry[0].split("/", 1)[0]
-        if top == v or not (top.isdigit() or top in _CONFIG_ENTRIES):
-            out.append(entry)
-    return tuple(out)
 
 
 class ModelControl:

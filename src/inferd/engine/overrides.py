@@ -17,14 +17,17 @@ those whose process is gone (a server that crashed or was killed left them).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import shutil
 import tempfile
 import threading
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from inferd.errors import InvalidArgumentError
+from inferd.errors import InternalError, InvalidArgumentError
 
 log = logging.getLogger("inferd.repository")
 
@@ -187,3 +190,34 @@ def sweep_stale(tmp: Path | None = None) -> list[Path]:
     if removed:
         log.info("removed %d override folder(s) left by servers that are gone", len(removed))
     return removed
+
+
+def load_parameters(params: dict[str, Any], base64_files: bool) -> tuple[str | None, dict[str, bytes]]:
+    """A load request's parameters: the ``config`` override and the ``file:<path>`` overrides
+    (base64 text over HTTP, bytes over gRPC), with the reference's answers to other values."""
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InternalError("attempt to access JSON non-string as string")
+            config = value
+        elif key.startswith(FILE_PREFIX):
+            if base64_files:
+                if not isinstance(value, str):
+                    raise InternalError("attempt to access JSON non-string as string")
+                try:
+                    data = base64.b64decode(value, validate=True)
+                except binascii.Error as e:
+                    raise InvalidArgumentError(f"the contents of '{key}' are not base64: {e}") from None
+            elif isinstance(value, bytes):
+                data = value
+            else:
+                raise InvalidArgumentError(f"the contents of '{key}' must be bytes_param")
+            files[key[len(FILE_PREFIX) :]] = data
+        else:
+            raise InternalError(
+                f"unexpected error on creating Triton parameter: '{key}' is not a load parameter "
+                "('config' or 'file:<path>')"
+            )
+    return config, files

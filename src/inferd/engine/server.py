@@ -26,8 +26,9 @@ from inferd.engine.cache import ResponseCache, look_up
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
 from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
+from inferd.engine.links import ModelLinks
 from inferd.engine.model import Model, ModelState
-from inferd.engine.model_control import ModelControl, load_parameters
+from inferd.engine.model_control import ModelControl
 from inferd.engine.on_demand import MemoryBudget, worker_bytes
 from inferd.engine.overrides import Uploads
 from inferd.engine.readiness import ReadinessCheck
@@ -41,7 +42,6 @@ from inferd.errors import (
     NotFoundError,
     UnavailableError,
     UnsupportedError,
-    error_for_code,
 )
 from inferd.gpu.devices import gpus_for_models
 from inferd.logs import LogSettings
@@ -114,6 +114,8 @@ class ServerCore:
         self.custom_metrics = custom_metrics
         #: every model version, and the one writer of their states (engine/lifecycle.py)
         self.registry = ModelLifecycle()
+        #: how its models' threads call back into it (BLS, pb_utils' model control: engine/links.py)
+        self.links = ModelLinks(self)
         self._backends = backends
         #: its models' worker processes and what befell them (on /metrics: metrics/collector.py)
         self.worker_processes = WorkerProcesses()
@@ -157,11 +159,11 @@ class ServerCore:
             loop=self.loop,
             submit_step=self.submit_step,
             links=ServerLinks(
-                self.infer_blocking,
-                self.infer_async,
+                self.links.infer_blocking,
+                self.links.infer_async,
                 self.model_ready,
                 self.custom_metrics,
-                self.model_control_blocking,
+                self.links.model_control_blocking,
                 processes=self.worker_processes,
                 log_settings=self.logs.settings if self.logs is not None else None,
             ),
@@ -521,78 +523,6 @@ class ServerCore:
         the model come back in ``response.error``, errors before it is queued are raised."""
         stream = self.submit(request.model_name, request.model_version, lambda _model: request)
         return await stream.first()
-
-    def infer_blocking(self, request: InferRequest) -> list[InferResponse]:
-        """``infer`` from a worker thread (BLS): waits for the response."""
-        assert self.loop is not None
-        if self._loop_thread == threading.get_ident():
-            # a model executing inline on the loop cannot wait for the loop; its pool now uses threads
-            raise InternalError("BLS request issued from the event loop thread; retry the request")
-        future = asyncio.run_coroutine_threadsafe(self._infer_catching(request), self.loop)
-        return [future.result()]
-
-    def model_control_blocking(
-        self,
-        caller: str,
-        action: str,
-        name: str,
-        config: str,
-        files: dict[str, bytes] | None,
-        unload_dependents: bool,
-    ) -> None:
-        """A model's ``pb_utils.load_model`` / ``unload_model`` from a worker thread: the repository
-        API's load or unload, waited for (engine/model_control.py lets a model that is loading, the
-        reference's example loads in ``initialize``, load another meanwhile)."""
-        assert self.loop is not None
-        if self._loop_thread == threading.get_ident():
-            raise InternalError("model control issued from the event loop thread; retry the request")
-        if self.control is None:
-            raise UnavailableError("the server has not started")
-        if action == "load":  # the files' keys are load parameters ("file:<path>"), as the API's
-            cfg, overrides = load_parameters(
-                {**({"config": config} if config else {}), **(files or {})}, False
-            )
-            work = self.control.load_from_model(caller, name, cfg, overrides)
-        else:
-            work = self.control.unload_from_model(caller, name, unload_dependents)
-        asyncio.run_coroutine_threadsafe(work, self.loop).result()
-
-    def infer_async(
-        self, request: InferRequest, callback: ResponseCallback, decoupled_error: str | None = None
-    ) -> None:
-        """Submit ``request`` from any thread (BLS); every response goes to ``callback`` on the loop,
-        the last with ``final`` True. A request refused before it is queued answers its error the same
-        way, worded as the reference's BLS words it; ``decoupled_error`` refuses a decoupled model
-        with that text."""
-        loop = self.loop
-        assert loop is not None
-        name = request.model_name
-
-        def start() -> None:
-            try:
-                if self.budget is None and not self.registry.is_ready(name, request.model_version):
-                    raise InternalError(
-                        f"Failed for execute the inference request. Model '{name}' is not ready."
-                    )
-                stream = self.submit(
-                    name, request.model_version, lambda _model: request, decoupled_error=decoupled_error
-                )
-            except InferdError as e:
-                err = error_for_code(e.code, f"Model {name} - Error when running inference: {e.message}")
-                callback(InferResponse(name, request.model_version, request.id, error=err), True)
-                return
-            stream.set_callback(callback)
-
-        if self._loop_thread == threading.get_ident():
-            start()
-        else:
-            loop.call_soon_threadsafe(start)
-
-    async def _infer_catching(self, request: InferRequest) -> InferResponse:
-        try:
-            return await self.infer(request)
-        except InferdError as e:
-            return InferResponse(request.model_name, request.model_version, request.id, error=e)
 
     # -- statistics and repository ----------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy
-from inferd.frontends.http.protocol import HttpServer
+from inferd.frontends.http.server import HttpServer
 from inferd.frontends.starting import FrontendError, http_limits
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from inferd.engine.server import ServerCore
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.http.errors import refused
-from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
+from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.server import HttpServer
 from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
 from inferd.metrics.collector import render

@@ -19,6 +19,7 @@ __all__ = [
     "parse_version_dir_name",
     "scan_model_dir",
     "scan_repositories",
+    "version_files",
 ]
 
 #: Triton's ``MODEL_READY_REASON_DUPLICATE``.
@@ -177,3 +178,20 @@ def fingerprint(model_dir: ModelDir | Path) -> Fingerprint:
     walk(root, "")
     entries.sort()
     return tuple(entries)
+
+
+#: what the reference leaves out of a version's files: the config, and the folder of ``--model-config-name``
+_CONFIG_ENTRIES = frozenset({"config.pbtxt", "configs"})
+
+
+def version_files(mark: Fingerprint, version: int) -> Fingerprint:
+    """The part of a model folder's fingerprint that decides whether ``version`` changed, as the
+    reference's ``IsModelVersionModified``: its version folder and what lies beside the version
+    folders, except the config."""
+    v = str(version)
+    out = []
+    for entry in mark:
+        top = entry[0].split("/", 1)[0]
+        if top == v or not (top.isdigit() or top in _CONFIG_ENTRIES):
+            out.append(entry)
+    return tuple(out)

@@ -8,8 +8,8 @@ from typing import Any
 
 from inferd.engine.instance_update import plan, requires_reload, wanted_instances
 from inferd.engine.model import Member
-from inferd.engine.model_control import version_files
 from inferd.repository.config.parse import parse_config_text
+from inferd.repository.scan import version_files
 
 
 def _config(groups: str, extra: str = "") -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.engine.model_control import load_parameters
+from inferd.engine.overrides import load_parameters
 from inferd.errors import InternalError, InvalidArgumentError
 from inferd.repository import fingerprint
 

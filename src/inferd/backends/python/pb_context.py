@@ -13,6 +13,7 @@ the instance created last.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Coroutine
@@ -116,10 +117,8 @@ def _add_fallback(hooks: _Hooks) -> None:
 
 
 def _remove_fallback(hooks: _Hooks) -> None:
-    try:
+    with contextlib.suppress(ValueError):  # already gone: an instance's finalize may come twice
         _fallback.remove(hooks)
-    except ValueError:
-        pass
 
 
 _thread_start = threading.Thread.start

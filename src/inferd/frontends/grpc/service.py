@@ -26,7 +26,7 @@ from inferd.core.request import parse_version
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.unsent import UnsentBudget
 from inferd.engine.facade import Core
-from inferd.engine.model_control import load_parameters
+from inferd.engine.overrides import load_parameters
 from inferd.errors import ErrorCode, InferdError, InvalidArgumentError, UnsupportedError
 from inferd.frontends.access import AccessPolicy, Category, Denial
 from inferd.frontends.forward import compile_forward_pattern

@@ -4,33 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gzip
 import logging
 import re
-import time
-import zlib
 from collections.abc import Awaitable, Callable, Coroutine
 from importlib import resources
 from typing import Any
 
 import orjson
 
-from inferd.core.request import InferRequest, parse_version
-from inferd.core.response import InferResponse
+from inferd.core.request import parse_version
 from inferd.engine.facade import Core
-from inferd.engine.model import Model
-from inferd.engine.model_control import load_parameters
+from inferd.engine.overrides import load_parameters
 from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.frontends.access import AccessPolicy
-from inferd.frontends.forward import forwarded
 from inferd.frontends.http.bodies import apply_log_settings, cuda_region, system_region
 from inferd.frontends.http.dialect import InferDialect
-from inferd.frontends.http.encode import OutputEncoding, encode_infer_body, encode_infer_response
 from inferd.frontends.http.errors import JSON as _JSON
 from inferd.frontends.http.errors import TEXT as _TEXT
 from inferd.frontends.http.errors import error_body, refused, send_error
 from inferd.frontends.http.generate import GenerateRoutes
 from inferd.frontends.http.header_cache import HeaderCache
+from inferd.frontends.http.infer_call import (
+    DECOUPLED_TEXT,
+    TEXT_ERRORS,
+    InferCall,
+    LoggedInferCall,
+    content_encoding,
+    inflate,
+)
 from inferd.frontends.http.jsonparse import parse_json
 from inferd.frontends.http.openai import OpenAIRoutes
 from inferd.frontends.http.openai_schema import OpenAILimits
@@ -38,14 +39,13 @@ from inferd.frontends.http.protocol import HttpRequest, Responder
 from inferd.frontends.http.routes import MODEL_RE as _MODEL_RE
 from inferd.frontends.http.status import PATHS as STATUS_PATHS
 from inferd.frontends.http.status import serve_status
-from inferd.frontends.http.trace import TracedResponder, received, start_trace, trace_settings
-from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS, TooLarge
-from inferd.frontends.inflate import inflate as bounded_inflate
+from inferd.frontends.http.trace import received, trace_settings
+from inferd.frontends.inflate import OFF_LOOP_MIN, WBITS
 from inferd.frontends.request_log import LoggedResponder
 from inferd.logs import LogSettings, RequestLogging
 from inferd.shm.cuda import CudaSharedMemoryManager
 from inferd.shm.system import SharedMemoryManager
-from inferd.trace import Trace, Tracing
+from inferd.trace import Tracing
 
 log = logging.getLogger("inferd.http")
 
@@ -55,11 +55,7 @@ _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
 _NOT_READY = b'{"error":"Model version not ready"}'
-_LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
-_INT64_MAX = 2**63 - 1
 #: errors of /infer that the reference answers as text/plain (the others of decoding are JSON)
-_TEXT_ERRORS = ("inference header size should be", "Unsupported compression type", "incomplete string data")
-_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
 _error = send_error
@@ -71,64 +67,11 @@ def _openapi() -> bytes:
     return resources.files("inferd.frontends.http").joinpath("openapi.json").read_bytes()
 
 
-def inflate(body: bytes, encoding: str, limit: int) -> bytes:
-    """A gzip or deflate body, never more than ``limit`` bytes of it (in bounded memory: a body that
-    inflates past the limit is refused after ``limit`` + 1 bytes, however far it would go)."""
-    if not encoding or encoding == "identity":
-        return body
-    if encoding not in WBITS:
-        raise UnsupportedError("Unsupported compression type")
-    try:
-        out, ended = bounded_inflate(body, encoding, limit)
-    except zlib.error as e:
-        raise InvalidArgumentError(f"failed to decompress the request body ({encoding}): {e}") from e
-    except TooLarge:
-        raise InvalidArgumentError(
-            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
-            "--http-max-input-size to increase the limit."
-        ) from None
-    if not ended:
-        raise InvalidArgumentError(
-            f"failed to decompress the request body ({encoding}): the compressed data ends early"
-        )
-    return out
-
-
 def _unload_dependents(params: dict[str, Any]) -> bool:
     value = params.get("unload_dependents", False)
     if not isinstance(value, bool):
         raise InvalidArgumentError("'unload_dependents' must be a boolean")
     return value
-
-
-def _encoding(req: HttpRequest) -> str:
-    return req.headers.get("content-encoding", "").strip().lower()
-
-
-def _header_length(text: str) -> int:
-    """Inference-Header-Content-Length as Triton reads it (atoi: leading digits, else 0); more digits
-    than an int64 holds read as the largest int64."""
-    m = _LEADING_INT.match(text)
-    if m is None:
-        return 0
-    digits = m.group(1)
-    if len(digits.lstrip("+-").lstrip("0")) > 19:
-        return -_INT64_MAX if digits.startswith("-") else _INT64_MAX
-    return max(-_INT64_MAX, min(_INT64_MAX, int(digits)))
-
-
-def _compress(
-    req: HttpRequest, parts: list[bytes | memoryview]
-) -> tuple[list[bytes | memoryview], str | None]:
-    accept = req.headers.get("accept-encoding")
-    if not accept:
-        return parts, None
-    accept = accept.lower()
-    if "gzip" in accept:
-        return [gzip.compress(b"".join(parts), compresslevel=6)], "gzip"
-    if "deflate" in accept:
-        return [zlib.compress(b"".join(parts))], "deflate"
-    return parts, None
 
 
 class HttpApp:
@@ -316,7 +259,7 @@ class HttpApp:
             resp.send(400, _NOT_READY, _TEXT)
 
     def _trace_settings(self, req: HttpRequest, resp: Responder, model: str) -> None:
-        body = lambda: inflate(req.body, _encoding(req), self.max_input_size)  # noqa: E731
+        body = lambda: inflate(req.body, content_encoding(req), self.max_input_size)  # noqa: E731
         trace_settings(self.core, self.tracing, req, resp, model, body)
 
     def generate(self, req: HttpRequest, resp: Responder, name: str, version: str, streaming: bool) -> None:
@@ -341,7 +284,7 @@ class HttpApp:
             return
         repo, index, model, action = m.groups()
         try:
-            body = inflate(req.body, _encoding(req), self.max_input_size)
+            body = inflate(req.body, content_encoding(req), self.max_input_size)
             doc: Any = {}
             if body.strip():
                 doc = parse_json(body)
@@ -385,7 +328,7 @@ class HttpApp:
             if logs is None:
                 raise UnavailableError("the server does not support dynamic logging")
             if req.method == "POST":
-                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                doc = parse_json(inflate(req.body, content_encoding(req), self.max_input_size))
                 if isinstance(doc, dict):
                     try:
                         apply_log_settings(logs, doc)
@@ -419,7 +362,7 @@ class HttpApp:
             if action == "unregister":
                 change = mgr.unregister_everywhere(region)
             else:
-                doc = parse_json(inflate(req.body, _encoding(req), self.max_input_size))
+                doc = parse_json(inflate(req.body, content_encoding(req), self.max_input_size))
                 change = mgr.register_everywhere(
                     region, *(system_region if kind == "system" else cuda_region)(doc)
                 )
@@ -436,7 +379,7 @@ class HttpApp:
         if (
             dialect is None
             and "content-encoding" in req.headers
-            and _encoding(req) in WBITS
+            and content_encoding(req) in WBITS
             and len(req.body) > OFF_LOOP_MIN
         ):
             self._spawn(self._inflate_then_infer(req, resp, name, version, at), resp)
@@ -449,7 +392,7 @@ class HttpApp:
         """A large compressed body inflates on a worker thread, so the loop keeps serving meanwhile."""
         body: bytes | InferdError
         try:
-            body = await asyncio.to_thread(inflate, req.body, _encoding(req), self.max_input_size)
+            body = await asyncio.to_thread(inflate, req.body, content_encoding(req), self.max_input_size)
         except InferdError as e:
             body = e  # raised when the body is read, after the model lookup, as inline
         if not resp.closed:
@@ -468,165 +411,21 @@ class HttpApp:
         if self.request_log.on:  # --log-verbose 1: a line once answered, with the request's id
             if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
                 resp = LoggedResponder(resp, req.method, req.path, req.query, self.request_log.details)  # type: ignore[assignment]
-            call: _InferCall = _LoggedInferCall(self, req, resp, body, at, dialect)
+            call: InferCall = LoggedInferCall(self, req, resp, body, at, dialect)
         else:
-            call = _InferCall(self, req, resp, body, at, dialect)
+            call = InferCall(self, req, resp, body, at, dialect)
         try:
             if version:
                 call.version = version = parse_version(version)
-            stream = self.core.submit(name, version, call.decode, decoupled_error=_DECOUPLED)
+            stream = self.core.submit(name, version, call.decode, decoupled_error=DECOUPLED_TEXT)
         except InferdError as e:
             if dialect is not None and dialect.status_of is not None:  # a multi-model invoke
                 resp.send(dialect.status_of(e), error_body(e), _JSON)
             else:
-                text = not call.decoding or e.message.startswith(_TEXT_ERRORS)
+                text = not call.decoding or e.message.startswith(TEXT_ERRORS)
                 _error(resp, e, _TEXT if text else _JSON)
             if call.trace is not None:  # sampled, then refused: never written
                 call.trace.finish()
             return
         resp.on_close = stream.cancel_on_close
         stream.set_callback(call.answer)
-
-
-class _InferCall:
-    """One /infer request: decodes its body once the core found the model, answers its response."""
-
-    __slots__ = (
-        "app",
-        "at",
-        "body",
-        "decoding",
-        "dialect",
-        "enc",
-        "req",
-        "request",
-        "resp",
-        "trace",
-        "version",
-    )
-
-    def __init__(
-        self,
-        app: HttpApp,
-        req: HttpRequest,
-        resp: Responder,
-        body: bytes | InferdError | None,
-        at: tuple[int, int] | None = None,
-        dialect: InferDialect | None = None,
-    ) -> None:
-        self.app = app
-        self.dialect = dialect
-        self.at = at  # when it was received, while tracing is on
-        self.trace: Trace | None = None
-        self.body = body  # the body inflated already (or why it could not be), None: not yet
-        self.req = req
-        self.resp = resp
-        self.decoding = False
-        self.version = ""
-        self.request: InferRequest | None = None
-        self.enc: OutputEncoding | None = None
-
-    def decode(self, model: Model) -> InferRequest:
-        """The core's ``Decoder``: the body read as the model's request (errors from here on are JSON)."""
-        req = self.req
-        headers = req.headers
-        dialect = self.dialect
-        if dialect is not None:  # a cloud front end: the size in the Content-Type, no compression
-            header_length = dialect.header_length(headers.get("content-type"), len(req.body))
-            self.decoding = True
-            return self._read(model, req.body, header_length)
-        self.decoding = True
-        hl_text = headers.get("inference-header-content-length")
-        if hl_text is None:
-            header_length = None
-        elif hl_text.isdigit() and hl_text.isascii() and len(hl_text) < 19:
-            header_length = int(hl_text)  # what a client sends; the rest as Triton's atoi reads it
-        else:
-            header_length = _header_length(hl_text)
-        body = self.body
-        if body is None:
-            body = req.body
-            if "content-encoding" in headers:
-                body = inflate(body, _encoding(req), self.app.max_input_size)
-        elif isinstance(body, InferdError):
-            raise body
-        return self._read(model, body, header_length)
-
-    def _read(self, model: Model, body: bytes, header_length: int | None) -> InferRequest:
-        req = self.req
-        self.request, self.enc = request, _ = self.app.headers.decode(
-            model, self.version, body, header_length
-        )
-        forward = self.app.header_forward
-        if forward is not None:  # a new dict: a cached header's parameters are shared with its template
-            request.parameters = {**request.parameters, **forwarded(req.headers, forward)}
-        if self.at is not None:
-            self.trace = trace = start_trace(self.app.tracing, model.name, request, req, self.at)
-            if trace is not None:
-                self.resp = TracedResponder(self.resp, trace)  # type: ignore[assignment]
-        return request
-
-    def answer(self, r: InferResponse | None, final: bool) -> None:
-        """The stream's callback: the response encoded, or its error (text/plain, as the reference)."""
-        resp = self.resp
-        if self.trace is not None:  # (Trace.stamp, inline)
-            self.trace.stamps += ("INFER_RESPONSE_COMPLETE", time.monotonic_ns())
-        dialect = self.dialect
-        if r is None or r.error is not None:
-            e = (
-                r.error
-                if r is not None and r.error is not None
-                else InternalError("model produced no response")
-            )
-            if dialect is not None and dialect.status_of is not None:  # a multi-model invoke
-                resp.send(dialect.status_of(e), error_body(e), _TEXT)
-            else:
-                _error(resp, e, _TEXT)
-            return
-        assert self.enc is not None
-        req = self.req
-        compress = dialect is None and "accept-encoding" in req.headers
-        try:
-            if compress:
-                head, parts, hlen = encode_infer_response(r, self.enc, self.request)
-                body: bytes | list[bytes | memoryview] = [head, *parts]
-            else:
-                body, hlen = encode_infer_body(r, self.enc, self.request)
-        except InferdError as e:
-            _error(resp, e, _TEXT)  # after the model ran, as the reference answers its errors
-            return
-        except Exception as e:
-            log.exception("encoding the response of model '%s' failed", r.model_name)
-            _error(resp, InternalError(f"failed to encode the response: {e}"))
-            return
-        content_type = _JSON
-        headers = b""
-        if hlen >= 0:
-            if dialect is None:
-                content_type, headers = (
-                    "application/octet-stream",
-                    b"\r\nInference-Header-Content-Length: %d" % hlen,
-                )
-            else:
-                content_type, headers = dialect.binary_headers(hlen)
-        if compress:
-            assert isinstance(body, list)
-            body, encoding = _compress(req, body)
-            if encoding is not None:
-                headers += b"\r\nContent-Encoding: %b" % encoding.encode()
-            if len(body) == 1 and isinstance(body[0], bytes):
-                body = body[0]
-        resp.send(200, body, content_type, headers)
-
-
-class _LoggedInferCall(_InferCall):
-    """An /infer request while requests are logged (its responder a ``LoggedResponder``): its line
-    gets the request's id."""
-
-    __slots__ = ()
-
-    def decode(self, model: Model) -> InferRequest:
-        line = self.resp.line  # type: ignore[attr-defined]  # (before a trace wraps the responder)
-        request = super().decode(model)
-        line.request_id = request.id
-        return request

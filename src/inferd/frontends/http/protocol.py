@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import ssl as ssl_module
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,6 @@ import httptools
 import orjson
 
 from inferd.core.unsent import UnsentBudget
-from inferd.frontends.address import bind_host
 from inferd.frontends.flow import SMALL_ANSWER, Unsent
 from inferd.frontends.http.head import METHODS, NAMES, Reject, too_large, too_many
 from inferd.frontends.http.head import HttpLimits as HttpLimits  # what the server takes, here too
@@ -40,7 +38,6 @@ from inferd.frontends.http.head import origin_form as origin_form
 from inferd.frontends.http.responder import STATUS_LINES, ExtraHeaders, status_line
 from inferd.frontends.http.responder import HttpRequest as HttpRequest  # the handlers' types, here too
 from inferd.frontends.http.responder import Responder as Responder
-from inferd.frontends.sweep import sweep_forever
 
 log = logging.getLogger("inferd.http")
 
@@ -523,89 +520,3 @@ class HttpConnection(asyncio.Protocol):
                 return
         elif not self._queue and limits.idle_timeout_s and now - self.last_io > limits.idle_timeout_s:
             self.close(only_idle=True)  # keep-alive, idle: nothing owed, nothing coming
-
-
-class HttpServer:
-    """Listens on (host, port) and serves ``app``; ``stop`` closes the listener and idle connections."""
-
-    def __init__(
-        self,
-        app: App,
-        host: str,
-        port: int,
-        limits: HttpLimits = HttpLimits(),
-        ssl: ssl_module.SSLContext | None = None,
-        reuse_port: bool = False,
-        budget: UnsentBudget | None = None,
-    ) -> None:
-        self.app = app
-        self.host = host
-        self.port = port
-        self.limits = limits
-        self.ssl = ssl
-        #: SO_REUSEPORT: several processes listen on the port, the kernel spreads the connections
-        self.reuse_port = reuse_port
-        self._server: asyncio.base_events.Server | None = None
-        self._connections: set[HttpConnection] = set()
-        self._sweeper: asyncio.Task[None] | None = None
-        #: while winding down: when each idle connection was first seen idle
-        self._idle_since: dict[HttpConnection, float] = {}
-        #: the process's bound on unsent answers, shared with the other front ends (``frontends/flow.py``;
-        #: None: one of this listener's own, without a limit)
-        self.budget = budget if budget is not None else UnsentBudget(0)
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: HttpConnection(self.app, self._connections, self.limits, self.budget),
-            bind_host(self.host),
-            self.port,
-            reuse_address=True,
-            reuse_port=self.reuse_port or None,
-            backlog=1024,
-            ssl=self.ssl,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        if self.limits.header_timeout_s or self.limits.idle_timeout_s:
-            self._sweeper = loop.create_task(sweep_forever(self._connections))
-
-    def stop_listening(self) -> None:
-        """Refuse new connections. The open ones are served on while the server drains (a sequence's
-        next request comes on its client's connection); ``wind_down`` ends them, ``stop`` closes
-        what is left."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    def wind_down(self, idle_grace_s: float) -> int:
-        """Let the open connections go (called while the server drains, once nothing it serves
-        needs them): every answer from now says ``Connection: close``, so its client goes elsewhere
-        and the connection ends after it, and a connection idle for ``idle_grace_s`` is closed. Not
-        an idle one at once: a request its client sent just before the signal may be on its way,
-        and would get an empty reply (the soak's SIGTERM check counted 16 in 40,000). The number of
-        connections still open."""
-        now = time.monotonic()
-        seen = self._idle_since
-        left = 0
-        for c in list(self._connections):
-            c.draining = True
-            if not c.idle:
-                seen.pop(c, None)
-            elif now - seen.setdefault(c, now) >= idle_grace_s:
-                c.close(only_idle=True)
-            transport = c._transport
-            left += transport is not None and not transport.is_closing()
-        for c in [c for c in seen if c not in self._connections]:
-            del seen[c]
-        return left
-
-    async def stop(self) -> None:
-        self.stop_listening()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        self._idle_since.clear()
-        for c in list(self._connections):
-            c.close(only_idle=False)
-        await asyncio.sleep(0)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from inferd.frontends.http.protocol import HttpRequest, HttpServer, Responder
+from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.server import HttpServer
 
 
 def _answer(req: HttpRequest, resp: Responder) -> None:

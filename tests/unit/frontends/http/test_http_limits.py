@@ -17,7 +17,8 @@ import pytest
 from http_wire import Client, parse_answers, request
 
 from inferd.errors import InvalidArgumentError, UnsupportedError
-from inferd.frontends.http.app import HttpApp, inflate
+from inferd.frontends.http.app import HttpApp
+from inferd.frontends.http.infer_call import inflate
 from inferd.frontends.http.protocol import HttpConnection, HttpLimits, HttpRequest, Responder
 from inferd.frontends.inflate import TooLarge
 from inferd.frontends.inflate import inflate as bounded_inflate
