@@ -61,14 +61,6 @@ DELIBERATE = {
         "inferd refuses a body over --http-max-input-size (64 MiB by default) with 413 before reading it, "
         "and its Python backend has no shared-memory pool to grow"
     ),
-    **{
-        ("L0_model_namespacing/test.py", case): (
-            "inferd keys models by name: with --model-namespacing a name two repositories hold is "
-            "UNAVAILABLE with a reason that says so (README), where the reference serves each copy in "
-            "its repository's namespace"
-        )
-        for case in ("test_duplication", "test_dynamic_resolution", "test_ensemble_duplication")
-    },
 }
 
 Cases = dict[tuple[str, str], tuple[str, str]]

@@ -67,9 +67,14 @@ class Model:
         config: ModelConfig,
         model_dir: Path,
         metrics: MetricsConfig = MetricsConfig(),
+        key: str = "",
     ) -> None:
-        """``metrics``: the server's ``--metrics-config`` (the summaries and histograms the version keeps)."""
+        """``metrics``: the server's ``--metrics-config`` (the summaries and histograms the version
+        keeps); ``key``: the registry's key (``--model-namespacing``'s ``<namespace>::<name>``;
+        default the name)."""
         self.name = name
+        #: what the registry lists it under (engine/lifecycle.py); the name clients use is ``name``
+        self.key = key or name
         self.version = version
         self.version_str = str(version)
         self.config = config

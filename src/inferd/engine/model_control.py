@@ -22,7 +22,13 @@ the model is still UNLOADING).
 Actions on one model run one at a time; actions on different models overlap. One lock guards the
 bookkeeping, and is let go while a model's files are read, its versions load (initialize, warmup)
 and its old versions drain, so that one slow load (a model's initialize that takes minutes) holds
-up no other model's load or unload; an action on a model whose action is under way waits for it.
+up no other model's load or unload; an action on a model whose action is under way waits for it
+(engine/control_lock.py).
+
+Under ``--model-namespacing`` (repository/namespaced.py) a model is known by its key
+(``<repository>::<name>``): a load or unload of a name acts on every repository's model of that
+name, as the reference's, and an ensemble unloaded because its step was is loaded again when the
+step is (the reference's dependency graph; with or without namespacing).
 Under a memory budget (``--model-memory-budget``) every action runs alone: it measures each load's
 memory growth.
 """
@@ -31,20 +37,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, NoReturn
-
-from google.protobuf import json_format
+from typing import NoReturn
 
 from inferd.engine.agents import AgentAction, AgentChain
+from inferd.engine.control_lock import ControlLock
 from inferd.engine.instance_update import requires_reload, update_instances
 from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.model import Model
 from inferd.engine.on_demand import MemoryBudget
-from inferd.engine.overrides import Uploads, sweep_stale
+from inferd.engine.overrides import Uploads, load_source, poll_failed, sweep_stale
 from inferd.engine.repository_manager import (
     FoundAtLoad,
     Loader,
@@ -52,19 +55,16 @@ from inferd.engine.repository_manager import (
     status_text,
     without_paths,
 )
-from inferd.errors import InferdError, InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.repository import DuplicateModel, ModelDir, fingerprint
+from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
+from inferd.repository import ModelDir, fingerprint
 from inferd.repository.config.schema import ModelConfig
-from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import Fingerprint, scan_model_dir, version_files
+from inferd.repository.namespaced import NamespacedRepositories
+from inferd.repository.remote import RepositorySet
+from inferd.repository.scan import Fingerprint, key_name, version_files
 
 log = logging.getLogger("inferd.repository")
 
 MODES = ("none", "poll", "explicit")
-
-
-def _poll_failed(name: str, why: str) -> InternalError:
-    return InternalError(f"failed to load '{name}', failed to poll from model repository: {why}")
 
 
 class ModelControl:
@@ -81,14 +81,17 @@ class ModelControl:
         self.mode = mode
         self._repositories = repositories
         #: the repositories, local and in object storage (repository/remote.py)
-        self._sources = RepositorySet(repositories, namespacing=loader.settings.model_namespacing)
+        self._sources = (NamespacedRepositories if loader.settings.model_namespacing else RepositorySet)(
+            repositories
+        )
         #: the one load path, shared with the start (engine/repository_manager.py)
         self._loader = loader
         #: the registry, and the one writer of the versions' states (engine/lifecycle.py)
         self._registry: ModelLifecycle = loader.lifecycle
         self._settings = loader.settings
         self._drain_timeout_s = drain_timeout_s
-        self._lock = asyncio.Lock()
+        #: the lock, and one action per model at a time (engine/control_lock.py)
+        self._locks = ControlLock()
         #: model name -> the fingerprint of the folder it was loaded from (poll mode's look)
         self._seen: dict[str, Fingerprint] = {}
         #: model name -> its folder's fingerprint when it was last loaded from the repository (none
@@ -103,13 +106,12 @@ class ModelControl:
         #: models loaded only as an ensemble's steps (the reference's explicitly_load_ false):
         #: ``unload_dependents`` takes them along with the last ensemble that used them
         self._implicit: set[str] = set()
+        #: step name -> the ensembles unloaded because it was: its next load loads them again, as
+        #: the reference's dependency graph does (an ensemble unloaded by name is not among them)
+        self._orphans: dict[str, set[str]] = {}
         #: models whose load is under way (lock held): one of them may load another from its
         #: ``initialize`` (pb_utils.load_model) while the lock's holder waits for it
         self._busy: set[str] = set()
-        #: model name -> the end of the load or unload under way for it: the lock is let go while a
-        #: model's files are read, its versions load and its old versions drain (``_window``), so
-        #: a slow load holds up no other model's; an action on the same model waits for that end
-        self._inflight: dict[str, tuple[asyncio.Task[Any] | None, asyncio.Future[None]]] = {}
         #: ``--model-memory-budget`` (engine/on_demand.py): loads measured, idle models unloaded to fit
         self.budget: MemoryBudget | None = None
 
@@ -159,25 +161,40 @@ class ModelControl:
         """Load (or reload) ``name``; an ensemble's missing step models load first."""
         if check_mode:
             self._check_mode()
-        async with self._lock:
-            await self._load(name, config, files or {}, set())
+        async with self._locks.lock:
+            await self._load_keys(name, config, files or {})
+
+    async def _load_keys(
+        self, name: str, config: str | None, files: dict[str, bytes], locked: bool = True
+    ) -> None:
+        """Load every model a load of ``name`` means (``--model-namespacing``: each repository's
+        of that name, as the reference loads them; the first failure is raised once all were tried)."""
+        failure: InferdError | None = None
+        for key in await asyncio.to_thread(self._sources.keys, name):
+            try:
+                await self._load(key, config, files, set(), locked=locked)
+            except InferdError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
     async def load_if_needed(self, name: str) -> None:
         """Load ``name`` unless it is READY (a load on demand: engine/on_demand.py)."""
-        async with self._lock:
-            await self._wait_free(name, True)  # a load of it under way: its outcome first
+        async with self._locks.lock:
+            await self._locks.wait_free(name, True)  # a load of it under way: its outcome first
             if not self._registry.is_ready(name):
-                await self._load(name, None, {}, set())
+                await self._load_keys(name, None, {})
 
     def knows(self, name: str) -> bool:
         """Whether a repository holds ``name`` now (a store's models as of its last listing)."""
-        return name in self._sources.names()
+        return any(key_name(known) == name for known in self._sources.names())
 
     async def unload(self, name: str, unload_dependents: bool = False, check_mode: bool = True) -> None:
         if check_mode:
             self._check_mode()
-        async with self._lock:
-            await self._unload(name, unload_dependents)
+        async with self._locks.lock:
+            for key in self._registry.keys_of(name):
+                await self._unload(key, unload_dependents)
 
     # -- registered repositories (SageMaker's multi-model endpoints) ---------------------------------
     async def register_repository(self, path: Path, mapping: dict[str, str], label: str = "") -> None:
@@ -187,7 +204,7 @@ class ModelControl:
             raise UnsupportedError(
                 "repository registration is not allowed if model control mode is not EXPLICIT"
             )
-        async with self._lock:
+        async with self._locks.lock:
             await asyncio.to_thread(self._sources.registered.add, path, mapping, label)
 
     async def unregister_repository(self, path: Path) -> None:
@@ -195,7 +212,7 @@ class ModelControl:
             raise UnsupportedError(
                 "repository unregistration is not allowed if model control mode is not EXPLICIT"
             )
-        async with self._lock:
+        async with self._locks.lock:
             registered = self._sources.registered
             reg = next((r for r in registered.all() if str(r.path) == str(path)), None)
             served = set() if reg is None else set(reg.mapping) | set(registered.unmapped(reg))
@@ -220,22 +237,21 @@ class ModelControl:
         budget lets no load go of it): without the lock, its holder waits for that model, so
         nothing else holding it runs meanwhile."""
         self._check_mode()
-        if caller in self._busy and self._lock.locked() and self.budget is not None:
-            await self._load(name, config, files, set(), locked=False)
+        if caller in self._busy and self._locks.lock.locked() and self.budget is not None:
+            await self._load_keys(name, config, files, locked=False)
         else:
-            async with self._lock:
-                await self._load(name, config, files, set())
+            async with self._locks.lock:
+                await self._load_keys(name, config, files)
 
     async def unload_from_model(self, caller: str, name: str, unload_dependents: bool) -> None:
         """An unload a model asks for (see ``load_from_model``)."""
         self._check_mode()
         if name in self._busy:
             raise UnavailableError(f"'{name}' is being loaded: it cannot be unloaded meanwhile")
-        if caller in self._busy and self._lock.locked() and self.budget is not None:
-            await self._unload(name, unload_dependents, locked=False)
-        else:
-            async with self._lock:
-                await self._unload(name, unload_dependents)
+        locked = not (caller in self._busy and self._locks.lock.locked() and self.budget is not None)
+        async with self._locks.lock if locked else contextlib.nullcontext():
+            for key in self._registry.keys_of(name):
+                await self._unload(key, unload_dependents, locked=locked)
 
     # -- poll mode -----------------------------------------------------------------------------------
     def _scan_fingerprints(self) -> dict[str, Fingerprint]:
@@ -243,7 +259,7 @@ class ModelControl:
 
     async def poll_once(self) -> None:
         """Load what was added or changed since the last look, unload what was removed."""
-        async with self._lock:
+        async with self._locks.lock:
             try:
                 now = await asyncio.to_thread(self._scan_fingerprints)
             except InferdError as e:
@@ -255,6 +271,8 @@ class ModelControl:
                 log.info("'%s' left the repository: unloading it", name)
                 await self._unload(name, False)
                 self._seen.pop(name, None)
+                if not any(m.scheduler is not None for m in self._registry.models.get(name, {}).values()):
+                    self._registry.forget(name)  # the reference's index stops listing it
             for name, mark in sorted(now.items()):
                 if self._seen.get(name) == mark:
                     continue
@@ -275,76 +293,15 @@ class ModelControl:
             await self.poll_once()
 
     # -- the work (lock held) ------------------------------------------------------------------------
-    def _model_dir(
-        self, name: str, config: str | None, files: dict[str, bytes]
-    ) -> tuple[ModelDir, ModelConfig | None, Fingerprint | None]:
-        """The folder to load ``name`` from, the config override, and the folder's fingerprint
-        (None for a folder of file overrides)."""
-        override = None
-        if config is not None:
-            try:
-                override = json_format.Parse(config, ModelConfig())
-            except json_format.ParseError as e:
-                raise _poll_failed(name, f"Invalid config override: {e}") from None
-            except RecursionError:  # JSON nested thousands deep: no config is
-                raise _poll_failed(name, "Invalid config override: nested too deeply") from None
-            if not override.name:
-                override.name = name
-        if files:
-            if override is None:
-                raise _poll_failed(name, "Load parameter 'config' must be specified for model file override")
-            folder = self.uploads.write(name, files)
-            md = dataclasses.replace(scan_model_dir(folder, folder.parent, name=name), uploaded=True)
-            return md, override, None
-        entry = self._sources.find(name)
-        if entry is None:
-            raise _poll_failed(name, "model not found in any model repository")
-        if isinstance(entry, DuplicateModel | Unreadable):
-            raise _poll_failed(name, entry.reason)
-        return entry, override, fingerprint(entry)
-
-    async def _wait_free(self, name: str, locked: bool) -> None:
-        """Wait (the lock let go meanwhile) until no load or unload of ``name`` is under way."""
-        while (under_way := self._inflight.get(name)) is not None:
-            owner, pending = under_way
-            if not locked or owner is asyncio.current_task():  # waiting would wait for itself
-                raise UnavailableError(f"'{name}' is being loaded or unloaded: try again once it is done")
-            self._lock.release()
-            try:
-                await asyncio.shield(pending)
-            finally:
-                await self._lock.acquire()
-
-    @contextlib.asynccontextmanager
-    async def _claimed(self, name: str, locked: bool) -> AsyncIterator[None]:
-        """``name``'s action from here to its end: others on ``name`` wait for it."""
-        await self._wait_free(name, locked)
-        done = asyncio.get_running_loop().create_future()
-        self._inflight[name] = (asyncio.current_task(), done)
-        try:
-            yield
-        finally:
-            del self._inflight[name]
-            done.set_result(None)
-
-    @contextlib.asynccontextmanager
-    async def _window(self, locked: bool) -> AsyncIterator[None]:
-        """The lock let go for a slow part (reading files, loading versions, draining old ones):
-        other models' loads and unloads run meanwhile. Not under a memory budget, which measures
-        each load alone (engine/on_demand.py), nor where this chain does not hold the lock."""
-        if not locked or self.budget is not None:
-            yield
-            return
-        self._lock.release()
-        try:
-            yield
-        finally:
-            await self._lock.acquire()
+    def _window(self, locked: bool) -> contextlib.AbstractAsyncContextManager[None]:
+        """The lock let go for a slow part (engine/control_lock.py); not under a memory budget,
+        which measures each load alone (engine/on_demand.py), nor where this chain does not hold it."""
+        return self._locks.window(locked and self.budget is None)
 
     async def _load(
         self, name: str, config: str | None, files: dict[str, bytes], loading: set[str], locked: bool = True
     ) -> None:
-        async with self._claimed(name, locked):
+        async with self._locks.claimed(name, locked):
             self._busy.add(name)
             try:
                 await self._load_busy(name, config, files, loading, locked)
@@ -361,7 +318,9 @@ class ModelControl:
             self._implicit.discard(name)
         loading.add(name)
         async with self._window(locked):
-            md, override, mark = await asyncio.to_thread(self._model_dir, name, config, files)
+            md, override, mark = await asyncio.to_thread(
+                load_source, self._sources, self.uploads, name, config, files
+            )
         if (
             override is None
             and mark is not None
@@ -369,6 +328,9 @@ class ModelControl:
             and registry.is_ready(name)
         ):
             log.info("'%s' is unchanged since it was loaded: nothing to load", name)
+            current = registry.ready_default.get(name)
+            if current is not None:  # its steps' models are looked for again, as the reference's
+                await self._load_steps(current.config, loading, locked)
             if self.budget is not None:
                 self.budget.touch(name)
             return
@@ -380,14 +342,20 @@ class ModelControl:
             e = found.error
             if not md.versions:
                 self._drop_override(md, files)
-                raise _poll_failed(name, without_paths(e.message, md)) from None
-            failed_model = Model(name, max(md.versions), override or ModelConfig(name=name), md.path)
+                raise poll_failed(name, without_paths(e.message, md)) from None
+            failed_model = Model(
+                key_name(name),
+                max(md.versions),
+                override or ModelConfig(name=key_name(name)),
+                md.path,
+                key=name,
+            )
             log.error("failed to load '%s' version %d: %s", name, failed_model.version, status_text(e))
             registry.unavailable(failed_model, without_paths(status_text(e), md))
             self._fail(name, [failed_model], md, files)
         except InferdError as e:  # the reference finds it reading the repository: nothing is loaded,
             self._drop_override(md, files)  # what serves serves on, the server stays ready
-            raise _poll_failed(name, without_paths(e.message, md)) from None
+            raise poll_failed(name, without_paths(e.message, md)) from None
         agents = prepared.agents
         try:
             await self._load_prepared(name, src, prepared, mark, files, loading, locked)
@@ -398,6 +366,13 @@ class ModelControl:
             raise
         if agents is not None:
             agents.act(AgentAction.LOAD_COMPLETE)
+        for orphan in sorted(self._orphans.pop(key_name(name), ())):
+            if orphan not in loading and not registry.is_ready(orphan):
+                log.info("loading '%s': its step '%s' is back", orphan, name)
+                try:
+                    await self._load(orphan, None, {}, set(), locked)
+                except InferdError as e:
+                    log.error("%s", e.message)
 
     async def _load_prepared(
         self,
@@ -417,9 +392,7 @@ class ModelControl:
         old = registry.models.get(name, {})
         updated: dict[int, Model] = {}  # the versions updated in place
         if cfg.platform == "ensemble":
-            for step in cfg.ensemble_scheduling.step:
-                if step.model_name not in loading and not registry.is_ready(step.model_name):
-                    await self._load(step.model_name, None, {}, loading, locked)
+            await self._load_steps(cfg, loading, locked)
             new = loader.ensemble(md, cfg)
         else:
             try:
@@ -429,7 +402,7 @@ class ModelControl:
                 raise InvalidArgumentError(f"load failed for model '{name}': {e.message}\n") from None
             if not versions:
                 self._drop_override(src, files)
-                raise _poll_failed(name, "no version is available")
+                raise poll_failed(name, "no version is available")
             was = self._stamps.get(name)
             for v in versions:
                 serving = old.get(v)
@@ -495,6 +468,14 @@ class ModelControl:
             self.budget.touch(name)
             await self.budget.fit(loading, self._evict, why=name)
 
+    async def _load_steps(self, cfg: ModelConfig, loading: set[str], locked: bool) -> None:
+        """Load the models an ensemble's steps name that do not serve (namespaced: every
+        repository's model of the name, as the reference loads them)."""
+        for step in cfg.ensemble_scheduling.step:
+            for key in await asyncio.to_thread(self._sources.keys, step.model_name):
+                if key not in loading and not self._registry.is_ready(key):
+                    await self._load(key, None, {}, loading, locked)
+
     def _updatable(
         self, model: Model, cfg: ModelConfig, was: Fingerprint | None, mark: Fingerprint | None, version: int
     ) -> bool:
@@ -528,15 +509,23 @@ class ModelControl:
         """Unload ``name``, as the reference's dependency graph does: the ensembles using it cannot
         serve without it and are unloaded too; with ``unload_dependents`` so are the models it
         uses (an ensemble's steps) that were loaded only for it and that no other ensemble uses."""
-        async with self._claimed(name, locked):
+        async with self._locks.claimed(name, locked):
             await self._unload_claimed(name, unload_dependents, locked)
 
     async def _unload_claimed(self, name: str, unload_dependents: bool, locked: bool) -> None:
         registry = self._registry
-        for other, versions in list(registry.models.items()):
-            if other != name and any(_uses(m, name) for m in versions.values() if m.scheduler is not None):
+        for orphans in self._orphans.values():  # unloaded by name: no step's load brings it back
+            orphans.discard(name)
+        step_name = key_name(name)
+        # namespaced: an ensemble's step goes to another repository's model of the name while one serves
+        others = [k for k in registry.keys_of(step_name) if k != name and registry.is_ready(k)]
+        for other, versions in list(registry.models.items()) if not others else []:
+            if other != name and any(
+                _uses(m, step_name) for m in versions.values() if m.scheduler is not None
+            ):
                 log.info("unloading '%s': its step '%s' is being unloaded", other, name)
                 await self._unload(other, False, locked)
+                self._orphans.setdefault(step_name, set()).add(other)
         versions = registry.models.get(name, {})
         live = [m for m in versions.values() if m.scheduler is not None]
         steps = {
@@ -565,9 +554,9 @@ class ModelControl:
         if self.budget is not None:
             self.budget.forget(name)
         if unload_dependents:
-            for step in sorted(steps & self._implicit):
+            for step in sorted(k for k in self._implicit if key_name(k) in steps):
                 still_used = any(
-                    _uses(m, step)
+                    _uses(m, key_name(step))
                     for ms in registry.models.values()
                     for m in ms.values()
                     if m.scheduler is not None

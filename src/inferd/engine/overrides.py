@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 import os
 import shutil
@@ -27,7 +28,13 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from google.protobuf import json_format
+
 from inferd.errors import InternalError, InvalidArgumentError
+from inferd.repository import DuplicateModel, ModelDir, fingerprint
+from inferd.repository.config.schema import ModelConfig
+from inferd.repository.remote import RepositorySet, Unreadable
+from inferd.repository.scan import KEY_SEP, Fingerprint, key_name, scan_model_dir
 
 log = logging.getLogger("inferd.repository")
 
@@ -221,3 +228,41 @@ def load_parameters(params: dict[str, Any], base64_files: bool) -> tuple[str | N
                 "('config' or 'file:<path>')"
             )
     return config, files
+
+
+def poll_failed(name: str, why: str) -> InternalError:
+    return InternalError(f"failed to load '{name}', failed to poll from model repository: {why}")
+
+
+def load_source(
+    sources: RepositorySet, uploads: Uploads, name: str, config: str | None, files: dict[str, bytes]
+) -> tuple[ModelDir, ModelConfig | None, Fingerprint | None]:
+    """What a load of ``name`` (a registry key) loads: its folder (in a repository, or a fresh one
+    holding its ``file:`` overrides), the config override, and the folder's fingerprint (None for
+    a folder of file overrides)."""
+    override = None
+    if config is not None:
+        try:
+            override = json_format.Parse(config, ModelConfig())
+        except json_format.ParseError as e:
+            raise poll_failed(name, f"Invalid config override: {e}") from None
+        except RecursionError:  # JSON nested thousands deep: no config is
+            raise poll_failed(name, "Invalid config override: nested too deeply") from None
+        if not override.name:
+            override.name = name
+    if files:
+        if override is None:
+            raise poll_failed(name, "Load parameter 'config' must be specified for model file override")
+        folder = uploads.write(key_name(name), files)
+        md = dataclasses.replace(
+            scan_model_dir(folder, folder.parent, name=key_name(name)),
+            uploaded=True,
+            key=name if KEY_SEP in name else "",
+        )
+        return md, override, None
+    entry = sources.find(name)
+    if entry is None:
+        raise poll_failed(name, "model not found in any model repository")
+    if isinstance(entry, DuplicateModel | Unreadable):
+        raise poll_failed(name, entry.reason)
+    return entry, override, fingerprint(entry)

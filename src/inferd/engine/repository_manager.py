@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,7 @@ from inferd.repository import (
 )
 from inferd.repository.config.limits import check_limits
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import scan_model_dir
+from inferd.repository.scan import key_name, key_namespace, scan_model_dir
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
@@ -234,7 +236,7 @@ class LoadSettings:
     rate_limiter: RateLimiter | None = None
     #: ``--model-load-retry-count``: loads of a version that failed, tried again before it is UNAVAILABLE
     load_retries: int = 0
-    #: ``--model-namespacing``: the reason a name held by two repositories gives (repository/remote.py)
+    #: ``--model-namespacing``: models keyed by namespace (repository/namespaced.py)
     model_namespacing: bool = False
     #: the GPUs instance groups may use (gpu/devices.py: those NVML finds at or above
     #: ``--min-supported-compute-capability``; ServerCore passes them, none by default)
@@ -255,6 +257,10 @@ class LoadSettings:
         from inferd.backends.process.uploaded import upload_limits
 
         return upload_limits(self.for_backend(backend), self.load_timeout_s)
+
+
+def _step_key(lifecycle: ModelLifecycle, namespace: str, step: str) -> str:
+    return lifecycle.step_key(step, namespace)
 
 
 class Loader:
@@ -296,10 +302,16 @@ class Loader:
     def ensemble(self, md: ModelDir, cfg: ModelConfig) -> list[Model]:
         """The versions of an ensemble, READY when its steps' models are (checked now, as at load)."""
         models = []
+        lifecycle = self.lifecycle
+        resolve: Callable[[str], str] | None = None
+        if md.key:  # namespaced: a step goes to the model of the ensemble's own namespace first
+            resolve = functools.partial(_step_key, lifecycle, key_namespace(md.key))
         for v in self.versions(md.name, cfg, md):
-            model = Model(md.name, v, cfg, md.path, self.settings.metrics)
+            model = Model(md.name, v, cfg, md.path, self.settings.metrics, key=md.key)
             try:
-                model.scheduler = EnsembleScheduler(model, self.lifecycle.is_ready, self.settings.submit_step)
+                model.scheduler = EnsembleScheduler(
+                    model, lifecycle.is_ready, self.settings.submit_step, resolve
+                )
                 self.lifecycle.ready(model)
             except InferdError as e:
                 self.lifecycle.unavailable(model, e.message)
@@ -357,7 +369,7 @@ class Loader:
 
         await asyncio.gather(*(one(n, e) for n, e in sorted(found.items())))
         for entry, cfg in ensembles:
-            lifecycle.register(entry.name, {m.version: m for m in self.ensemble(entry, cfg)})
+            lifecycle.register(entry.key or entry.name, {m.version: m for m in self.ensemble(entry, cfg)})
         return {name: entry for name, entry in found.items() if isinstance(entry, ModelDir)}
 
     # -- one version ---------------------------------------------------------------------------------
@@ -396,7 +408,7 @@ class Loader:
                 task.add_done_callback(_LATE.discard)
 
         future.add_done_callback(late)
-        model = Model(name, version, cfg, md.path, settings.metrics)
+        model = Model(key_name(name), version, cfg, md.path, settings.metrics, key=name)
         self.lifecycle.unavailable(model, f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)")
         return model
 
@@ -436,13 +448,13 @@ class Loader:
         settings = self.settings
         log.info("loading: %s:%d", name, version)  # as the reference logs it
         t0 = time.monotonic()
-        model = Model(name, version, cfg, md.path, settings.metrics)
+        model = Model(key_name(name), version, cfg, md.path, settings.metrics, key=name)
         try:
             execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
             parse_weights(cfg)  # a bad version_weights fails the load, not the routing
             backend = settings.backends.backend_for(cfg)
             ctx = LoadContext(
-                name,
+                key_name(name),
                 version,
                 md.path,
                 md.versions[version],

@@ -45,6 +45,7 @@ from inferd.errors import (
 )
 from inferd.gpu.devices import gpus_for_models
 from inferd.logs import LogSettings
+from inferd.repository.scan import key_name
 from inferd.scheduling.rate_limiter import RateLimiter
 from inferd.scheduling.watchdog import Watchdog
 from inferd.server_config import CoreConfig
@@ -113,7 +114,7 @@ class ServerCore:
         #: the custom metrics its models define (``inferd.metrics.custom``; the Runtime gives one)
         self.custom_metrics = custom_metrics
         #: every model version, and the one writer of their states (engine/lifecycle.py)
-        self.registry = ModelLifecycle()
+        self.registry = ModelLifecycle(config.control.namespacing)
         #: how its models' threads call back into it (BLS, pb_utils' model control: engine/links.py)
         self.links = ModelLinks(self)
         self._backends = backends
@@ -271,18 +272,24 @@ class ServerCore:
 
     def get_model(self, name: str, version: str = "") -> Model:
         """The READY model version (default: the highest READY one) or NotFoundError."""
+        registry = self.registry
         if not version:
-            m = self.registry.ready_default.get(name)
+            m = registry.ready_default.get(name)
             if m is not None:
                 return m
-            if name in self.registry.models or name in self.registry.failed:
+        key = registry.resolve(name)  # --model-namespacing: the key of that name (or ambiguous)
+        if not version:
+            m = registry.ready_default.get(key)
+            if m is not None:
+                return m
+            if key in registry.models or key in registry.failed:
                 raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
-        versions = self.registry.models.get(name)
+            raise registry.unknown(name)
+        versions = registry.models.get(key)
         if versions is None:
-            if name in self.registry.failed:
+            if key in registry.failed:
                 raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            raise registry.unknown(name)
         m = versions.get(int(version))
         if m is None:
             raise NotFoundError(f"Request for unknown model: '{name}' version {int(version)} is not found")
@@ -318,7 +325,7 @@ class ServerCore:
         if version:  # asked for one version: the reference lists that one alone
             versions = [m.version_str]
         else:
-            versions = [str(v) for v, mm in sorted(self.registry.models[name].items()) if mm.ready]
+            versions = [str(v) for v, mm in sorted(self.registry.models[m.key].items()) if mm.ready]
         return {
             "name": m.name,
             "versions": versions,
@@ -528,12 +535,16 @@ class ServerCore:
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         stats: list[dict[str, Any]] = []
         if not name:
-            for mname, versions in sorted(self.registry.models.items()):
+            for _key, versions in sorted(self.registry.models.items()):
                 for v, m in sorted(versions.items()):
                     if m.ready:
-                        stats.append(m.stats.to_json(mname, str(v)))
+                        stats.append(m.stats.to_json(m.name, str(v)))
             return {"model_stats": stats}
-        ready = {v: m for v, m in self.registry.models.get(name, {}).items() if m.ready}
+        try:
+            key = self.registry.resolve(name)
+        except InferdError:  # a name two namespaces serve: the reference's answer
+            key = ""
+        ready = {v: m for v, m in self.registry.models.get(key, {}).items() if m.ready}
         if not ready:
             raise InvalidArgumentError(f"requested model '{name}' is not available")
         if version:
@@ -560,15 +571,17 @@ class ServerCore:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         known = self.control.known_models() if self.control is not None else []
-        names = sorted(set(self.registry.models) | set(self.registry.failed) | set(known))
-        for name in names:
-            versions = self.registry.models.get(name, {})
+        keys = set(self.registry.models) | set(self.registry.failed) | set(known)
+        names = sorted(keys, key=lambda k: (key_name(k), k))
+        for key in names:  # a key: the name (--model-namespacing: <namespace>::<name>)
+            name = key_name(key)
+            versions = self.registry.models.get(key, {})
             if not versions:
-                if not ready_only and name not in self.registry.failed:
+                if not ready_only and key not in self.registry.failed:
                     out.append({"name": name})  # in the repository, never loaded (explicit mode)
                 elif not ready_only:
                     entry: dict[str, Any] = {"name": name, "version": "", "state": "UNAVAILABLE"}
-                    entry["reason"] = self.registry.failed.get(name, "")
+                    entry["reason"] = self.registry.failed.get(key, "")
                     out.append({k: v for k, v in entry.items() if v != ""})
                 continue
             for v, m in sorted(versions.items()):

@@ -18,8 +18,10 @@ from inferd.metrics.custom import CustomMetricRegistry, histogram_lines
 from inferd.metrics.scaling import FAMILY as SCALING
 from inferd.metrics.scaling import queue_time_per_request
 from inferd.metrics.system import SYSTEM
+from inferd.repository.scan import key_namespace
 
 if TYPE_CHECKING:
+    from inferd.engine.model import Model
     from inferd.engine.server import ServerCore
 
 #: Triton's counter families (name, help), in its order; the failure family follows the first
@@ -110,13 +112,23 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _model_label(model: Model) -> str:
+    """The value of a series' ``model`` label, written inside ``model="..."``. Under
+    ``--model-namespacing`` the reference labels every model's series with its namespace too
+    (``model="m",namespace="/models/a",version="1"``): that label rides after the model's, which
+    keeps the labels in the reference's (alphabetical) order in every family."""
+    if model.key == model.name:
+        return _label(model.name)
+    return f'{_label(model.name)}",namespace="{_label(key_namespace(model.key))}'
+
+
 def render(server: ServerCore) -> bytes:
     """The Prometheus text exposition (format 0.0.4) of ``server``'s READY models."""
     rows: list[tuple[str, str, Any, dict[str, int]]] = []  # (name, version, model, values)
-    for name, versions in sorted(server.registry.models.items()):
+    for _key, versions in sorted(server.registry.models.items()):
         for v, model in sorted(versions.items()):
             if model.ready:
-                rows.append((_label(name), str(v), model, _values(model.stats)))
+                rows.append((_model_label(model), str(v), model, _values(model.stats)))
     out: list[str] = []
 
     def family(name: str, doc: str, kind: str) -> None:

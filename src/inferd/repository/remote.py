@@ -27,7 +27,6 @@ from inferd.errors import InferdError, UnavailableError
 from inferd.repository.cache import ModelCache, StoredObject, safe_relative
 from inferd.repository.registered import Registrations
 from inferd.repository.scan import (
-    NAMESPACED_DUPLICATE_REASON,
     DuplicateModel,
     ModelDir,
     scan_model_dir,
@@ -154,11 +153,7 @@ def _mark(etag: str, modified: str) -> int:
 class RepositorySet:
     """The server's repositories, local folders and remote stores (see the module docstring)."""
 
-    def __init__(
-        self, locations: Sequence[str | Path], cache: ModelCache | None = None, namespacing: bool = False
-    ) -> None:
-        #: ``--model-namespacing``: a name in two repositories says why inferd does not serve it
-        self.namespacing = namespacing
+    def __init__(self, locations: Sequence[str | Path], cache: ModelCache | None = None) -> None:
         self.local: list[Path] = []
         self.remote: list[RemoteRepository] = []
         cache = cache if cache is not None else ModelCache()
@@ -184,10 +179,7 @@ class RepositorySet:
         return listing
 
     def _duplicate(self, name: str, holders: list[tuple[RemoteRepository | None, str]]) -> DuplicateModel:
-        paths = tuple(Path(where) for _, where in holders)
-        if self.namespacing:
-            return DuplicateModel(name, paths, NAMESPACED_DUPLICATE_REASON)
-        return DuplicateModel(name, paths)
+        return DuplicateModel(name, tuple(Path(where) for _, where in holders))
 
     def _holders(
         self,
@@ -257,6 +249,11 @@ class RepositorySet:
         if self.failures:  # it may be in a store that could not be read
             return Unreadable(name, "; ".join(self.failures.values()))
         return None
+
+    def keys(self, name: str) -> list[str]:
+        """The registry keys a load of ``name`` loads: the name itself (each repository's model of
+        that name under ``--model-namespacing``: repository/namespaced.py)."""
+        return [name]
 
     def names(self) -> list[str]:
         """The models known now, without the network: local folders and the last listings."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from dataclasses import dataclass, field
@@ -11,26 +12,26 @@ from inferd.errors import InvalidArgumentError
 
 __all__ = [
     "DUPLICATE_REASON",
-    "NAMESPACED_DUPLICATE_REASON",
+    "KEY_SEP",
     "DuplicateModel",
     "Fingerprint",
     "ModelDir",
     "fingerprint",
+    "key_name",
+    "key_namespace",
+    "model_key",
     "parse_version_dir_name",
     "scan_model_dir",
+    "scan_namespaced",
     "scan_repositories",
     "version_files",
 ]
 
 #: Triton's ``MODEL_READY_REASON_DUPLICATE``.
 DUPLICATE_REASON = "model appears in two or more repositories"
-#: the same with ``--model-namespacing``: the reference would load each copy in its repository's
-#: namespace (requests by the name alone then fail as ambiguous, an ensemble uses its repository's);
-#: inferd keys models by name, so it serves neither copy and says so
-NAMESPACED_DUPLICATE_REASON = (
-    f"{DUPLICATE_REASON}: --model-namespacing is accepted, but inferd does not serve two models of one "
-    "name (each repository's copy in its own namespace); rename one of them"
-)
+#: ``--model-namespacing``: a model's key is its namespace (the repository holding it), this, and
+#: its name, as the reference writes it in its log ("loading: /models/a::simple:1")
+KEY_SEP = "::"
 
 _INT64_MAX = 2**63 - 1
 _IGNORED_NAMES = frozenset({"__pycache__"})
@@ -55,6 +56,23 @@ class ModelDir:
     #: served under a name a registration maps to it (repository/registered.py): its config's
     #: ``name`` is set to that name, as the reference does, instead of having to equal it
     mapped: bool = False
+    #: the registry's key (``--model-namespacing``: ``model_key(repository, name)``; "" the name)
+    key: str = ""
+
+
+def model_key(namespace: str, name: str) -> str:
+    """The key of the model ``name`` of repository ``namespace`` under ``--model-namespacing``."""
+    return f"{namespace}{KEY_SEP}{name}"
+
+
+def key_name(key: str) -> str:
+    """The model name of a registry key (a plain name is its own)."""
+    return key.rpartition(KEY_SEP)[2]
+
+
+def key_namespace(key: str) -> str:
+    """The namespace of a registry key ("" for a plain name)."""
+    return key.rpartition(KEY_SEP)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +149,18 @@ def scan_repositories(paths: list[Path]) -> dict[str, ModelDir | DuplicateModel]
         else:
             result[name] = DuplicateModel(name=name, paths=tuple(d.path for d in dirs))
     return result
+
+
+def scan_namespaced(paths: list[Path]) -> dict[str, ModelDir]:
+    """``--model-namespacing``: every model of every repository by its key (a name two repositories
+    hold is two models), sorted; a repository that cannot be read raises as ``scan_repositories``."""
+    found: dict[str, ModelDir] = {}
+    for repository in paths:
+        for name, entry in scan_repositories([repository]).items():
+            assert isinstance(entry, ModelDir)  # one repository holds a name once
+            key = model_key(str(repository), name)
+            found[key] = dataclasses.replace(entry, key=key)
+    return dict(sorted(found.items()))
 
 
 Fingerprint = tuple[tuple[str, int, int], ...]

@@ -74,18 +74,29 @@ class EnsembleScheduler:
     """Runs each request through the ensemble's steps, on the event loop, with callbacks: no task,
     future or gather per request or step (they cost more than the steps of a light ensemble)."""
 
-    def __init__(self, model: Model, is_ready: Callable[[str, str], bool], submit: SubmitFn) -> None:
+    def __init__(
+        self,
+        model: Model,
+        is_ready: Callable[[str, str], bool],
+        submit: SubmitFn,
+        resolve: Callable[[str], str] | None = None,
+    ) -> None:
         """``is_ready(name, version)`` tells whether a step's model ("" version: any) can serve;
-        ``submit(request, callback)`` queues a step's request, its responses going to ``callback``."""
+        ``submit(request, callback)`` queues a step's request, its responses going to ``callback``;
+        ``resolve(name)`` (``--model-namespacing``) names the model a step's request goes to, asked
+        at each request: the model of the ensemble's namespace, or another repository's while its
+        own is away (engine/lifecycle.py ``step_key``)."""
         self._model = model
         self._submit = submit
+        self._resolve = resolve
         self._waves = plan_steps(model.config)
         #: the optional ensemble inputs, absent from a run's pool when the request leaves them out
         self._optional = tuple(i.name for i in model.config.input if i.optional)
         self._runs: set[_Run] = set()
         for wave in self._waves:
             for step in wave:
-                if not is_ready(step.model_name, step.model_version):
+                target = step.model_name if resolve is None else resolve(step.model_name)
+                if not is_ready(target, step.model_version):
                     raise UnavailableError(
                         f"ensemble '{model.name}' depends on '{step.model_name}' which has no loaded version"
                     )
@@ -156,8 +167,9 @@ class _Run:
                 self._step_done(step, resp)
 
         try:
+            resolve = self.sched._resolve
             sub = InferRequest(
-                model_name=step.model_name,
+                model_name=step.model_name if resolve is None else resolve(step.model_name),
                 model_version=step.model_version,
                 inputs={dst: t.renamed(dst) for dst, src in step.input_map if (t := pool[src]) is not None},
                 id=request.id,

@@ -55,6 +55,36 @@ def test_a_registered_version_routes_once_ready_and_stops_routing_as_it_unloads(
     assert "m" not in life.ready_default and not life.is_ready("m")
 
 
+def test_namespaced_keys_resolve_by_name_until_two_serve() -> None:
+    from inferd.errors import NotFoundError
+
+    life = ModelLifecycle(namespacing=True)
+    a_key, b_key = "/r/a::m", "/r/b::m"
+    a = Model("m", 1, ModelConfig(name="m", backend="fake"), Path("/r/a/m"), key=a_key)
+    b = Model("m", 1, ModelConfig(name="m", backend="fake"), Path("/r/b/m"), key=b_key)
+    with pytest.raises(InvalidArgumentError, match="Request for unknown model: 'm' is not found"):
+        raise life.unknown("m")  # namespaced: the reference's INVALID_ARG for a name never listed
+    life.ready(a)
+    life.register(a_key, {1: a})
+    assert life.ready_default["m"] is a and life.resolve("m") == a_key and life.is_ready("m")
+    assert life.step_key("m", "/r/b") == "m" and life.step_key("m", "/r/a") == a_key
+    life.ready(b)
+    life.register(b_key, {1: b})  # two serve: the name is no alias, a request by it is refused
+    assert "m" not in life.ready_default and not life.is_ready("m")
+    with pytest.raises(InvalidArgumentError, match="There are 2 identifiers of model 'm' in global map"):
+        life.resolve("m")
+    assert life.step_key("m", "/r/b") == b_key and life.keys_of("m") == [a_key, b_key]
+    life.unloading([a])
+    assert life.ready_default["m"] is b  # the alias follows as a stops
+    life.unloaded(a)
+    life.unloaded(b)
+    with pytest.raises(NotFoundError, match="Identifier of model 'm' is not found in global map"):
+        life.resolve("m")
+    life.forget(a_key)
+    life.forget(b_key)
+    assert life.keys_of("m") == ["m"] and life.models == {}
+
+
 def test_failures_by_version_and_by_name() -> None:
     life = ModelLifecycle()
     bad = _version("m", 1)

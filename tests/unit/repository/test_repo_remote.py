@@ -277,25 +277,35 @@ def test_duplicate_between_local_and_remote(tmp_path: Path) -> None:
     assert isinstance(rs.find("a"), DuplicateModel)
 
 
-def test_model_namespacing_says_why_a_duplicate_does_not_serve(tmp_path: Path) -> None:
-    from inferd.repository.scan import DUPLICATE_REASON, NAMESPACED_DUPLICATE_REASON
+def test_model_namespacing_keys_every_model_by_its_repository(tmp_path: Path) -> None:
+    from inferd.repository.namespaced import NamespacedRepositories
+    from inferd.repository.scan import DUPLICATE_REASON, key_name, key_namespace, model_key
 
     for repo in ("one", "two"):
         (tmp_path / repo / "same" / "1").mkdir(parents=True)
     (tmp_path / "one" / "only_here" / "1").mkdir(parents=True)
     repos = [tmp_path / "one", tmp_path / "two"]
     plain = RepositorySet(repos, ModelCache(tmp_path / "cache"))
-    spaced = RepositorySet(repos, ModelCache(tmp_path / "cache"), namespacing=True)
-    for rs, reason in ((plain, DUPLICATE_REASON), (spaced, NAMESPACED_DUPLICATE_REASON)):
-        found = rs.scan()
-        entry, one = found["same"], found["only_here"]
-        assert isinstance(entry, DuplicateModel) and entry.reason == reason
-        assert entry.paths == (tmp_path / "one" / "same", tmp_path / "two" / "same")
-        assert isinstance(one, ModelDir)  # a name one repository holds serves as without namespacing
-        looked_up = rs.find("same")
-        assert isinstance(looked_up, DuplicateModel) and looked_up.reason == reason
-    assert NAMESPACED_DUPLICATE_REASON.startswith(DUPLICATE_REASON)
-    assert "--model-namespacing" in NAMESPACED_DUPLICATE_REASON
+    entry = plain.scan()["same"]
+    assert isinstance(entry, DuplicateModel) and entry.reason == DUPLICATE_REASON  # without: not served
+
+    spaced = NamespacedRepositories(repos, ModelCache(tmp_path / "cache"))
+    one, two = (model_key(str(tmp_path / r), "same") for r in ("one", "two"))
+    only = model_key(str(tmp_path / "one"), "only_here")
+    found = spaced.scan()
+    assert sorted(found) == sorted([one, two, only])  # a unique name is keyed too: its key never changes
+    for key in (one, two):
+        md = found[key]
+        assert isinstance(md, ModelDir) and md.key == key and md.name == "same"
+        assert md.path == Path(key_namespace(key)) / "same" and key_name(key) == "same"
+        looked_up = spaced.find(key)
+        assert isinstance(looked_up, ModelDir) and looked_up.key == key
+    assert spaced.keys("same") == sorted([one, two]) and spaced.keys(one) == [one]
+    assert (
+        spaced.keys("nowhere") == ["nowhere"] and spaced.find(model_key(str(tmp_path / "one"), "x")) is None
+    )
+    assert sorted(spaced.fingerprints(lambda p: ((str(p), 0, 0),))) == sorted([one, two, only])
+    assert spaced.names() == sorted([one, two, only])
 
 
 def test_store_down_is_unreadable_under_its_url_and_recovers(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ model's errors as the stub prints them."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -95,6 +96,11 @@ def import_model(path: Path, module_name: str, folders: list[str] | None = None)
     ``folders``: where its own modules are (default: the version folder and the model's folder)."""
     if not path.is_file():
         raise InvalidArgumentError(f"unable to find '{path}': the Python model file is missing")
+    held = sys.modules.get(module_name)
+    if held is not None and getattr(held, "__file__", None) != str(path):
+        # another folder's model of this name and version (--model-namespacing: one per repository):
+        # each keeps a module of its own
+        module_name += "_" + hashlib.blake2b(str(path).encode(), digest_size=4).hexdigest()
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise InvalidArgumentError(f"unable to load '{path}' as a Python module")
