@@ -22,12 +22,13 @@ from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.response_path import Post, ResponsePath
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.unsent import UnsentBudget
+from inferd.engine import reports
 from inferd.engine.cache import ResponseCache, look_up
 from inferd.engine.classification import apply_classification
 from inferd.engine.facade import Decoder
-from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
+from inferd.engine.lifecycle import ModelLifecycle
 from inferd.engine.links import ModelLinks
-from inferd.engine.model import Model, ModelState
+from inferd.engine.model import Model
 from inferd.engine.model_control import ModelControl
 from inferd.engine.on_demand import MemoryBudget, worker_bytes
 from inferd.engine.overrides import Uploads
@@ -38,14 +39,12 @@ from inferd.engine.validate import validate_request, validation_key
 from inferd.errors import (
     InferdError,
     InternalError,
-    InvalidArgumentError,
     NotFoundError,
     UnavailableError,
     UnsupportedError,
 )
 from inferd.gpu.devices import gpus_for_models
 from inferd.logs import LogSettings
-from inferd.repository.scan import key_name
 from inferd.scheduling.rate_limiter import RateLimiter
 from inferd.scheduling.watchdog import Watchdog
 from inferd.server_config import CoreConfig
@@ -236,23 +235,11 @@ class ServerCore:
 
     def load_failures(self) -> list[tuple[str, str, str]]:
         """(model, version, reason) of every model or version that failed to load."""
-        out = [(name, "", reason) for name, reason in sorted(self.registry.failed.items())]
-        for name, versions in sorted(self.registry.models.items()):
-            for v, m in sorted(versions.items()):
-                if m.state is ModelState.UNAVAILABLE and m.reason != UNLOADED:
-                    out.append((name, str(v), m.reason))
-        return out
+        return reports.load_failures(self.registry)
 
     def model_table(self) -> list[tuple[str, str, str]]:
         """(model, version, status) rows as the reference prints them at start."""
-        rows = [
-            (name, "-", f"UNAVAILABLE: {reason}") for name, reason in sorted(self.registry.failed.items())
-        ]
-        for name, versions in self.registry.models.items():
-            for v, m in versions.items():
-                status = m.state.value + (f": {m.reason}" if m.reason else "")
-                rows.append((name, str(v), status))
-        return sorted(rows)
+        return reports.model_table(self.registry)
 
     # -- health and metadata ----------------------------------------------------------------------
     def live(self) -> bool:
@@ -533,28 +520,7 @@ class ServerCore:
 
     # -- statistics and repository ----------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        stats: list[dict[str, Any]] = []
-        if not name:
-            for _key, versions in sorted(self.registry.models.items()):
-                for v, m in sorted(versions.items()):
-                    if m.ready:
-                        stats.append(m.stats.to_json(m.name, str(v)))
-            return {"model_stats": stats}
-        try:
-            key = self.registry.resolve(name)
-        except InferdError:  # a name two namespaces serve: the reference's answer
-            key = ""
-        ready = {v: m for v, m in self.registry.models.get(key, {}).items() if m.ready}
-        if not ready:
-            raise InvalidArgumentError(f"requested model '{name}' is not available")
-        if version:
-            one = ready.get(int(version))
-            if one is None:
-                raise InvalidArgumentError(f"requested model version is not available for model '{name}'")
-            return {"model_stats": [one.stats.to_json(name, version)]}
-        for v, mv in sorted(ready.items()):
-            stats.append(mv.stats.to_json(name, str(v)))
-        return {"model_stats": stats}
+        return reports.statistics(self.registry, name, version)
 
     async def gather_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """The whole server's statistics: one process's are its own."""
@@ -569,29 +535,8 @@ class ServerCore:
         return status(self.repository_index(), self.registry.models, server, gpus)
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
         known = self.control.known_models() if self.control is not None else []
-        keys = set(self.registry.models) | set(self.registry.failed) | set(known)
-        names = sorted(keys, key=lambda k: (key_name(k), k))
-        for key in names:  # a key: the name (--model-namespacing: <namespace>::<name>)
-            name = key_name(key)
-            versions = self.registry.models.get(key, {})
-            if not versions:
-                if not ready_only and key not in self.registry.failed:
-                    out.append({"name": name})  # in the repository, never loaded (explicit mode)
-                elif not ready_only:
-                    entry: dict[str, Any] = {"name": name, "version": "", "state": "UNAVAILABLE"}
-                    entry["reason"] = self.registry.failed.get(key, "")
-                    out.append({k: v for k, v in entry.items() if v != ""})
-                continue
-            for v, m in sorted(versions.items()):
-                if ready_only and not m.ready:
-                    continue
-                entry = {"name": name, "version": str(v), "state": m.state.value}
-                if m.reason:
-                    entry["reason"] = m.reason
-                out.append(entry)
-        return out
+        return reports.repository_index(self.registry, known, ready_only)
 
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
