@@ -7,7 +7,9 @@ against inferd built from BASE (a ``git worktree`` of it, served with this venv 
 server at a time on the same machine, the order turned round every round. Per round and scenario
 it prints throughput and the server's CPU per request (its process tree's CPU over the successes
 its statistics counted, benchmarks/cpu.py) with the ratios head/base, then the medians; the whole
-table goes to ``benchmarks/results/ab-<UTC>/ab.md`` and ``summary.json``.
+table goes to ``benchmarks/results/ab-<UTC>/ab.md`` and ``summary.json``. For the batching rows it
+also gives how busy the instance was (the executes' compute_infer over the window, from the
+statistics: cpu.ExecuteMeter) and the mean batch size.
 
     .venv/bin/python benchmarks/ab.py --base a4de798                 # 4 rounds, the default scenarios
     .venv/bin/python benchmarks/ab.py --base HEAD --rounds 6 --reference --scenarios 'add_sub_http_c(1|8)$'
@@ -35,11 +37,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench_paths import BENCH_SH, ROOT
-from cpu import CpuMeter
+from cpu import CpuMeter, ExecuteMeter
 from results import BENCH_SH_SCENARIOS, RESULTS_ROOT, loadavg, parse_bench_csv, scenario_model
 from servers import INFERD_TEMPLATE, BenchServer, CommandServer, ReferenceServer, log, run_logged
 
 DEFAULT_SCENARIOS = r"^(add_sub_http_c8|add_sub_grpc_c8|ensemble_add_sub_http_c8)$"
+#: models whose rows also show the instance's busy share and mean batch size
+BATCHING_MODELS = ("batched_sleep",)
 MODELS = ROOT / "tests" / "fixtures" / "reference_models"
 
 
@@ -51,6 +55,9 @@ class Cell:
     p99_us: float | None = None
     cpu_us: float | None = None
     status: str = "missing"
+    #: the executes' compute_infer over the window (one instance: the share of it spent executing)
+    busy: float | None = None
+    mean_batch: float | None = None
 
 
 @dataclass
@@ -127,6 +134,7 @@ def measure(
                 env["BENCH_SCALE"] = "0.3"
             csv_path = out / f"{tag}-{sid}.csv"
             meter = CpuMeter(server.pid, ports.http, scenario_model(sid))
+            runs = ExecuteMeter(ports.http, scenario_model(sid))
             run_logged(
                 ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
                 out / f"{tag}-bench.log",
@@ -134,7 +142,8 @@ def measure(
                 echo=False,
             )
             row = parse_bench_csv(csv_path).get(sid) if csv_path.exists() else None
-            cell = Cell(cpu_us=meter.us_per_success())
+            runs.stop()
+            cell = Cell(cpu_us=meter.us_per_success(), busy=runs.busy(), mean_batch=runs.mean_batch())
             if row is not None:
                 cell.infer_per_s, cell.p99_us, cell.status = row.infer_per_s, row.p99_us, row.status
             cells[sid] = cell
@@ -201,6 +210,26 @@ def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -
             + f" | {_f(_ratio(med['head'][1], med['base'][1]), 3)}"
             + f" | {' '.join(_f(v, 3) for v in per_round)} |"
         )
+    batching = [sid for sid in ids if scenario_model(sid) in BATCHING_MODELS]
+    if batching:
+        lines += [
+            "",
+            "Batching rows: the instance's busy share (the executes' compute_infer over the window, "
+            "from the statistics) and the mean batch size, medians over the rounds:",
+            "",
+            "| scenario | " + " | ".join(f"{n} busy | {n} batch" for n in names) + " |",
+            "|" + "---|" * (1 + 2 * len(names)),
+        ]
+        for sid in batching:
+            cells = {n: [r.cells.get(n, {}).get(sid, Cell()) for r in rounds] for n in names}
+            lines.append(
+                f"| `{sid}` | "
+                + " | ".join(
+                    f"{_f(_median([c.busy for c in cells[n]]), 3)} | {_f(_median([c.mean_batch for c in cells[n]]), 1)}"
+                    for n in names
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -280,8 +309,13 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"round {n}: {name}")
                     r.cells[name] = measure(made[name], ids, out, f"r{n}-{name}", a.quick, not a.no_warmup)
                     for sid, c in r.cells[name].items():
+                        busy = (
+                            f", busy {_f(c.busy, 3)}, mean batch {_f(c.mean_batch, 1)}"
+                            if scenario_model(sid) in BATCHING_MODELS
+                            else ""
+                        )
                         log(
-                            f"  {sid}: {_f(c.infer_per_s, 1)} infer/s, {_f(c.cpu_us, 1)} us CPU/request ({c.status})"
+                            f"  {sid}: {_f(c.infer_per_s, 1)} infer/s, {_f(c.cpu_us, 1)} us CPU/request{busy} ({c.status})"
                         )
                 rounds.append(r)
         finally:

@@ -10,6 +10,12 @@ around one perf_analyzer run (warm-up and every trial included, on both sides of
 
 The successes are ``inference_stats.success.count`` of every version of the model, from the
 statistics extension (``GET /v2/models/<model>/stats``), which inferd and the reference both answer.
+
+``ExecuteMeter`` reads the same statistics for how busy the model's instances were: the executes'
+``compute_infer`` (summed over ``batch_stats``, one entry per execute) over the wall time between
+two reads, and the mean batch size (inferences over executions). With one instance, busy 1.0 means
+back-to-back executes (issue 48's goal for batched_sleep c32: >= 0.9). The window spans
+perf_analyzer's start and its trials, so it reads a little low.
 Python 3.11 stdlib only.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.request
 from pathlib import Path
 
@@ -56,15 +63,34 @@ def cpu_seconds(pid: int) -> float:
     return sum((int(stats[p][11]) + int(stats[p][12])) / _TICK for p in tree if p in stats)
 
 
-def successes(http_port: int, model: str, timeout: float = 10.0) -> int | None:
-    """The model's successful inference count over all its versions; None when not answered."""
+def _model_stats(http_port: int, model: str, timeout: float) -> list[dict] | None:
     url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             doc = json.loads(r.read())
     except (OSError, ValueError):
         return None
-    return sum(int(s["inference_stats"]["success"]["count"]) for s in doc.get("model_stats", []))
+    return list(doc.get("model_stats", []))
+
+
+def successes(http_port: int, model: str, timeout: float = 10.0) -> int | None:
+    """The model's successful inference count over all its versions; None when not answered."""
+    stats = _model_stats(http_port, model, timeout)
+    if stats is None:
+        return None
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def executes(http_port: int, model: str, timeout: float = 10.0) -> tuple[float, int, int, int] | None:
+    """(now in seconds, the executes' compute_infer ns, executions, inferences) over all the model's
+    versions; None when not answered."""
+    stats = _model_stats(http_port, model, timeout)
+    if stats is None:
+        return None
+    infer_ns = sum(int(b["compute_infer"]["ns"]) for s in stats for b in s.get("batch_stats", []))
+    runs = sum(int(s.get("execution_count", 0)) for s in stats)
+    items = sum(int(s.get("inference_count", 0)) for s in stats)
+    return time.monotonic(), infer_ns, runs, items
 
 
 class CpuMeter:
@@ -82,3 +108,30 @@ class CpuMeter:
         if n is None or n <= self.n0:
             return None
         return (cpu - self.cpu0) / (n - self.n0) * 1e6
+
+
+class ExecuteMeter:
+    """The model's execute statistics at construction; ``busy()`` and ``mean_batch()`` over the
+    window since (see the module docstring). Both None when a read failed or nothing executed."""
+
+    def __init__(self, http_port: int, model: str) -> None:
+        self.http_port, self.model = http_port, model
+        self.start = executes(http_port, model)
+        self.end: tuple[float, int, int, int] | None = None
+
+    def stop(self) -> None:
+        self.end = executes(self.http_port, self.model)
+
+    def _deltas(self) -> tuple[float, int, int, int] | None:
+        if self.start is None or self.end is None or self.end[2] <= self.start[2]:
+            return None
+        (t0, ns0, runs0, items0), (t1, ns1, runs1, items1) = self.start, self.end
+        return t1 - t0, ns1 - ns0, runs1 - runs0, items1 - items0
+
+    def busy(self) -> float | None:
+        d = self._deltas()
+        return d[1] / (d[0] * 1e9) if d is not None and d[0] > 0 else None
+
+    def mean_batch(self) -> float | None:
+        d = self._deltas()
+        return d[3] / d[2] if d is not None else None
