@@ -4,6 +4,7 @@ file and line, the exit status is 1; the reference models check clean (exit 0)."
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,33 @@ def test_import_python_runs_auto_complete_config(tmp_path: Path) -> None:
     result = run_check("--import-python", tmp_path)
     assert result.returncode == 1
     assert "model input 'IN' dimension must be integer >= 1" in result.stdout
+
+
+def test_model_namespacing_checks_each_repository_s_model_and_resolves_steps_by_repository(
+    tmp_path: Path,
+) -> None:
+    import namespacing
+
+    addsub, subadd = namespacing.write_case(tmp_path / "dup", "duplication")
+    plain = run_check(addsub, subadd)  # without the flag a name in two repositories loads nowhere
+    assert plain.returncode == 1 and "appears in two or more repositories" in plain.stdout
+    spaced = run_check(addsub, subadd, "--model-namespacing=true")
+    assert spaced.returncode == 0, spaced.stdout
+    assert "4 model(s), 0 error(s)" in spaced.stderr
+    # an ensemble whose step its own repository lacks and two others hold: ambiguous, as the server says
+    third = tmp_path / "dup" / "third"
+    shutil.rmtree(addsub / "composing_model")
+    shutil.copytree(subadd / "composing_model", third / "composing_model")
+    result = run_check(addsub, subadd, third, "--model-namespacing")
+    problems = [p for p in _problems(result.stdout) if "ambiguous" in p["message"]]
+    assert result.returncode == 1 and {Path(p["file"]).parent.name for p in problems} == {"simple_addsub"}
+
+
+def test_backend_directory_finds_python_based_backends(tmp_path: Path) -> None:
+    import python_based
+
+    models, backends = python_based.write_layout(tmp_path)
+    without = run_check(models)
+    assert without.returncode == 1 and "unable to find backend library for backend 'linear'" in without.stdout
+    found = run_check(models, "--backend-directory", backends)
+    assert "unable to find backend library for backend 'linear'" not in found.stdout, found.stdout

@@ -63,6 +63,8 @@ class CheckOptions:
     verbose: bool = False
     #: the GPUs instance groups may use (the CLI passes this machine's; none by default)
     gpus: SupportedGpus = NO_GPUS
+    #: ``--model-namespacing``: a name in two repositories is a model in each (ensembles use their own's)
+    model_namespacing: bool = False
 
 
 @dataclass(slots=True)

@@ -32,7 +32,12 @@ def _map_entry(result: ModelResult, step: FieldPath, field: str, key: str) -> Fi
     return found if found is not None else step
 
 
-def check_ensemble(result: ModelResult, models: Mapping[str, ModelResult], duplicates: set[str]) -> None:
+def check_ensemble(
+    result: ModelResult,
+    models: Mapping[str, ModelResult],
+    duplicates: set[str],
+    ambiguous: frozenset[str] = frozenset(),
+) -> None:
     """Report what the server would find wrong with the ensemble ``result`` at load (and what would
     fail every request: an input a step's model needs that no tensor feeds)."""
     cfg, report = result.cfg, result.report
@@ -57,6 +62,13 @@ def check_ensemble(result: ModelResult, models: Mapping[str, ModelResult], dupli
         if not target:
             continue
         where = f"ensemble '{name}' step {k}"
+        if target in ambiguous:  # --model-namespacing: not in its repository, in two others
+            report.config(
+                f"{where}: model '{target}' is not in the ensemble's repository and two or more others "
+                "hold it, so the server refuses the name as ambiguous (--model-namespacing)",
+                (*at, "model_name"),
+            )
+            continue
         if target in duplicates:
             report.config(
                 f"{where}: model '{target}' appears in two or more repositories, so the server loads none",

@@ -4,7 +4,8 @@ it, without loading any; every problem printed, the exit status 1 when one is an
 For each model: its config (``config.py``), then its model files for the versions the policy
 selects (``files.py``) when the config holds no error beyond single tensors, then, with every
 model known, each ensemble against its steps' models (``ensembles.py``). Names found in two
-repositories are errors on each folder, as the server loads neither.
+repositories are errors on each folder, as the server loads neither (with ``--model-namespacing``
+each is a model of its own repository, as the server's).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from pathlib import Path
 
 from inferd.backends.registry import get_backend
 from inferd.backends.sequence_io import sequence_tensors
+from inferd.backends.tritonc.search import DEFAULT_BACKEND_DIRECTORY, set_backend_directory
 from inferd.check.config import CheckOptions, ModelResult, check_config
 from inferd.check.ensembles import check_ensemble
 from inferd.check.files import collect, signature_check
 from inferd.check.report import ModelReport, Problem
 from inferd.errors import InferdError
 from inferd.gpu.devices import MIN_COMPUTE_CAPABILITY, supported_gpus
-from inferd.repository import DUPLICATE_REASON, DuplicateModel, scan_repositories
+from inferd.repository import DUPLICATE_REASON, DuplicateModel, ModelDir, scan_repositories
+from inferd.repository.scan import key_name, key_namespace, scan_namespaced
 
 __all__ = ["add_arguments", "check_repositories", "run"]
 
@@ -44,11 +47,11 @@ def check_repositories(
             readable.append(repository)
         else:
             problems.append(Problem(repository, "not a model repository: no such directory"))
+    found: dict[str, ModelDir | DuplicateModel] = {}
     try:
-        found = scan_repositories(readable)
+        found = dict(scan_namespaced(readable) if options.model_namespacing else scan_repositories(readable))
     except InferdError as e:
         problems.append(Problem(readable[0] if readable else Path("."), e.message))
-        found = {}
     results: dict[str, ModelResult] = {}
     duplicates: set[str] = set()
     for name, entry in found.items():
@@ -71,12 +74,32 @@ def check_repositories(
     for result in results.values():
         if result.complete and result.cfg.platform == "ensemble":
             try:
+                if options.model_namespacing:
+                    view, ambiguous = _namespace_view(result, results)
+                    check_ensemble(result, view, set(), ambiguous)
+                    continue
                 check_ensemble(result, results, duplicates)
             except Exception as e:
                 result.report.file(result.md.path, f"ensemble not checked: {type(e).__name__}: {e}")
     unique = list(dict.fromkeys(problems))
     unique.sort(key=Problem.sort_key)
     return unique, len(found)
+
+
+def _namespace_view(
+    ensemble: ModelResult, results: dict[str, ModelResult]
+) -> tuple[dict[str, ModelResult], frozenset[str]]:
+    """What an ensemble's steps name under ``--model-namespacing``: the models of its own repository,
+    else the one model of that name in another; names two others hold (and its own does not) are
+    ambiguous, as the server refuses them."""
+    holders: dict[str, list[str]] = {}
+    for key in results:
+        holders.setdefault(key_name(key), []).append(key)
+    own = key_namespace(ensemble.md.key)
+    view = {name: results[keys[0]] for name, keys in holders.items() if len(keys) == 1}
+    view.update({key_name(k): r for k, r in results.items() if key_namespace(k) == own})
+    ambiguous = frozenset(n for n, keys in holders.items() if len(keys) > 1 and n not in view)
+    return view, ambiguous
 
 
 def check_model_files(result: ModelResult, options: CheckOptions) -> None:
@@ -155,6 +178,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MAJOR.MINOR",
         help="KIND_GPU groups may name this machine's GPUs of at least this compute capability (as the server)",
     )
+    parser.add_argument(
+        "--backend-directory",
+        default=DEFAULT_BACKEND_DIRECTORY,
+        metavar="DIR",
+        help="where C/C++ backends (<DIR>/<name>/libtriton_<name>.so) and Python-based backends "
+        "(<DIR>/<name>/model.py) are found, as the server's",
+    )
+    parser.add_argument(
+        "--model-namespacing",
+        nargs="?",
+        const="true",
+        default="false",
+        type=str.lower,
+        choices=("true", "false", "1", "0", "yes", "no", "on", "off"),
+        help="a name in two repositories is a model in each, an ensemble's step its own repository's "
+        "first (as the server's --model-namespacing)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="also print notes: what was not checked")
 
 
@@ -162,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
     """Check, print every problem (stdout) and a summary (stderr); 1 if any is an error."""
     # backends log what auto-complete filled in: the checker's answer is its problem list
     logging.getLogger("inferd").setLevel(logging.WARNING if args.verbose else logging.ERROR)
+    set_backend_directory(args.backend_directory)  # the one the backends' look-ups read (one process)
     options = CheckOptions(
+        model_namespacing=args.model_namespacing in ("true", "1", "yes", "on"),
         strict_model_config=args.strict_model_config,
         config_name=args.model_config_name,
         default_max_batch_size=args.default_max_batch_size,
