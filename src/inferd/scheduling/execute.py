@@ -88,9 +88,11 @@ class BatchRunner:
         t0 = clock()
         auto = self._auto
         counted = not inline and worker >= 0 and auto is not None and auto.sampling  # AutoMode's sample
-        if inline:  # the loop thread's context switches (its CPU from the clock below)
+        # inline: after a run of short executes the next are not timed (inline.py, UNTIMED_AFTER)
+        untimed = inline and self._inline.mode.untimed
+        if inline and not untimed:  # the loop thread's context switches (its CPU from the clock below)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
-        if inline or counted:
+        if (inline and not untimed) or counted:
             c0 = time.thread_time_ns()
         if counted and auto is not None:
             auto.begin(worker, t0)
@@ -123,10 +125,10 @@ class BatchRunner:
             log_late(self._model_name, self._model_version, "returned", clock() - t0)
             return
         if inline:
-            if t3 - t0 <= SMALL_NS:
+            if untimed or t3 - t0 <= SMALL_NS:
                 # a wait shorter than a thread hand-off is not worth leaving the loop for: an execute
                 # this short cannot have blocked for longer (no second system call; its wall time
-                # stands in for its CPU)
+                # stands in for its CPU); untimed, a long one's too (the next ones are timed again)
                 self._inline.observe(instance, t3 - t0, False, True)
             else:
                 # the CPU from the thread's CPU clock, not getrusage: a thread's rusage times are
