@@ -13,6 +13,7 @@ statistics: cpu.ExecuteMeter) and the mean batch size.
 
     .venv/bin/python benchmarks/ab.py --base a4de798                 # 4 rounds, the default scenarios
     .venv/bin/python benchmarks/ab.py --base HEAD --rounds 6 --reference --scenarios 'add_sub_http_c(1|8)$'
+    .venv/bin/python benchmarks/ab.py --base HEAD --scenarios add_sub_http_c8 --floor --rounds 4
     .venv/bin/python benchmarks/ab.py --base HEAD --scenarios add_sub_http_c8 \
         --serve-flags '--trace-config triton,file={tmp}/t.json --trace-config level=TIMESTAMPS --trace-config rate=1'
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from bench_paths import BENCH_SH, ROOT
 from cpu import CpuMeter, ExecuteMeter
 from results import BENCH_SH_SCENARIOS, RESULTS_ROOT, loadavg, parse_bench_csv, scenario_model
-from servers import INFERD_TEMPLATE, BenchServer, CommandServer, ReferenceServer, log, run_logged
+from servers import INFERD_TEMPLATE, BenchServer, CommandServer, ReferenceServer, floor, log, run_logged
 
 DEFAULT_SCENARIOS = r"^(add_sub_http_c8|add_sub_grpc_c8|ensemble_add_sub_http_c8)$"
 #: models whose rows also show the instance's busy share and mean batch size
@@ -96,6 +97,7 @@ def servers(
     head_src: Path = ROOT / "src",
     extra: dict[str, Path] | None = None,
     serve_flags: str = "",
+    with_floor: bool = False,
 ) -> dict[str, BenchServer]:
     cmd = INFERD_TEMPLATE.format(python=sys.executable) + (f" {serve_flags}" if serve_flags else "")
     trees = {"base": (base_src, "inferd (BASE)"), "head": (head_src, "inferd (working tree)")}
@@ -108,6 +110,8 @@ def servers(
     }
     if with_reference:
         made["reference"] = BenchServer(ReferenceServer(models=MODELS), out / "reference.log")
+    if with_floor:
+        made["floor"] = floor(out / "floor.log")
     return made
 
 
@@ -119,6 +123,10 @@ def measure(
     seconds (the first requests' imports and caches, its heap growing) are not its steady state, and
     make bench never measures them either (its matrix starts with other scenarios)."""
     cells: dict[str, Cell] = {}
+    serves = server.server.serves
+    ids = [i for i in ids if serves is None or serves.search(i)]  # the floor: add_sub HTTP only
+    if not ids:
+        return cells
     ports = server.start()
     try:
         if warmup:
@@ -166,13 +174,15 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -> str:
+    floor = "floor" in names  # then each tree's CPU over the floor's too (issue 48's goal: <= 1.3x)
     lines = [
         header,
         "",
         "| round | scenario | "
         + " | ".join(f"{n} infer/s | {n} CPU/req (us)" for n in names)
-        + " | head/base infer/s | head/base CPU |",
-        "|" + "---|" * (2 + 2 * len(names) + 2),
+        + " | head/base infer/s | head/base CPU |"
+        + (" base/floor CPU | head/floor CPU |" if floor else ""),
+        "|" + "---|" * (2 + 2 * len(names) + 2 + 2 * floor),
     ]
     for r in rounds:
         for sid in ids:
@@ -182,14 +192,21 @@ def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -
                 + " | ".join(f"{_f(c[n].infer_per_s, 1)} | {_f(c[n].cpu_us, 1)}" for n in names)
                 + f" | {_f(_ratio(c['head'].infer_per_s, c['base'].infer_per_s), 3)}"
                 + f" | {_f(_ratio(c['head'].cpu_us, c['base'].cpu_us), 3)} |"
+                + (
+                    f" {_f(_ratio(c['base'].cpu_us, c['floor'].cpu_us), 3)}"
+                    f" | {_f(_ratio(c['head'].cpu_us, c['floor'].cpu_us), 3)} |"
+                    if floor
+                    else ""
+                )
             )
     lines += ["", "Medians over the rounds (ratios of the medians):", ""]
     lines.append(
         "| scenario | "
         + " | ".join(f"{n} infer/s | {n} CPU/req (us)" for n in names)
         + " | head/base infer/s | head/base CPU | head/base infer/s per round |"
+        + (" base/floor CPU | head/floor CPU |" if floor else "")
     )
-    lines.append("|" + "---|" * (1 + 2 * len(names) + 3))
+    lines.append("|" + "---|" * (1 + 2 * len(names) + 3 + 2 * floor))
     for sid in ids:
         med = {
             n: (
@@ -209,6 +226,12 @@ def render(rounds: list[Round], ids: list[str], names: list[str], header: str) -
             + f" | {_f(_ratio(med['head'][0], med['base'][0]), 3)}"
             + f" | {_f(_ratio(med['head'][1], med['base'][1]), 3)}"
             + f" | {' '.join(_f(v, 3) for v in per_round)} |"
+            + (
+                f" {_f(_ratio(med['base'][1], med['floor'][1]), 3)}"
+                f" | {_f(_ratio(med['head'][1], med['floor'][1]), 3)} |"
+                if floor
+                else ""
+            )
         )
     batching = [sid for sid in ids if scenario_model(sid) in BATCHING_MODELS]
     if batching:
@@ -249,6 +272,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="regex over bench.sh's scenario ids")
     p.add_argument("--reference", action="store_true", help="the reference in every round too")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="the floor (benchmarks/floor_server.py) in every round too, in its add_sub HTTP rows",
+    )
     p.add_argument("--quick", action="store_true", help="shorter perf_analyzer windows (BENCH_SCALE=0.3)")
     p.add_argument(
         "--no-warmup",
@@ -296,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             base_src = wt / "src"
         try:
             flags = a.serve_flags.replace("{tmp}", tmp)
-            made = servers(base_src, a.reference, out, a.head_src, extra, flags)
+            made = servers(base_src, a.reference, out, a.head_src, extra, flags, a.floor)
             names = list(made)
             log(
                 f"bench-ab: base {sha[:12]} ({a.base or a.base_src}) against the working tree ({head_desc}); load {load_start}"

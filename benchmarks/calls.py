@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/calls.py --model ensemble_add_sub --concurrency 8 --cpu
     .venv/bin/python benchmarks/calls.py --client perf_analyzer --concurrency 8 --instructions --inline
     .venv/bin/python benchmarks/calls.py --serve-flags '--trace-config level=TIMESTAMPS ...' --json t.json
+    .venv/bin/python benchmarks/calls.py --floor --instructions       # the floor (floor_server.py)
 
 Steadier measures than throughput on a shared machine. The server (``inferd serve`` from ``--src``
 with this venv, serving tests/fixtures/reference_models, or seq_accumulate) runs with cProfile armed
@@ -89,9 +90,15 @@ if out.endswith("-inline"):  # --inline: executes stay on the loop however slow 
     if importlib.util.find_spec("inferd.trace") and importlib.util.find_spec("inferd.trace.sink"):  # (older trees: none)
         sink = importlib.import_module("inferd.trace.sink")
         sink.FLUSH_S *= 50
-from inferd.cli import main
-sys.exit(main(sys.argv[1:]))
+if sys.argv[1].endswith(".py"):  # --floor: benchmarks/floor_server.py in inferd's place
+    import runpy
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    from inferd.cli import main
+    sys.exit(main(sys.argv[1:]))
 """
+FLOOR = ROOT / "benchmarks" / "floor_server.py"
 
 
 def free_port() -> int:
@@ -101,10 +108,18 @@ def free_port() -> int:
 
 
 def start_server(
-    src: Path, repo: Path, stats_out: Path, log: Path, valgrind: bool = False, flags: str = ""
+    src: Path,
+    repo: Path,
+    stats_out: Path,
+    log: Path,
+    valgrind: bool = False,
+    flags: str = "",
+    floor: bool = False,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     http, grpc, metrics = free_port(), free_port(), free_port()
     cmd = [sys.executable, "-c", BOOT, str(stats_out), "serve", "--model-repository", str(repo)]
+    if floor:
+        cmd[4:] = [str(FLOOR), "--http-port", str(http)]
     if valgrind:
         cmd = [
             "valgrind",
@@ -114,8 +129,9 @@ def start_server(
             f"--callgrind-out-file={stats_out}.cg",
             *cmd,
         ]
-    cmd += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    cmd += shlex.split(flags.replace("{tmp}", str(log.parent)))
+    if not floor:
+        cmd += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+        cmd += shlex.split(flags.replace("{tmp}", str(log.parent)))
     env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.Popen(
         cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
@@ -348,10 +364,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             repo = write_repository(Path(tmp) / "models", sys.executable, onnx=False)
         stats = Path(tmp) / ("prof.out-cpu" if args.cpu else "prof.out-inline" if args.inline else "prof.out")
         proc, http, grpc_port = start_server(
-            src, repo, stats, Path(tmp) / "server.log", args.instructions, args.serve_flags
+            src, repo, stats, Path(tmp) / "server.log", args.instructions, args.serve_flags, args.floor
         )
         n = args.n // args.concurrency * args.concurrency
-        doc: dict[str, Any] = {"src": str(src), "proto": args.proto, "model": args.model, "n": n}
+        where = "floor" if args.floor else str(src)
+        doc: dict[str, Any] = {"src": where, "proto": args.proto, "model": args.model, "n": n}
         doc["concurrency"] = args.concurrency
         try:
             if args.instructions:  # callgrind: instructions executed per request (deterministic)
@@ -520,6 +537,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", default=str(ROOT / "src"), help="the inferd source to serve (PYTHONPATH)")
     p.add_argument("--proto", choices=("http", "grpc"), default="http")
+    p.add_argument(
+        "--floor", action="store_true", help="serve benchmarks/floor_server.py (add_sub HTTP only)"
+    )
     p.add_argument("--model", default="add_sub", help="add_sub, ensemble_add_sub or seq_accumulate (HTTP)")
     p.add_argument(
         "--repository", help="serve this repository instead (its --model), e.g. c_backend_bench.py's"

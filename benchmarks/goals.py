@@ -77,6 +77,20 @@ def less_than_goal(
     return Goal(text, check)
 
 
+def floor_goal(sid: str, max_ratio: float, subject: str = "inferd", floor: str = "floor") -> Goal:
+    """subject's CPU per request over the floor's (benchmarks/floor_server.py, issue 48), same run."""
+
+    def check(data: RunData) -> GoalResult:
+        x, y = data.bench(subject, sid).cpu_us, data.bench(floor, sid).cpu_us
+        r = ratio(x, y)
+        detail = f"CPU per request {fmt(x)} vs the floor's {fmt(y)} us = {fmt_ratio(r)}"
+        if r is None:
+            return GoalResult("not measured", detail)
+        return GoalResult("met" if r <= max_ratio else "missed", detail)
+
+    return Goal(f"`{sid}` server CPU per request <= {max_ratio:g}x the floor's", check)
+
+
 def shm_goal(sid: str, min_ratio: float, server: str = "inferd") -> Goal:
     """server's shared-memory row vs its own binary-HTTP twin, same run."""
     scen = next(s for s in shm_bench.SCENARIOS if s.id == sid)
@@ -205,6 +219,7 @@ FIL_GOALS = [
 
 DEFAULT_GOALS = [
     throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
+    floor_goal("add_sub_http_c8", 1.3),
     throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
     throughput_goal(
         "add_sub_grpc_c8",
@@ -238,5 +253,5 @@ class GoalsSection(Section):
         mark = {"met": "met", "missed": "**missed**", "not measured": "not measured"}
         rows = [[g.text, mark[r.status], r.detail] for g, r in self.results(data)]
         return "## Goals\n\n" + md_table(
-            ["goal", "status", "inferd vs reference (or bare, or itself)"], rows, "lll"
+            ["goal", "status", "inferd vs reference (or bare, the floor, or itself)"], rows, "lll"
         )

@@ -212,6 +212,61 @@ class ScenarioSection(Section):
         return "; ".join(f"{srv} {','.join(rounds)}: {note}" for (srv, note), rounds in groups.items())
 
 
+class FloorSection(Section):
+    """inferd's CPU per request against the floor's (benchmarks/floor_server.py, issue 48), per round."""
+
+    def __init__(self, subject: str = "inferd", floor: str = "floor", goal: float = 1.3) -> None:
+        self.subject, self.floor, self.goal = subject, floor, goal
+
+    def render(self, data: RunData) -> str:
+        a, f = self.subject, self.floor
+        ids = [s for s in data.scenario_ids() if any(s in r.bench for r in data.of(f))]
+        if not ids:
+            return ""
+        rows = []
+        for sid in ids:
+            x, y = data.bench(a, sid), data.bench(f, sid)
+            floor_rounds = {r.round: r.bench.get(sid) for r in data.of(f)}
+            per_round = []
+            for r in data.of(a):
+                mine, theirs = r.bench.get(sid), floor_rounds.get(r.round)
+                cx, cy = mine.cpu_us if mine else None, theirs.cpu_us if theirs else None
+                per_round.append(f"r{r.round}: {fmt(cx)} / {fmt(cy)} = {fmt_ratio(ratio(cx, cy))}")
+            rows.append(
+                [
+                    f"`{sid}`",
+                    fmt(x.cpu_us),
+                    fmt(y.cpu_us),
+                    fmt_ratio(ratio(x.cpu_us, y.cpu_us)),
+                    fmt(x.infer_per_s, 1),
+                    fmt(y.infer_per_s, 1),
+                    "; ".join(per_round),
+                ]
+            )
+        return (
+            f"## The floor: {a} against a minimal Python KServe v2 server (perf_analyzer, HTTP)\n\n"
+            "`benchmarks/floor_server.py` (issue 48) is the least a Python server does for add_sub: uvloop "
+            "and httptools, keep-alive, the JSON header parsed with orjson, the binary tensors read with "
+            "numpy, the answer's header and binary outputs written in one piece; no validation, statistics "
+            "(one counter) or scheduling. It runs in the same rounds as the others, next to inferd, with "
+            f"the same perf_analyzer load. Goal: {a}'s CPU per request <= {self.goal:g}x the floor's (the "
+            "server's process tree over its successes, benchmarks/cpu.py; medians, then per round).\n\n"
+            + md_table(
+                [
+                    "scenario",
+                    f"{a} CPU/req (us)",
+                    f"{f} CPU/req (us)",
+                    f"{a}/{f} CPU",
+                    f"{a} infer/s",
+                    f"{f} infer/s",
+                    f"per round: {a} / {f} CPU (us)",
+                ],
+                rows,
+                "l" + "r" * 5 + "l",
+            )
+        )
+
+
 class ColdStartMemorySection(Section):
     def __init__(self, subject: str = "inferd", baseline: str = "reference") -> None:
         self.subject = subject

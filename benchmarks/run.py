@@ -41,6 +41,7 @@ from report import (
     ColdStartMemorySection,
     CoresSection,
     FilSection,
+    FloorSection,
     HeaderSection,
     MeasurementsSection,
     ObjectStorageSection,
@@ -78,6 +79,7 @@ from results import (
 from servers import (
     READY_TIMEOUT_S,
     CommandServer,
+    FloorServer,
     Ports,
     ReferenceServer,
     Server,
@@ -103,6 +105,10 @@ def anchored(ids: Sequence[str]) -> str:
     return "^(" + "|".join(re.escape(i) for i in ids) + ")$"
 
 
+SERVER_NAMES = ("reference", "inferd", "floor")
+#: the one row the floor (benchmarks/floor_server.py) runs in every round, beside inferd's (issue 48)
+FLOOR_ROW = "add_sub_http_c8"
+
 #: the side benches' skip flags and the rows each skips
 SIDE_BENCH_FLAGS = (
     ("--no-cores", "every-core rows (benchmarks/cores_bench.py)"),
@@ -122,6 +128,7 @@ def default_sections() -> list[Section]:
         ReproduceSection(),
         ProblemsSection(),
         ScenarioSection("HTTP (perf_analyzer)", r"_http_"),
+        FloorSection(),
         ScenarioSection("gRPC (perf_analyzer)", r"_grpc_"),
         ShmSection(),
         OnnxSection(),
@@ -156,7 +163,10 @@ class Options:
 def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> ServerRound:
     sr = ServerRound(server=server.name, round=rnd)
     tag = f"r{rnd}-{server.name}"
-    if not opts.skip_bench:
+    serves = server.serves
+    only = [i for i in matching(opts.bench_only, BENCH_SH_SCENARIOS) if serves is None or serves.search(i)]
+    shm = [i for i in matching(opts.bench_only, SHM_SCENARIOS) if serves is None or serves.search(i)]
+    if not opts.skip_bench and (only or (shm and opts.shm) or serves is None):
         t0 = time.monotonic()
         ports = free_ports()
         sr.ports["bench_http"], sr.ports["bench_grpc"] = ports.http, ports.grpc
@@ -168,17 +178,15 @@ def bench_round(server: Server, rnd: int, opts: Options, outdir: Path) -> Server
             log(f"round {rnd}: {server.name}: {e}")
         else:
             try:
-                only = matching(opts.bench_only, BENCH_SH_SCENARIOS)
                 if only:
                     run_bench_sh(server, ports, opts, outdir, tag, sr, only)
-                shm = matching(opts.bench_only, SHM_SCENARIOS) if opts.shm else []
-                if shm and server.alive():
+                if shm and opts.shm and server.alive():
                     run_shm(server, ports, opts, outdir, tag, sr, shm)
             finally:
                 log(f"round {rnd}: {server.name}: stopping")
                 server.stop()
         sr.bench_wall_s = time.monotonic() - t0
-    if not opts.skip_measure:
+    if not opts.skip_measure and server.measured:
         t0 = time.monotonic()
         ports = free_ports()
         sr.ports["measure_http"] = ports.http
@@ -353,8 +361,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--servers",
-        default="reference,inferd",
-        help="comma-separated subset of reference,inferd (default: both)",
+        default="reference,inferd,floor",
+        help="comma-separated subset of reference,inferd,floor (default: all three; the floor, "
+        "benchmarks/floor_server.py, runs add_sub_http_c8 only)",
     )
     ap.add_argument(
         "--repeat",
@@ -439,9 +448,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--check-goals", action="store_true", help="exit 3 if a goal is missed or not measured")
     a = ap.parse_args(argv)
     a.server_list = [s.strip() for s in a.servers.split(",") if s.strip()]
-    bad = [s for s in a.server_list if s not in ("reference", "inferd")]
+    bad = [s for s in a.server_list if s not in SERVER_NAMES]
     if bad or not a.server_list:
-        ap.error(f"--servers: unknown {bad}; choose from reference,inferd")
+        ap.error(f"--servers: unknown {bad}; choose from {','.join(SERVER_NAMES)}")
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
     if sum((a.onnx_only, a.python_rows_only, a.openai_only)) > 1:
@@ -483,9 +492,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     all_servers: dict[str, Server] = {
         "reference": ReferenceServer(),
         "inferd": CommandServer("inferd", "inferd", a.inferd_cmd, a.ready_timeout),
+        "floor": FloorServer(rows=anchored([FLOOR_ROW])),
     }
     bench_rounds = not (a.onnx_only or a.python_rows_only or a.openai_only)
-    servers = [all_servers[n] for n in ("reference", "inferd") if n in opts.servers and bench_rounds]
+    if a.no_bench or FLOOR_ROW not in matching(bench_only, BENCH_SH_SCENARIOS):
+        all_servers.pop("floor")  # nothing to run: it has no measure.sh rows
+    servers = [s for n, s in all_servers.items() if n in opts.servers and bench_rounds]
     run_onnx = not (a.no_onnx or a.python_rows_only or a.openai_only) and "inferd" in opts.servers
 
     if not (a.no_setup or a.openai_only):  # the OpenAI rows need neither the reference nor perf_analyzer

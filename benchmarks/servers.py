@@ -1,6 +1,6 @@
 """The servers a benchmark runs against, started and stopped one at a time on free ports: inferd
-from a command line (CommandServer) and the reference through scripts/reference/triton.sh
-(ReferenceServer); ports, readiness polls and the logged subprocesses they need. Used by run.py and
+from a command line (CommandServer), the reference through scripts/reference/triton.sh
+(ReferenceServer) and the floor, benchmarks/floor_server.py (FloorServer); ports, readiness polls and the logged subprocesses they need. Used by run.py and
 by the *_bench.py modules."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shlex
 import signal
 import socket
@@ -141,6 +142,9 @@ class Server(ABC):
 
     name: str
     label: str
+    #: the bench.sh scenarios it serves (None: all), and whether measure.sh measures it
+    serves: re.Pattern[str] | None = None
+    measured = True
 
     @abstractmethod
     def start(self, ports: Ports, log_path: Path) -> None: ...
@@ -337,6 +341,20 @@ class CommandServer(Server):
             self._logf = None
 
 
+FLOOR_SCRIPT = ROOT / "benchmarks" / "floor_server.py"
+
+
+class FloorServer(CommandServer):
+    """benchmarks/floor_server.py (issue 48): add_sub over HTTP and nothing else, so only the add_sub
+    HTTP rows; no measure.sh (its cold start and memory are no one's goal, its client latency needs gRPC)."""
+
+    measured = False
+
+    def __init__(self, python: str = sys.executable, rows: str = r"^add_sub_http_c\d+$") -> None:
+        super().__init__("floor", "floor", f"{python} {FLOOR_SCRIPT} --http-port {{http}}")
+        self.serves = re.compile(rows)
+
+
 def anchor_run_dir() -> Path:
     anchor = Path(
         os.environ.get("ANCHOR_DIR") or Path(os.environ.get("TMPDIR") or "/tmp") / "inferd-reference"
@@ -398,6 +416,11 @@ def inferd(repo: Path, log_path: Path, python: str = sys.executable, extra: str 
     """inferd serving ``repo`` with ``python`` (``extra``: more command-line options)."""
     template = INFERD_TEMPLATE.format(python=python) + (f" {extra}" if extra else "")
     return BenchServer(CommandServer("inferd", "inferd", template, models=repo), log_path)
+
+
+def floor(log_path: Path, python: str = sys.executable) -> BenchServer:
+    """The floor (benchmarks/floor_server.py): add_sub over HTTP only."""
+    return BenchServer(FloorServer(python), log_path)
 
 
 def reference(repo: Path, log_path: Path) -> BenchServer:

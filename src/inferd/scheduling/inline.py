@@ -6,6 +6,8 @@ threads (none using BLS) averaging under ``INLINE_MAX_NS`` the pool tries batche
 and goes back to threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``)
 or ``SLOW_RUN`` executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
 ``PROBE_EVERY_NS`` later (the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
+After ``UNTIMED_AFTER`` inline executes in a row no longer than ``SMALL_NS`` the next ones are not
+timed (``InlineMode.untimed``: no CPU clock and no getrusage around them, two system calls a batch).
 An inline execute that runs away is interrupted (``LoopGuard``).
 """
 
@@ -29,6 +31,14 @@ INLINE_MAX_NS = 2_000_000
 SLOW_RUN = 3
 SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
 PROBE_EVERY_NS = 10_000_000_000
+#: inline executes in a row no longer than SMALL_NS after which the next ones are not timed: their
+#: wall time stands in for their CPU, as for any short one, and the system calls that time an
+#: execute (the thread's CPU clock and getrusage, 3,100 instructions and two kernel entries a batch:
+#: 2% of what inferd spends over the floor on an add_sub request) are left out. A long execute among
+#: them counts its wall time as CPU, not as blocked, and has the next ones timed again: a model that
+#: blocks again is caught one execute later, one that blocks once in a while no longer sends the pool
+#: to threads for PROBE_EVERY_NS (a block is seen only after it held the loop, either way)
+UNTIMED_AFTER = 16
 
 
 class InlineMode:
@@ -39,9 +49,11 @@ class InlineMode:
         "_execs",
         "_inline_execs",
         "_next_probe_ns",
+        "_short_run",
         "_slow_run",
         "_thread_ewma_ns",
         "ewma_ns",
+        "untimed",
     )
 
     def __init__(self, clock: Callable[[], int]) -> None:
@@ -52,17 +64,25 @@ class InlineMode:
         self._execs = 0  # threaded executions since the last switch
         self._inline_execs = 0
         self._next_probe_ns = 0
+        self._short_run = 0  # inline executes in a row no longer than SMALL_NS
+        #: the next inline execute is not timed (``UNTIMED_AFTER``)
+        self.untimed = False
 
     def reset(self) -> None:
         """The pool switched: count afresh."""
         self._execs = 0
         self._inline_execs = 0
         self._slow_run = 0
+        self._short_run = 0
+        self.untimed = False
 
     def observe(self, ns: int, blocked: bool, inline: bool, inline_now: bool) -> bool | None:
         """One execute (inline: its CPU time and whether it blocked; threaded: its wall time).
         Returns True to go inline, False to go back to threads, None to stay as it is."""
         if inline:
+            short = self._short_run + 1 if ns <= SMALL_NS else 0
+            self._short_run = short
+            self.untimed = short >= UNTIMED_AFTER
             self._inline_execs += 1
             self.ewma_ns = float(ns) if self._inline_execs == 1 else 0.8 * self.ewma_ns + 0.2 * ns
             # one long execute may be a GC pause: only a run of them counts
