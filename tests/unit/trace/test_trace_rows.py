@@ -144,7 +144,7 @@ def test_which_traces_wait_for_the_flush_as_they_are(tmp_path: Path) -> None:
     async def finish() -> list[str | Trace]:  # (on a loop: the writer waits for its timer)
         for trace in (plain, with_id, parent, Trace(s)):
             t._finished(trace)
-        return list(t.writer._appends[s.file])
+        return list(s.file.pending)
 
     queued = asyncio.run(finish())
     assert queued[0] is plain
