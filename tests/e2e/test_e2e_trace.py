@@ -82,7 +82,8 @@ def _read(path: Path, traces: int, timeout: float = 10.0) -> list[dict[str, Any]
         return {r["id"] for r in doc if "model_name" in r and "parent_id" not in r}
 
     found = wait_until(lambda: (doc,) if len(roots(doc := read())) >= traces else None,
-                       f"{traces} traces in {path.name}", timeout, detail=read)  # fmt: skip
+                       f"{traces} traces in {path.name}", timeout, detail=read,
+                       ignore=(ValueError,))  # (read while a flush writes it)  # fmt: skip
     assert len(roots(found[0])) == traces, found[0]
     return found[0]
 

@@ -306,7 +306,7 @@ def _ns(stamp: tuple[str, int]) -> int:
 
 
 def row_runs(traces: list[Trace]) -> list[tuple[Key, list[int], int]]:
-    """Common traces (``Tracing._finished`` picks them) as rows of numbers (rows.py's columns), each
+    """Common traces (``sink._parts`` picks them at the flush) as rows of numbers (rows.py's columns), each
     run of consecutive traces with one key as (key, their rows flat, how many): made at the flush,
     many in one loop, not on each request's way out."""
     runs: list[tuple[Key, list[int]]] = []
