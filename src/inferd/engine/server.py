@@ -19,7 +19,7 @@ from inferd.backends.base import BackendLookup, MetricRegistry, ResponseCallback
 from inferd.backends.tritonc.library import configure as configure_c_backends
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.response_path import Post, ResponsePath
+from inferd.core.response_path import Post, ResponsePath, TracedPath
 from inferd.core.stream_flow import StreamLimits
 from inferd.core.unsent import UnsentBudget
 from inferd.engine import reports
@@ -427,8 +427,13 @@ class ServerCore:
         hit = cache_post = None
         if self.response_cache is not None:
             hit, cache_post = look_up(self.response_cache, model, request)
-        if first is None and trace is None and cache_post is None and classify is None:
-            stream.path = self._plain_path
+        if first is None and cache_post is None and classify is None:
+            if trace is None:
+                stream.path = self._plain_path
+            elif trace.output_capture is None:
+                stream.path = TracedPath(self._closed, trace.ended)
+            else:
+                stream.path = ResponsePath(self._closed, None, trace.ended, trace.output_capture)
         else:
             stream.path = ResponsePath(
                 self._closed,

@@ -130,9 +130,17 @@ class Trace:
         self.model_version = model_version
 
     def ended(self, stream: ResponseStream) -> None:
-        """The response path's end: the final response passed."""
+        """The response path's end: the final response passed. What is written is copied out of the
+        request here (``_capture``, inline: this runs for every traced request)."""
         self.stamps += ("REQUEST_END", time.monotonic_ns())
-        self._capture()
+        req = self.request
+        if req is not None:
+            self.request = None
+            self.t_request = req.t_start_ns
+            self.t_queue = req.t_queue_ns
+            self.request_id = req.id
+            if self.setting.tensors:
+                self.inputs = list(req.inputs.values())
 
     @property
     def output_capture(self) -> Callable[[InferResponse], None] | None:
@@ -268,12 +276,37 @@ class Trace:
         self.outputs = self.inputs = _NO_TENSORS
 
 
+class RowTrace(Trace):
+    """A trace sampled under a setting whose traces become rows (``TraceSetting.rows``: Triton's file,
+    TIMESTAMPS alone, written as traces end): the request path's one record. It carries no callback
+    and ends in one step, into its file's pending list; whether it is a row, text (a request id, a
+    child) or nothing (never attached) is decided at the flush (sink.py), off the request path."""
+
+    #: TIMESTAMPS alone: no outputs are copied (a class attribute: no property call per request)
+    output_capture = None
+
+    def __init__(self, setting: TraceSetting) -> None:
+        self.id = next(_ids)
+        self.setting = setting
+        self.stamps = []
+
+    def finish(self) -> None:
+        if self.finish_ns:
+            return
+        self.finish_ns = time.monotonic_ns()
+        file = self.setting.file
+        file.pending.append(self)
+        writer = file.writer
+        if writer is not None and writer.timer is None:
+            writer.arm()
+
+
 def _ns(stamp: tuple[str, int]) -> int:
     return stamp[1]
 
 
 def row_runs(traces: list[Trace]) -> list[tuple[Key, list[int], int]]:
-    """Common traces (``Tracing._finished`` picks them) as rows of numbers (rows.py's columns), each
+    """Common traces (``sink._parts`` picks them at the flush) as rows of numbers (rows.py's columns), each
     run of consecutive traces with one key as (key, their rows flat, how many): made at the flush,
     many in one loop, not on each request's way out."""
     runs: list[tuple[Key, list[int]]] = []

@@ -129,11 +129,19 @@ def format_rows(key: Key, values: list[int], n: int) -> bytes | memoryview:
         rows[:, COMPUTE + 1] = input_end
     used = sorted(set(columns))
     numbers = rows[:, used]
-    digits = _digits(numbers)
-    widths = np.maximum(np.searchsorted(_POW10, numbers, side="right"), 1)
-    # runs of rows whose numbers have the same widths share one layout (ids change width rarely)
-    cut = np.flatnonzero((widths[1:] != widths[:-1]).any(axis=1)) + 1
-    bounds = [0, *cut.tolist(), len(rows)]
+    # a column whose least and greatest numbers have one width has it on every row (the common
+    # batch: timestamps of one flush, ids that did not pass a power of ten): one layout, no per-row
+    # widths
+    edges = np.maximum(np.searchsorted(_POW10, [numbers.min(axis=0), numbers.max(axis=0)], side="right"), 1)
+    if (edges[0] == edges[1]).all():
+        widths = edges[:1]
+        bounds = [0, len(rows)]
+    else:
+        widths = np.maximum(np.searchsorted(_POW10, numbers, side="right"), 1)
+        # runs of rows whose numbers have the same widths share one layout (ids change width rarely)
+        cut = np.flatnonzero((widths[1:] != widths[:-1]).any(axis=1)) + 1
+        bounds = [0, *cut.tolist(), len(rows)]
+    digits = _digits(numbers, -(-int(widths.max()) // 4))
     slot = {c: i for i, c in enumerate(used)}
     out = [
         _fill(texts, [slot[c] for c in columns], digits[a:b], widths[a].tolist())
@@ -143,11 +151,13 @@ def format_rows(key: Key, values: list[int], n: int) -> bytes | memoryview:
     return whole.data[:-1]  # (the last row's joining comma)
 
 
-def _digits(values: np.ndarray) -> np.ndarray:
-    """Each value's 20 decimal digits, zero-padded on the left (uint8 ASCII, one more axis)."""
+def _digits(values: np.ndarray, groups_used: int = 5) -> np.ndarray:
+    """Each value's 20 decimal digits, zero-padded on the left (uint8 ASCII, one more axis); only
+    the last ``groups_used`` groups of four are worked out (the rest is left unset: the numbers are
+    narrower, and no one reads it)."""
     x = values  # (never written to: each step makes a new array)
     groups = np.empty((*values.shape, 5), dtype="<u4")
-    for k in range(4, -1, -1):  # four digits at a time, through a table (no per-digit division)
+    for k in range(4, 4 - groups_used, -1):  # four digits at a time, through a table (no per-digit division)
         q = x // 10000
         groups[..., k] = _GROUPS[x - q * 10000]
         x = q

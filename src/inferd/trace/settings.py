@@ -75,8 +75,9 @@ class TraceSetting:
         self._retired = False
         #: the main file takes each trace as it ends (what would only go there, at the end, anyway)
         self._direct = count < 0 and log_frequency == 0
-        #: and a common trace goes to it as it is, its records made at the flush (record.row_runs)
-        self.rows = self._direct and self.mode == MODE_TRITON and level == TIMESTAMPS
+        #: and a common trace goes to it as it is, its records made at the flush (record.row_runs):
+        #: its requests are sampled by ``rate`` alone, into a ``record.RowTrace``
+        self.rows = self._direct and self.mode == MODE_TRITON and level == TIMESTAMPS and not self.reason
 
     @property
     def valid(self) -> bool:
@@ -181,6 +182,7 @@ class Settings:
         f = self._files.get(name)
         if f is None:
             f = self._files[name] = TraceFile(name)
+            self.writer.add(f)
         return f
 
     def get(self, model: str = "") -> TraceSetting:

@@ -7,9 +7,9 @@ here stays a valid array after every write (its ``]`` is rewritten), so it can b
 server runs; the reference adds ``]`` at exit. A file that cannot be written is logged once and the
 requests go on.
 
-The ``Writer`` buffers finished traces and writes them every ``FLUSH_S``, on the loop: records as
-text, or common traces as they are, whose records are made there (``record.row_runs`` and rows.py:
-each run of one key formatted in one go).
+The ``Writer`` writes what waits in each file's ``pending`` list every ``FLUSH_S``, on the loop:
+records as text, or traces as they ended (``record.RowTrace``), whose records are made there
+(``record.row_runs`` and rows.py: each run of one key formatted in one go).
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ class TraceFile:
         self._fh: Any = None
         self._failed = False
         self._closed = False  # at exit: what comes later must not reopen (and so truncate) the file
+        #: what waits for the writer's flush, in the order written: records as text, and traces
+        #: (``record.RowTrace`` puts itself here as it ends)
+        self.pending: list[str | Trace] = []
+        #: the writer that flushes ``pending`` (``Writer.add``; None: a file no writer flushes)
+        self.writer: Writer | None = None
 
     def append(self, parts: list[bytes | memoryview]) -> None:
         """Add records to the main array: ``parts``, each comma-separated records (UTF-8 JSON),
@@ -105,64 +110,60 @@ def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
 
 
 class Writer:
-    """Buffers what the settings write and writes it in one go every ``FLUSH_S`` (a timer on the
-    event loop; with no loop running, at once). Everything happens on the loop's thread: a writer
-    thread competing for the interpreter lock made the instance pool's inline executes look blocked
-    (measured: add_sub left inline mode, CPU per request +60%)."""
+    """Writes what the settings and traces leave in their files' ``pending`` lists in one go every
+    ``FLUSH_S`` (a timer on the event loop; with no loop running, at once). Everything happens on the
+    loop's thread: a writer thread competing for the interpreter lock made the instance pool's inline
+    executes look blocked (measured: add_sub left inline mode, CPU per request +60%)."""
 
     def __init__(self) -> None:
-        #: per file, in the order written: records as text, and common traces
-        self._appends: dict[TraceFile, list[str | Trace]] = {}
         self._indexed: list[tuple[TraceFile, str]] = []
         self._files: set[TraceFile] = set()
-        self._timer: asyncio.TimerHandle | None = None
+        #: the flush armed (None: nothing waits)
+        self.timer: asyncio.TimerHandle | None = None
 
-    def _pending(self, file: TraceFile) -> list[str | Trace]:
-        items = self._appends.get(file)
-        if items is None:
-            self._files.add(file)
-            items = self._appends[file] = []
-        return items
+    def add(self, file: TraceFile) -> None:
+        """A file this writer flushes (and closes)."""
+        file.writer = self
+        self._files.add(file)
 
     def append(self, file: TraceFile, text: str) -> None:
         """Records for ``file``'s main array."""
-        self._pending(file).append(text)
-        if self._timer is None:
-            self._arm()
+        self.append_trace(file, text)
 
-    def append_trace(self, file: TraceFile, trace: Trace) -> None:
-        """A common trace for ``file``'s main array (``Tracing._finished``: its records are made at
-        the flush)."""
-        items = self._appends.get(file)
-        if items is None:
-            items = self._pending(file)
-        items.append(trace)
-        if self._timer is None:
-            self._arm()
+    def append_trace(self, file: TraceFile, trace: Trace | str) -> None:
+        """A common trace for ``file``'s main array (its records are made at the flush)."""
+        if file.writer is not self:
+            self.add(file)
+        file.pending.append(trace)
+        if self.timer is None:
+            self.arm()
 
     def write_index(self, file: TraceFile, text: str) -> None:
         """A whole array for ``file``'s next indexed file."""
         self._indexed.append((file, text))
-        if self._timer is None:
-            self._arm()
+        if self.timer is None:
+            self.arm()
 
-    def _arm(self) -> None:
+    def arm(self) -> None:
+        """Flush in ``FLUSH_S`` (now, with no event loop running here)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop here: write now
             self.flush()
             return
-        self._timer = loop.call_later(FLUSH_S, self.flush)
+        self.timer = loop.call_later(FLUSH_S, self.flush)
 
     def flush(self) -> bool:
-        """Write what is buffered now."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        appends, self._appends = self._appends, {}
+        """Write what is pending now."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         indexed, self._indexed = self._indexed, []
-        for file, items in appends.items():
-            file.append(_parts(items))
+        for file in self._files:
+            items = file.pending
+            if items:
+                file.pending = []
+                file.append(_parts(items))
         for file, text in indexed:
             file.write_index(text)
         return True
@@ -175,17 +176,25 @@ class Writer:
 
 
 def _parts(items: list[str | Trace]) -> list[bytes | memoryview]:
-    """The main array's new records: text as it is, each run of traces through rows.py."""
+    """The main array's new records: text as it is, each run of common traces through rows.py, the
+    other traces (``RowTrace``s that turned out to have a request id or children) as their text."""
     out: list[bytes | memoryview] = []
     traces: list[Trace] = []
     for item in items:
         if isinstance(item, str):
-            out += _rows(traces)
-            traces = []
-            if item:
-                out.append(item.encode())
+            text = item
+        elif not item.attached:  # refused before it was queued: nothing to write
+            continue
+        elif item.request is None and not item.request_id and not item.children:
+            traces.append(item)  # (the common trace: ``ended`` copied the request out)
+            continue
         else:
-            traces.append(item)
+            text = item.records() if item.children else item._records()
+            item.release()
+        out += _rows(traces)
+        traces = []
+        if text:
+            out.append(text.encode())
     return out + _rows(traces)
 
 

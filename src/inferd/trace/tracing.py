@@ -23,7 +23,7 @@ from inferd.trace.config import (
     TraceConfig,
     parse_trace_config,
 )
-from inferd.trace.record import Trace
+from inferd.trace.record import RowTrace, Trace
 from inferd.trace.settings import UNSET, NewSetting, Settings, TraceSetting, check_writable
 from inferd.trace.sink import Writer
 
@@ -65,6 +65,7 @@ class Tracing:
         #: whether any setting traces at all (the front ends' one check per request)
         self.on = self.settings.any_on()
         self._tensor_warned = False
+        self._on_finish = self._finished  # (one bound method, not one per trace)
         #: ``--workers``: sends a settings update to the other serving processes (None: one process)
         self.propagate: Callable[..., None] | None = None
 
@@ -89,6 +90,9 @@ class Tracing:
         """A trace for this request of ``model_name``, or None when it is not sampled."""
         settings = self.settings  # (Settings.get, inline: this runs for every request while on)
         setting = settings.models.get(model_name) or settings.global_setting
+        if setting.rows:  # (TraceSetting.sample, inline: no count, no OpenTelemetry context)
+            n = setting._sampled = setting._sampled + 1
+            return None if n % setting.rate else RowTrace(setting)
         if setting.level == LEVEL_OFF:
             return None
         parent = None
@@ -96,7 +100,7 @@ class Tracing:
             parent = parse_traceparent(traceparent)
         if not setting.sample(parent is not None):
             return None
-        return Trace(setting, None, self._finished, parent)
+        return Trace(setting, None, self._on_finish, parent)
 
     def _finished(self, trace: Trace) -> None:
         setting = trace.setting

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from inferd.core.response import InferResponse, ResponseStream
-from inferd.core.response_path import ResponsePath
+from inferd.core.response_path import ResponsePath, TracedPath
 from inferd.errors import InvalidArgumentError
 
 
@@ -83,3 +83,43 @@ def test_a_shared_path_is_never_changed_by_a_scheduler_stage() -> None:
     mine = shared.tracked(lambda _s: None, None)
     assert mine is not shared and shared.scheduler_end is None and shared.ends == (closed.append,)
     assert len(mine.ends) == 2 and not mine.posts and not shared.posts
+
+
+def test_a_traced_path_ends_as_the_response_path_with_the_same_stages() -> None:
+    """TracedPath (a traced request's, built in one step): the trace's end, then closed, once, at
+    the final response; a scheduler's stages added by ``tracked`` as ResponsePath adds them."""
+
+    async def main(make: Callable[[list[str]], object]) -> list[str]:
+        seen: list[str] = []
+        stream = ResponseStream(asyncio.get_running_loop())
+        stream.path = make(seen)  # type: ignore[assignment]
+        stream.set_callback(lambda _r, final: seen.append(f"consumer {final}"))
+        stream.deliver(InferResponse("m", "1"), False)
+        stream.deliver(InferResponse("m", "1"), True)
+        return seen
+
+    def ends(seen: list[str]) -> tuple[Callable[[ResponseStream], None], Callable[[ResponseStream], None]]:
+        return (lambda _s: seen.append("closed")), (lambda _s: seen.append("trace_end"))
+
+    def traced(seen: list[str]) -> TracedPath:
+        return TracedPath(*ends(seen))
+
+    def full(seen: list[str]) -> ResponsePath:
+        closed, trace_end = ends(seen)
+        return ResponsePath(closed, trace_end=trace_end)
+
+    assert asyncio.run(main(traced)) == asyncio.run(main(full))
+    assert asyncio.run(main(traced)) == ["consumer False", "trace_end", "closed", "consumer True"]
+
+    def tracked(seen: list[str]) -> object:
+        return traced(seen).tracked(lambda _s: seen.append("scheduler_end"), lambda _r: seen.append("post"))
+
+    assert asyncio.run(main(tracked)) == [
+        "post",
+        "consumer False",
+        "trace_end",
+        "closed",
+        "scheduler_end",
+        "post",
+        "consumer True",
+    ]

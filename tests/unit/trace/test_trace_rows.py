@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferd.core.request import InferRequest
+from inferd.core.response import ResponseStream
 from inferd.trace import Trace, Tracing, parse_trace_config
-from inferd.trace.record import row_runs
+from inferd.trace.record import RowTrace, row_runs
 from inferd.trace.rows import format_rows
 from inferd.trace.settings import TraceSetting
 from inferd.trace.sink import TraceFile
@@ -144,7 +145,7 @@ def test_which_traces_wait_for_the_flush_as_they_are(tmp_path: Path) -> None:
     async def finish() -> list[str | Trace]:  # (on a loop: the writer waits for its timer)
         for trace in (plain, with_id, parent, Trace(s)):
             t._finished(trace)
-        return list(t.writer._appends[s.file])
+        return list(s.file.pending)
 
     queued = asyncio.run(finish())
     assert queued[0] is plain
@@ -188,3 +189,80 @@ def test_a_file_takes_more_parts_than_one_system_call_does(tmp_path: Path) -> No
     file.append([b'{"id":3000}'])
     file.close()
     assert [r["id"] for r in json.loads((tmp_path / "t.json").read_bytes())] == list(range(3001))
+
+
+def test_row_traces_are_sorted_at_the_flush(tmp_path: Path) -> None:
+    """A setting of rows samples RowTraces, which end straight into the file's pending list; the
+    flush writes the common ones as rows, one with a request id or children as its text, and none
+    for one never attached (refused), in the order they ended, the same bytes as their records."""
+    t = Tracing(parse_trace_config([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1"]))
+    s = t.settings.get("")
+    assert s.rows
+
+    async def run() -> tuple[list[str | Trace], list[str]]:
+        expected: list[str] = []
+        for rid, children, attached in (
+            ("", 0, True),
+            ("r1", 0, True),
+            ("", 0, False),
+            ("", 2, True),
+            ("", 0, True),
+        ):
+            trace = t.sample("m")
+            assert isinstance(trace, RowTrace)
+            trace.stamps = ["HTTP_RECV_START", 3, "HTTP_RECV_END", 4]
+            if attached:
+                req = InferRequest("m", {}, id=rid)
+                req.t_start_ns, req.t_queue_ns = 5, 6
+                trace.attach(req, "m", "1")
+                for _ in range(children):
+                    child = trace.child()
+                    creq = InferRequest("step", {})
+                    creq.t_start_ns = 7
+                    child.attach(creq, "step", "1")
+                    child.ended(ResponseStream(asyncio.get_running_loop()))
+                trace.computed(8, 9, None)
+                trace.ended(ResponseStream(asyncio.get_running_loop()))
+            trace.stamp("HTTP_SEND_END", 10)
+            if attached:
+                expected.append(trace.records())
+            trace.finish()
+            trace.finish()  # (once)
+        pending = list(s.file.pending)
+        assert t.writer.timer is not None  # (the flush armed)
+        t.writer.flush()
+        return pending, expected
+
+    pending, expected = asyncio.run(run())
+    assert len(pending) == 5
+    t.close()
+    got = (tmp_path / "t.json").read_bytes()
+    assert got == ("[" + ",".join(expected) + "]").encode()
+    records = json.loads(got)
+    assert [r.get("request_id") for r in records if "model_name" in r and "parent_id" not in r] == [
+        None,
+        "r1",
+        None,
+        None,
+    ]
+
+
+def test_closing_writes_the_rows_still_pending(tmp_path: Path) -> None:
+    """A server that stops before the flush comes: ``Tracing.close`` writes every pending trace."""
+    t = Tracing(parse_trace_config([f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=1"]))
+
+    async def run() -> None:  # (on a loop: the flush waits for its timer)
+        for _ in range(300):
+            trace = t.sample("m")
+            assert trace is not None
+            req = InferRequest("m", {})
+            req.t_start_ns = 1
+            trace.attach(req, "m", "1")
+            trace.ended(ResponseStream(asyncio.get_running_loop()))
+            trace.finish()
+
+    asyncio.run(run())
+    assert not (tmp_path / "t.json").exists()  # (nothing written yet)
+    t.close()
+    records = json.loads((tmp_path / "t.json").read_bytes())
+    assert len({r["id"] for r in records}) == 300 and len(records) == 900  # (header, 2 stamps)
