@@ -356,7 +356,7 @@ class ServerCore:
                         raise
                     return self._submit_later(name, version, decode, decoupled_error, e)
         if self.budget is not None:
-            self.budget.touch(name)
+            self.budget.touch(model.key)
         return self._enqueue(model, decode, decoupled_error, None)
 
     def _enqueue(
@@ -486,7 +486,7 @@ class ServerCore:
                     if attempt == 2 or self.registry.is_ready(name):  # the version asked is not there
                         raise
                     continue
-                budget.touch(name)
+                budget.touch(model.key)
                 self._enqueue(model, decode, decoupled_error, stream)
                 return
         except InferdError as e:
