@@ -83,6 +83,10 @@ class ModelLifecycle:
         text = f"Request for unknown model: '{name}' is not found"
         return InvalidArgumentError(text) if self.namespacing else NotFoundError(text)
 
+    def name_of(self, key: str) -> str:
+        """The model name of a key (without namespacing a key is the name, "::" or not)."""
+        return key_name(key) if self.namespacing else key
+
     def step_key(self, name: str, namespace: str) -> str:
         """Where an ensemble of ``namespace`` sends its step on ``name``: the model of its own
         namespace when that one serves, else whatever ``name`` resolves to."""
@@ -168,7 +172,7 @@ class ModelLifecycle:
         """``name`` left the repositories, none of its versions running: not listed any more."""
         self._models.pop(name, None)
         self._failed.pop(name, None)
-        if KEY_SEP in name:
+        if self.namespacing and KEY_SEP in name:
             keys = self._keys.get(key_name(name), set())
             keys.discard(name)
             if not keys:
@@ -177,7 +181,7 @@ class ModelLifecycle:
 
     # -- inside ----------------------------------------------------------------------------------------
     def _listed(self, key: str) -> None:
-        if KEY_SEP in key:
+        if self.namespacing and KEY_SEP in key:
             self._keys.setdefault(key_name(key), set()).add(key)
 
     def _move(self, model: Model, state: ModelState, reason: str) -> None:
@@ -202,7 +206,7 @@ class ModelLifecycle:
                 self._routes.pop(name, None)
             else:
                 self._routes[name] = router
-        if KEY_SEP in name:
+        if self.namespacing and KEY_SEP in name:
             self._alias(key_name(name))
 
     def _alias(self, name: str) -> None:

@@ -60,7 +60,7 @@ from inferd.repository import ModelDir, fingerprint
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.namespaced import NamespacedRepositories
 from inferd.repository.remote import RepositorySet
-from inferd.repository.scan import Fingerprint, key_name, version_files
+from inferd.repository.scan import Fingerprint, version_files
 
 log = logging.getLogger("inferd.repository")
 
@@ -187,7 +187,7 @@ class ModelControl:
 
     def knows(self, name: str) -> bool:
         """Whether a repository holds ``name`` now (a store's models as of its last listing)."""
-        return any(key_name(known) == name for known in self._sources.names())
+        return any(self._registry.name_of(known) == name for known in self._sources.names())
 
     async def unload(self, name: str, unload_dependents: bool = False, check_mode: bool = True) -> None:
         if check_mode:
@@ -319,7 +319,7 @@ class ModelControl:
         loading.add(name)
         async with self._window(locked):
             md, override, mark = await asyncio.to_thread(
-                load_source, self._sources, self.uploads, name, config, files
+                load_source, self._sources, self.uploads, name, registry.name_of(name), config, files
             )
         if (
             override is None
@@ -344,9 +344,9 @@ class ModelControl:
                 self._drop_override(md, files)
                 raise poll_failed(name, without_paths(e.message, md)) from None
             failed_model = Model(
-                key_name(name),
+                md.name,
                 max(md.versions),
-                override or ModelConfig(name=key_name(name)),
+                override or ModelConfig(name=md.name),
                 md.path,
                 key=name,
             )
@@ -366,7 +366,7 @@ class ModelControl:
             raise
         if agents is not None:
             agents.act(AgentAction.LOAD_COMPLETE)
-        for orphan in sorted(self._orphans.pop(key_name(name), ())):
+        for orphan in sorted(self._orphans.pop(registry.name_of(name), ())):
             if orphan not in loading and not registry.is_ready(orphan):
                 log.info("loading '%s': its step '%s' is back", orphan, name)
                 try:
@@ -516,7 +516,7 @@ class ModelControl:
         registry = self._registry
         for orphans in self._orphans.values():  # unloaded by name: no step's load brings it back
             orphans.discard(name)
-        step_name = key_name(name)
+        step_name = registry.name_of(name)
         # namespaced: an ensemble's step goes to another repository's model of the name while one serves
         others = [k for k in registry.keys_of(step_name) if k != name and registry.is_ready(k)]
         for other, versions in list(registry.models.items()) if not others else []:
@@ -554,9 +554,9 @@ class ModelControl:
         if self.budget is not None:
             self.budget.forget(name)
         if unload_dependents:
-            for step in sorted(k for k in self._implicit if key_name(k) in steps):
+            for step in sorted(k for k in self._implicit if registry.name_of(k) in steps):
                 still_used = any(
-                    _uses(m, key_name(step))
+                    _uses(m, registry.name_of(step))
                     for ms in registry.models.values()
                     for m in ms.values()
                     if m.scheduler is not None

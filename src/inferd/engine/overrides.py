@@ -34,7 +34,7 @@ from inferd.errors import InternalError, InvalidArgumentError
 from inferd.repository import DuplicateModel, ModelDir, fingerprint
 from inferd.repository.config.schema import ModelConfig
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import KEY_SEP, Fingerprint, key_name, scan_model_dir
+from inferd.repository.scan import Fingerprint, scan_model_dir
 
 log = logging.getLogger("inferd.repository")
 
@@ -235,9 +235,14 @@ def poll_failed(name: str, why: str) -> InternalError:
 
 
 def load_source(
-    sources: RepositorySet, uploads: Uploads, name: str, config: str | None, files: dict[str, bytes]
+    sources: RepositorySet,
+    uploads: Uploads,
+    name: str,
+    model: str,
+    config: str | None,
+    files: dict[str, bytes],
 ) -> tuple[ModelDir, ModelConfig | None, Fingerprint | None]:
-    """What a load of ``name`` (a registry key) loads: its folder (in a repository, or a fresh one
+    """What a load of ``name`` (a registry key; ``model`` its model's name) loads: its folder (in a repository, or a fresh one
     holding its ``file:`` overrides), the config override, and the folder's fingerprint (None for
     a folder of file overrides)."""
     override = None
@@ -253,11 +258,11 @@ def load_source(
     if files:
         if override is None:
             raise poll_failed(name, "Load parameter 'config' must be specified for model file override")
-        folder = uploads.write(key_name(name), files)
+        folder = uploads.write(model, files)
         md = dataclasses.replace(
-            scan_model_dir(folder, folder.parent, name=key_name(name)),
+            scan_model_dir(folder, folder.parent, name=model),
             uploaded=True,
-            key=name if KEY_SEP in name else "",
+            key="" if name == model else name,
         )
         return md, override, None
     entry = sources.find(name)

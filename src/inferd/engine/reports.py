@@ -9,7 +9,6 @@ from typing import Any
 from inferd.engine.lifecycle import UNLOADED, ModelLifecycle
 from inferd.engine.model import ModelState
 from inferd.errors import InferdError, InvalidArgumentError
-from inferd.repository.scan import key_name
 
 
 def load_failures(registry: ModelLifecycle) -> list[tuple[str, str, str]]:
@@ -65,9 +64,9 @@ def repository_index(
     loaded, by name; under namespacing a key is shown by its name."""
     out: list[dict[str, Any]] = []
     keys = set(registry.models) | set(registry.failed) | set(known)
-    names = sorted(keys, key=lambda k: (key_name(k), k))
+    names = sorted(keys, key=lambda k: (registry.name_of(k), k))
     for key in names:  # a key: the name (--model-namespacing: <namespace>::<name>)
-        name = key_name(key)
+        name = registry.name_of(key)
         versions = registry.models.get(key, {})
         if not versions:
             if not ready_only and key not in registry.failed:

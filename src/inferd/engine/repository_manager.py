@@ -40,7 +40,7 @@ from inferd.repository import (
 )
 from inferd.repository.config.limits import check_limits
 from inferd.repository.remote import RepositorySet, Unreadable
-from inferd.repository.scan import key_name, key_namespace, scan_model_dir
+from inferd.repository.scan import key_namespace, scan_model_dir
 from inferd.scheduling.ensemble import EnsembleScheduler, SubmitFn
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.queue import BatchPolicy, queue_policy
@@ -408,7 +408,7 @@ class Loader:
                 task.add_done_callback(_LATE.discard)
 
         future.add_done_callback(late)
-        model = Model(key_name(name), version, cfg, md.path, settings.metrics, key=name)
+        model = Model(md.name, version, cfg, md.path, settings.metrics, key=name)
         self.lifecycle.unavailable(model, f"{_GIVEN_UP} {timeout_s:g} s (--model-load-timeout-secs)")
         return model
 
@@ -448,13 +448,13 @@ class Loader:
         settings = self.settings
         log.info("loading: %s:%d", name, version)  # as the reference logs it
         t0 = time.monotonic()
-        model = Model(key_name(name), version, cfg, md.path, settings.metrics, key=name)
+        model = Model(md.name, version, cfg, md.path, settings.metrics, key=name)
         try:
             execute_timeout_ns = _execute_timeout_ns(cfg, settings.execute_timeout_s)
             parse_weights(cfg)  # a bad version_weights fails the load, not the routing
             backend = settings.backends.backend_for(cfg)
             ctx = LoadContext(
-                key_name(name),
+                md.name,
                 version,
                 md.path,
                 md.versions[version],

@@ -85,6 +85,15 @@ def test_namespaced_keys_resolve_by_name_until_two_serve() -> None:
     assert life.keys_of("m") == ["m"] and life.models == {}
 
 
+def test_without_namespacing_a_name_with_the_separator_is_only_a_name() -> None:
+    life = ModelLifecycle()  # a folder named "a::b" is the model "a::b", nothing else
+    m = Model("a::b", 1, ModelConfig(name="a::b", backend="fake"), Path("/r/a::b"))
+    life.ready(m)
+    life.register("a::b", {1: m})
+    assert life.ready_default == {"a::b": m} and life.resolve("b") == "b" and not life.is_ready("b")
+    assert life.name_of("a::b") == "a::b" and life.keys_of("b") == ["b"]
+
+
 def test_failures_by_version_and_by_name() -> None:
     life = ModelLifecycle()
     bad = _version("m", 1)
