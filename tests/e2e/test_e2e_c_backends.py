@@ -126,6 +126,7 @@ def test_bytes_and_reshape(server: InferdProcess) -> None:
         r = c.infer("c_identity_bytes", [i])
         assert r.as_numpy("OUTPUT0").tolist() == data.tolist()
         # the backend sees [3, 2, 2] (the reshape) and answers in it; the client gets [3, 4] back
+        counted = c.get_inference_statistics("c_identity_reshape")["model_stats"][0]
         x = np.arange(12, dtype=np.int32).reshape(3, 4)
         i = httpclient.InferInput("INPUT0", [3, 4], "INT32")
         i.set_data_from_numpy(x)
@@ -133,6 +134,8 @@ def test_bytes_and_reshape(server: InferdProcess) -> None:
         out = r.as_numpy("OUTPUT0")
         assert out.shape == (3, 4)
         np.testing.assert_array_equal(out, x)
+    # counted a moment after its answer: the statistics test after it must not see it land late
+    c_backends.settled_stats(server, "c_identity_reshape", counted["inference_stats"]["success"]["count"] + 1)
 
 
 def test_statistics_are_what_the_backend_reported(server: InferdProcess) -> None:
