@@ -17,7 +17,7 @@ names: the reference serves them in the default namespace.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,8 +34,6 @@ from inferd.repository.scan import (
     scan_model_dir,
     scan_namespaced,
 )
-
-log = logging.getLogger("inferd.repository")
 
 
 class NamespacedRepositories(RepositorySet):
@@ -101,10 +99,8 @@ class NamespacedRepositories(RepositorySet):
     def names(self) -> list[str]:
         """The keys of the models known now, without the network (and registered folders' names)."""
         names: set[str] = set(self.registered.names())
-        try:
+        with contextlib.suppress(InferdError):  # a folder unreadable now: its models are not known now
             names.update(scan_namespaced(self.local))
-        except InferdError:
-            pass
         for repo in self.remote:
             names.update(model_key(str(repo.url), n) for n in repo.last or {})
         return sorted(names)

@@ -130,17 +130,10 @@ class Trace:
         self.model_version = model_version
 
     def ended(self, stream: ResponseStream) -> None:
-        """The response path's end: the final response passed. What is written is copied out of the
-        request here (``_capture``, inline: this runs for every traced request)."""
+        """The response path's end: the final response passed; what is written is copied out of the
+        request (``_capture``)."""
         self.stamps += ("REQUEST_END", time.monotonic_ns())
-        req = self.request
-        if req is not None:
-            self.request = None
-            self.t_request = req.t_start_ns
-            self.t_queue = req.t_queue_ns
-            self.request_id = req.id
-            if self.setting.tensors:
-                self.inputs = list(req.inputs.values())
+        self._capture()
 
     @property
     def output_capture(self) -> Callable[[InferResponse], None] | None:
