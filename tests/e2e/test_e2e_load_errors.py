@@ -68,3 +68,35 @@ def test_a_missing_model_file_is_named_without_the_servers_paths(
     finally:
         client.close()
     assert str(repo / file) in proc.log()  # the operator's log has the whole path
+
+
+def test_a_failed_load_is_logged_as_the_reference_logs_it(server: tuple[InferdProcess, Path]) -> None:
+    proc, _ = server
+    proc.request("POST", "/v2/repository/models/nover/load", {})
+    # the reference's error line (Triton 2.51): model_repository_manager.cc "failed to load model ..."
+    assert (
+        "failed to load model 'nover': at least one version must be available under the version policy "
+        "of model 'nover'" in proc.log()
+    )
+
+
+def test_models_that_fail_at_start_are_logged(tmp_path: Path) -> None:
+    """A start that loads everything: each model that cannot load has an error line saying why (the
+    model table alone said it before), worded as the reference's."""
+    repo = tmp_path / "repository"
+    (repo / "nover").mkdir(parents=True)
+    (repo / "nover" / "config.pbtxt").write_text(f'backend: "python"\n{IO}')
+    (repo / "badcfg" / "1").mkdir(parents=True)
+    (repo / "badcfg" / "config.pbtxt").write_text('backend: "python" max_batch_size: nonsense\n')
+    proc = InferdProcess(repo, tmp_path / "server.log", ("--exit-on-error=false",)).start()
+    try:
+        log = proc.log()
+        assert (
+            "failed to load model 'nover': at least one version must be available under the version "
+            "policy of model 'nover'" in log
+        )
+        assert "Poll failed for model directory 'badcfg': failed to parse model configuration" in log
+        index = {e["name"]: e for e in proc.request("POST", "/v2/repository/index", {}).json()}
+        assert index["nover"]["state"] == index["badcfg"]["state"] == "UNAVAILABLE"
+    finally:
+        proc.stop()

@@ -397,7 +397,8 @@ class ModelControl:
         else:
             try:
                 versions = loader.versions(name, cfg, md)
-            except InferdError as e:  # as the reference words it
+            except InferdError as e:  # as the reference words it, and logs it
+                log.error("failed to load model '%s': %s", name, e.message)
                 self._drop_override(src, files)
                 raise InvalidArgumentError(f"load failed for model '{name}': {e.message}\n") from None
             if not versions:

@@ -340,20 +340,31 @@ class Loader:
                 lifecycle.refused(name, entry.reason)
                 return
             async with sem:
+                # the reference's error lines: a folder it cannot read a model from, then a model
+                # whose version policy selects nothing (the log has the paths, the index not)
                 try:
                     prepared = await self.prepare(entry)
-                    cfg, entry = prepared.config, prepared.md
-                    if prepared.agents is not None and agents is not None:
-                        agents[name] = prepared.agents
-                    versions = self.versions(name, cfg, entry)
                 except FoundAtLoad as e:
+                    log.error("Poll failed for model directory '%s': %s", name, e.error.message)
                     lifecycle.refused(name, without_paths(e.error.message, entry))
                     return
                 except InferdError as e:
+                    log.error("Poll failed for model directory '%s': %s", name, e.message)
                     lifecycle.refused(name, without_paths(e.message, entry))
                     return
                 except Exception as e:
-                    lifecycle.refused(name, without_paths(f"{type(e).__name__}: {e}", entry))
+                    why = f"{type(e).__name__}: {e}"
+                    log.error("Poll failed for model directory '%s': %s", name, why)
+                    lifecycle.refused(name, without_paths(why, entry))
+                    return
+                cfg, entry = prepared.config, prepared.md
+                if prepared.agents is not None and agents is not None:
+                    agents[name] = prepared.agents
+                try:
+                    versions = self.versions(name, cfg, entry)
+                except InferdError as e:
+                    log.error("failed to load model '%s': %s", name, e.message)
+                    lifecycle.refused(name, without_paths(e.message, entry))
                     return
                 if cfg.platform == "ensemble":
                     ensembles.append((entry, cfg))
