@@ -77,18 +77,19 @@ def less_than_goal(
     return Goal(text, check)
 
 
-def floor_goal(sid: str, max_ratio: float, subject: str = "inferd", floor: str = "floor") -> Goal:
-    """subject's CPU per request over the floor's (benchmarks/floor_server.py, issue 48), same run."""
+def cpu_goal(sid: str, max_ratio: float, baseline: str = "reference", subject: str = "inferd") -> Goal:
+    """subject's server CPU per request over baseline's in the same row of the same run: the
+    reference's, or the floor's (benchmarks/floor_server.py); both issue 48's."""
 
     def check(data: RunData) -> GoalResult:
-        x, y = data.bench(subject, sid).cpu_us, data.bench(floor, sid).cpu_us
+        x, y = data.bench(subject, sid).cpu_us, data.bench(baseline, sid).cpu_us
         r = ratio(x, y)
-        detail = f"CPU per request {fmt(x)} vs the floor's {fmt(y)} us = {fmt_ratio(r)}"
+        detail = f"CPU per request {fmt(x)} vs the {baseline}'s {fmt(y)} us = {fmt_ratio(r)}"
         if r is None:
             return GoalResult("not measured", detail)
         return GoalResult("met" if r <= max_ratio else "missed", detail)
 
-    return Goal(f"`{sid}` server CPU per request <= {max_ratio:g}x the floor's", check)
+    return Goal(f"`{sid}` server CPU per request <= {max_ratio:g}x the {baseline}'s", check)
 
 
 def shm_goal(sid: str, min_ratio: float, server: str = "inferd") -> Goal:
@@ -219,7 +220,8 @@ FIL_GOALS = [
 
 DEFAULT_GOALS = [
     throughput_goal("add_sub_http_c8", 2.0, p99_not_worse=True),
-    floor_goal("add_sub_http_c8", 1.3),
+    cpu_goal("add_sub_http_c8", 1.3, "floor"),
+    *(cpu_goal(sid, 0.20) for sid in ("add_sub_http_c8", "add_sub_grpc_c8", "ensemble_add_sub_http_c8")),
     throughput_goal("identity_fp32_1MiB_http_c4", 1.5),
     throughput_goal(
         "add_sub_grpc_c8",
