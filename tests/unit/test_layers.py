@@ -54,7 +54,7 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.
 def _root_exports() -> dict[str, str]:
     """Names ``inferd/__init__.py`` re-exports -> the module they come from."""
     out: dict[str, str] = {}
-    for node in ast.parse(MODULES[ROOT].read_text()).body:
+    for node in ast.walk(ast.parse(MODULES[ROOT].read_text())):  # also lazy ones (TYPE_CHECKING)
         if isinstance(node, ast.ImportFrom) and node.module:
             for a in node.names:
                 out[a.asname or a.name] = node.module

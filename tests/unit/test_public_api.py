@@ -32,10 +32,22 @@ INIT = Path(inferd.__file__)
 # -- __all__ -------------------------------------------------------------------------------------
 
 
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """The module's statements, with those of its ``if TYPE_CHECKING:`` blocks: a name served
+    lazily by the module's ``__getattr__`` is imported there for the type checker."""
+    out: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            out.extend(node.body)
+        else:
+            out.append(node)
+    return out
+
+
 def _public_names_of_init() -> set[str]:
     """Names ``inferd/__init__.py`` binds at top level that are not private."""
     names: set[str] = set()
-    for node in ast.parse(INIT.read_text()).body:
+    for node in _top_level(ast.parse(INIT.read_text())):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign):
