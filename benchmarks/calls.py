@@ -81,7 +81,8 @@ signal.signal(signal.SIGUSR1, _on)
 signal.signal(signal.SIGUSR2, _off)
 if out.endswith("-inline"):  # --inline: executes stay on the loop however slow valgrind makes them
     import importlib.util
-    for name in ("inferd.scheduling.inline", "inferd.scheduling.instances"):  # (older trees: one module)
+    # (older trees: one module; execute.py holds its own binding of SMALL_NS)
+    for name in ("inferd.scheduling.inline", "inferd.scheduling.instances", "inferd.scheduling.execute"):
         module = importlib.import_module(name) if importlib.util.find_spec(name) else None
         for constant in ("INLINE_MAX_NS", "SMALL_NS"):
             if hasattr(module, constant):
