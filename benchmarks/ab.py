@@ -38,13 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench_paths import BENCH_SH, ROOT
-from cpu import CpuMeter, ExecuteMeter
+from cpu import BATCHING_MODELS, CpuMeter, ExecuteMeter
 from results import BENCH_SH_SCENARIOS, RESULTS_ROOT, loadavg, parse_bench_csv, scenario_model
 from servers import INFERD_TEMPLATE, BenchServer, CommandServer, ReferenceServer, floor, log, run_logged
 
 DEFAULT_SCENARIOS = r"^(add_sub_http_c8|add_sub_grpc_c8|ensemble_add_sub_http_c8)$"
-#: models whose rows also show the instance's busy share and mean batch size
-BATCHING_MODELS = ("batched_sleep",)
 MODELS = ROOT / "tests" / "fixtures" / "reference_models"
 
 

@@ -110,6 +110,10 @@ class CpuMeter:
         return (cpu - self.cpu0) / (n - self.n0) * 1e6
 
 
+#: models whose rows also get the instance's busy share and mean batch size (ExecuteMeter)
+BATCHING_MODELS = ("batched_sleep",)
+
+
 class ExecuteMeter:
     """The model's execute statistics at construction; ``busy()`` and ``mean_batch()`` over the
     window since (see the module docstring). Both None when a read failed or nothing executed."""

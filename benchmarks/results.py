@@ -76,6 +76,9 @@ class BenchRow:
     spread_pct: float | None
     #: the server's process-tree CPU over the successes its statistics counted (benchmarks/cpu.py)
     cpu_us: float | None = None
+    #: batching models' rows (cpu.BATCHING_MODELS): the instance's busy share and mean batch size
+    busy: float | None = None
+    mean_batch: float | None = None
 
 
 @dataclass
@@ -198,6 +201,9 @@ class BenchAgg:
     statuses: list[str]
     cpu_us: float | None = None
     cpu_per_round: list[float | None] = field(default_factory=list)
+    busy: float | None = None
+    busy_per_round: list[float | None] = field(default_factory=list)
+    mean_batch: float | None = None
 
 
 @dataclass
@@ -260,6 +266,9 @@ class RunData:
             statuses=[x.status if x else "missing" for x in rows],
             cpu_us=median([x.cpu_us if x else None for x in rows]),
             cpu_per_round=[x.cpu_us if x else None for x in rows],
+            busy=median([x.busy if x else None for x in rows]),
+            busy_per_round=[x.busy if x else None for x in rows],
+            mean_batch=median([x.mean_batch if x else None for x in rows]),
         )
 
     def measures(self, server: str) -> list[Measure]:

@@ -32,7 +32,7 @@ import cache_bench  # benchmarks/cache_bench.py: the response cache rows
 import onnx_bench  # benchmarks/onnx_bench.py: the ONNX Runtime rows
 import shm_bench  # benchmarks/shm_bench.py: the system shared-memory rows
 from bench_paths import BENCH_SH, MEASURE_SH, ROOT, SETUP_SH
-from cpu import CpuMeter
+from cpu import BATCHING_MODELS, CpuMeter, ExecuteMeter
 from goals import DEFAULT_GOALS, GoalsSection
 from report import (
     AsyncSection,
@@ -230,14 +230,21 @@ def run_bench_sh(
         env["BENCH_ONLY"] = f"^{sid}$"
         csv_path = outdir / f"{tag}-bench-{sid}.csv"
         meter = CpuMeter(server.pid, ports.http, scenario_model(sid))
+        runs = (
+            ExecuteMeter(ports.http, scenario_model(sid)) if scenario_model(sid) in BATCHING_MODELS else None
+        )
         rc = run_logged(
             ["bash", str(BENCH_SH), f"localhost:{ports.http}", f"localhost:{ports.grpc}", str(csv_path)],
             outdir / f"{tag}-bench.log",
             env=env,
         )
+        if runs is not None:
+            runs.stop()
         rows = parse_bench_csv(csv_path) if csv_path.exists() else {}
         if sid in rows:
             rows[sid].cpu_us = meter.us_per_success()
+            if runs is not None:
+                rows[sid].busy, rows[sid].mean_batch = runs.busy(), runs.mean_batch()
             sr.bench[sid] = rows[sid]
         if rc != 0 or sid not in rows:
             failed.append(f"{sid} (rc {rc})")
