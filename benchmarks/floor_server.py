@@ -16,6 +16,9 @@ from constants built once from the model's config: server and model ready/live, 
 model metadata and config, and the statistics extension with one counter (the successes: cpu.py's
 denominator, and perf_analyzer reads the statistics before and after each window). The other
 statistics are zero.
+
+``--onnx-model DIR`` serves one ONNX model instead (OnnxFloor, issue 48's densenet_onnx row): the session
+inferd's onnxruntime backend gives the model's first instance, opened by the backend's own code.
 """
 
 from __future__ import annotations
