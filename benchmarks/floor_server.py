@@ -16,6 +16,9 @@ from constants built once from the model's config: server and model ready/live, 
 model metadata and config, and the statistics extension with one counter (the successes: cpu.py's
 denominator, and perf_analyzer reads the statistics before and after each window). The other
 statistics are zero.
+
+``--onnx-model DIR`` serves one ONNX model instead (OnnxFloor, issue 48's densenet_onnx row): the session
+inferd's onnxruntime backend gives the model's first instance, opened by the backend's own code.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import httptools
@@ -73,15 +77,22 @@ def _json_answer(status: bytes, doc: object) -> bytes:
     return _head(status, _JSON, len(body)) + body
 
 
-def _paths(tail: str) -> list[bytes]:
+def _paths(tail: str, model: str = MODEL, version: str = VERSION) -> list[bytes]:
     """The model's path with and without its version, ending in ``tail``."""
-    return [f"/v2/models/{MODEL}{v}{tail}".encode() for v in ("", f"/versions/{VERSION}")]
+    return [f"/v2/models/{model}{v}{tail}".encode() for v in ("", f"/versions/{version}")]
 
 
 class Floor:
     """The server's state: its answers to the GETs (built once) and the success counter."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        model: str = MODEL,
+        version: str = VERSION,
+        config: dict[str, Any] = CONFIG,
+        metadata: dict[str, Any] = METADATA,
+    ) -> None:
+        self.model, self.version = model, version
         self.successes = 0
         empty = _head(b"200 OK", _JSON, 0)
         self.fixed: dict[bytes, bytes] = {
@@ -89,13 +100,13 @@ class Floor:
             b"/v2/health/live": empty,
             b"/v2": _json_answer(b"200 OK", SERVER_METADATA),
         }
-        for path in _paths("/ready"):
+        for path in _paths("/ready", model, version):
             self.fixed[path] = empty
-        for path in _paths(""):
-            self.fixed[path] = _json_answer(b"200 OK", METADATA)
-        for path in _paths("/config"):
-            self.fixed[path] = _json_answer(b"200 OK", CONFIG)
-        self.stats_paths = {b"/v2/models/stats", *_paths("/stats")}
+        for path in _paths("", model, version):
+            self.fixed[path] = _json_answer(b"200 OK", metadata)
+        for path in _paths("/config", model, version):
+            self.fixed[path] = _json_answer(b"200 OK", config)
+        self.stats_paths = {b"/v2/models/stats", *_paths("/stats", model, version)}
 
     def get(self, path: bytes) -> bytes:
         answer = self.fixed.get(path)
@@ -115,8 +126,8 @@ class Floor:
         return {
             "model_stats": [
                 {
-                    "name": MODEL,
-                    "version": VERSION,
+                    "name": self.model,
+                    "version": self.version,
                     "last_inference": 0,
                     "inference_count": n,
                     "execution_count": n,
@@ -160,6 +171,108 @@ class Floor:
                 out["data"] = value.ravel().tolist()
             outputs.append(out)
         answer: dict[str, Any] = {"model_name": MODEL, "model_version": VERSION, "outputs": outputs}
+        if "id" in request:
+            answer["id"] = request["id"]
+        header = orjson.dumps(answer)
+        self.successes += 1
+        if not raw:
+            return _head(b"200 OK", _JSON, len(header)) + header
+        extra = b"Inference-Header-Content-Length: " + str(len(header)).encode() + b"\r\n"
+        length = len(header) + sum(len(r) for r in raw)
+        return b"".join([_head(b"200 OK", _BINARY, length, extra), header, *raw])
+
+
+class OnnxFloor(Floor):
+    """One ONNX model behind the floor: the session inferd's onnxruntime backend gives the model's
+    first instance (the one a lone request runs on), run on the loop, nothing else.
+
+    The config is read, auto-completed and normalised as inferd does (bare_onnxruntime.load_config)
+    and the session opened by inferd's own ``open_instance_session`` (options.py's threads, spinning,
+    graph level and execution mode; providers.py's providers), so the floor row times the very session
+    inferd serves. Per request: the inputs as numpy views over the body (JSON ``data`` too) in the
+    config's ``reshape``, the binding's ``run`` (as OnnxInstance calls it), the outputs back in the
+    config's dims, binary or JSON as asked. Numeric tensors only; ``classification`` is not supported.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        # inferd's own code, imported here: the add_sub floor needs no more than httptools and numpy
+        import onnxruntime as ort
+        from bare_onnxruntime import load_config
+
+        from inferd.backends.base import InstanceSpec
+        from inferd.backends.onnxruntime.backend import model_path, open_instance_session
+        from inferd.backends.onnxruntime.options import session_settings
+        from inferd.core.types import BY_CONFIG_VALUE
+        from inferd.repository.config.to_json import config_to_json
+
+        cfg, version_dir = load_config(model_dir)
+        instances = sum(max(1, g.count) for g in cfg.instance_group) or 1
+        settings = session_settings(cfg, instances)
+        spec = InstanceSpec(f"{cfg.name}_0", "CPU", 0)
+        self.session, _ = open_instance_session(
+            settings, model_path(cfg, version_dir), spec, True, ort.get_available_providers(), cfg.name
+        )
+        inner = getattr(self.session, "_sess", None)
+        self._run: Any = getattr(inner, "run", None) or self.session.run
+        self.batching = cfg.max_batch_size > 0
+        lead = [-1] if self.batching else []
+
+        def io(t: Any) -> tuple[np.dtype[Any], str, list[int] | None, list[int]]:
+            dt = BY_CONFIG_VALUE[t.data_type]
+            reshape = list(t.reshape.shape) if t.HasField("reshape") else None
+            return np.dtype(dt.numpy), dt.wire, reshape, list(t.dims)
+
+        self.inputs = {t.name: io(t) for t in cfg.input}
+        self.outputs = {t.name: io(t) for t in cfg.output}
+        metadata = {
+            "name": cfg.name,
+            "versions": [version_dir.name],
+            "platform": cfg.platform or "onnxruntime_onnx",
+            "inputs": [{"name": n, "datatype": w, "shape": lead + d} for n, (_, w, _, d) in self.inputs.items()],
+            "outputs": [{"name": n, "datatype": w, "shape": lead + d} for n, (_, w, _, d) in self.outputs.items()],
+        }  # fmt: skip
+        super().__init__(cfg.name, version_dir.name, config_to_json(cfg), metadata)
+
+    def infer(self, body: bytes, header_length: int | None) -> bytes:
+        """The model on one request's body: the whole HTTP answer."""
+        if header_length is None:
+            header_length = len(body)
+        request = orjson.loads(memoryview(body)[:header_length])
+        offset = header_length
+        feed = {}
+        batch: list[int] = []
+        for i in request["inputs"]:
+            dtype, _, reshape, _ = self.inputs[i["name"]]
+            params = i.get("parameters")
+            size = params.get("binary_data_size") if params else None
+            if size is None:
+                arr = np.asarray(i["data"], dtype)
+            else:
+                arr = np.frombuffer(body, dtype, size // dtype.itemsize, offset)
+                offset += size
+            shape = i["shape"]
+            if self.batching:
+                batch = shape[:1]
+            feed[i["name"]] = arr.reshape(shape if reshape is None else batch + reshape)
+        wanted = request.get("outputs") or [{"name": n} for n in self.outputs]
+        names = [o["name"] for o in wanted]
+        results = self._run(names, feed, None)
+        default_binary = bool((request.get("parameters") or {}).get("binary_data_output", False))
+        outputs, raw = [], []
+        for o, value in zip(wanted, results, strict=True):
+            _, wire, reshape, dims = self.outputs[o["name"]]
+            if reshape is not None:
+                value = value.reshape((value.shape[:1] if self.batching else ()) + tuple(dims))
+            params = o.get("parameters")
+            out: dict[str, Any] = {"name": o["name"], "datatype": wire, "shape": list(value.shape)}
+            if params.get("binary_data", default_binary) if params else default_binary:
+                data = value.tobytes()
+                out["parameters"] = {"binary_data_size": len(data)}
+                raw.append(data)
+            else:
+                out["data"] = value.ravel().tolist()
+            outputs.append(out)
+        answer: dict[str, Any] = {"model_name": self.model, "model_version": self.version, "outputs": outputs}
         if "id" in request:
             answer["id"] = request["id"]
         header = orjson.dumps(answer)
@@ -228,9 +341,8 @@ class Connection(asyncio.Protocol):
             transport.close()
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, floor: Floor) -> None:
     loop = asyncio.get_running_loop()
-    floor = Floor()
     server = await loop.create_server(lambda: Connection(floor), host, port, reuse_address=True)
     bound = server.sockets[0].getsockname()[1]
     print(f"floor: listening on {host}:{bound}", flush=True)
@@ -245,10 +357,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--http-port", type=int, default=8000, help="0: a free port (printed)")
     p.add_argument("--host", default="0.0.0.0")
+    p.add_argument(
+        "--onnx-model",
+        type=Path,
+        default=None,
+        help="serve this ONNX model folder (config.pbtxt, <version>/model.onnx) instead of add_sub, "
+        "with the session inferd gives its first instance (OnnxFloor)",
+    )
     a = p.parse_args(argv)
     import uvloop
 
-    uvloop.run(serve(a.host, a.http_port))
+    floor = Floor() if a.onnx_model is None else OnnxFloor(a.onnx_model)
+    uvloop.run(serve(a.host, a.http_port, floor))
     return 0
 
 

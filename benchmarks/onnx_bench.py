@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_paths import COMMON_SH, ROOT
+from cpu import CpuMeter
 
 MODELS = ("tiny_mlp", "densenet_onnx", "digits_onnx")
 
@@ -37,6 +38,9 @@ class Scenario:
     #: other bare layouts measured beside it (bare_onnxruntime.py --layout): a default InferenceSession,
     #: the cores shared out evenly; what inferd's thread choice is judged against (issue 9)
     layouts: tuple[str, ...] = ()
+    #: also served by the floor (floor_server.py --onnx-model: inferd's own session behind the least
+    #: a Python KServe v2 server does), measured as inferd is (issue 48)
+    floor: bool = False
 
     @property
     def id(self) -> str:
@@ -46,7 +50,7 @@ class Scenario:
 SCENARIOS = [
     Scenario("tiny_mlp", 1, 3000, 120, lean=True),
     Scenario("tiny_mlp", 4, 4000, 120),
-    Scenario("densenet_onnx", 1, 40, 300, layouts=("default", "shared")),
+    Scenario("densenet_onnx", 1, 40, 300, layouts=("default", "shared"), floor=True),
     Scenario("densenet_onnx", 4, 60, 300, layouts=("default", "shared")),
     Scenario("digits_onnx", 1, 3000, 120, lean=True),
     Scenario("digits_onnx", 4, 4000, 120),
@@ -107,16 +111,25 @@ def measure_bare(
 
 
 def measure_served(
-    http_port: int, s: Scenario, outdir: Path, tag: str, scale: float, run_logged: RunLogged
+    http_port: int,
+    s: Scenario,
+    outdir: Path,
+    tag: str,
+    scale: float,
+    run_logged: RunLogged,
+    side: str = "inferd",
+    pid: int | None = None,
 ) -> dict[str, Any]:
-    """perf_analyzer against inferd for one scenario, bench.sh's way (stable, else one 'loose' retry)."""
+    """perf_analyzer against inferd (or the floor: ``side``) for one scenario, bench.sh's way (stable,
+    else one 'loose' retry); with the server's ``pid``, its CPU per request too (cpu.py)."""
     raw = outdir / f"{tag}-onnx-perf"
     raw.mkdir(parents=True, exist_ok=True)
     n = max(20, int(s.window * scale))
     status = "stable"
+    meter = CpuMeter(pid, http_port, s.model)
     for attempt, (stab, trials) in enumerate(((25, 6), (100, 4)), 1):
-        csv_path = raw / f"{s.id}.csv"
-        txt = raw / f"{s.id}.attempt{attempt}.txt"
+        csv_path = raw / f"{s.id}-{side}.csv"
+        txt = raw / f"{s.id}-{side}.attempt{attempt}.txt"
         csv_path.unlink(missing_ok=True)
         args = [
             "-v",
@@ -147,9 +160,16 @@ def measure_served(
         )
         rc = run_logged(["bash", "-c", script, "perf_analyzer", *args], txt, echo=False)
         if rc == 0 and csv_path.exists():
-            return {"side": "inferd", "scenario": s.id, "status": status, **parse_perf(csv_path, txt)}
+            cpu = meter.us_per_success()
+            return {
+                "side": side,
+                "scenario": s.id,
+                "status": status,
+                "cpu_us": cpu,
+                **parse_perf(csv_path, txt),
+            }
         status = "loose"
-    return {"side": "inferd", "scenario": s.id, "status": f"failed (rc {rc})"}
+    return {"side": side, "scenario": s.id, "status": f"failed (rc {rc})"}
 
 
 def measure_lean(
@@ -213,6 +233,7 @@ def aggregate(rows: Sequence[dict[str, Any]], side: str, scenario: str) -> dict[
 
     return {
         "infer_per_s": med("infer_per_s"),
+        "cpu_us": med("cpu_us"),
         "p50_us": med("p50_us"),
         "p99_us": med("p99_us"),
         "floor_p50_us": med("floor_p50_us"),
@@ -307,6 +328,7 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
                 f"{_fmt(bare['bare-shared'], 1)} | {'n/a' if not (x and d) else f'{x / d:.2f}x'} | "
                 f"{'n/a' if not (x and best) else f'{x / best:.2f}x'} |"
             )
+    lines += render_floor(rows)
     if threads:
         lines.append("")
         lines.append(
@@ -329,3 +351,40 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             + "; ".join(server)
         )
     return "\n".join(lines)
+
+
+def render_floor(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The floor rows (issue 48): inferd against its own session behind floor_server.py."""
+    floors = [
+        s for s in SCENARIOS if s.floor and any(r["side"] == "floor" for r in rows if r["scenario"] == s.id)
+    ]
+    if not floors:
+        return []
+    lines = [
+        "",
+        "Against the floor (same rounds, issue 48): `benchmarks/floor_server.py --onnx-model`, uvloop + "
+        "httptools serving the same session inferd's first instance runs (opened by the backend's own "
+        "`open_instance_session`: threads, spinning, graph level), run on the loop, binary tensors both "
+        "ways; perf_analyzer the same. CPU: the server's CPU per request (its process, perf_analyzer's not "
+        "counted). Per round: inferd/floor infer/s of that round.",
+        "",
+        "| scenario | inferd infer/s | floor infer/s | inferd / floor | inferd CPU (us/req) | "
+        "floor CPU (us/req) | per round |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for s in floors:
+        x, y = aggregate(rows, "inferd", s.id), aggregate(rows, "floor", s.id)
+        r = x["infer_per_s"] / y["infer_per_s"] if x["infer_per_s"] and y["infer_per_s"] else None
+        by_round: dict[int, dict[str, float]] = {}
+        for row in rows:
+            if row["scenario"] == s.id and row["side"] in ("inferd", "floor") and row.get("infer_per_s"):
+                by_round.setdefault(row.get("round", 0), {})[row["side"]] = row["infer_per_s"]
+        per_round = ", ".join(
+            f"{v['inferd'] / v['floor']:.2f}" for _, v in sorted(by_round.items()) if len(v) == 2
+        )
+        lines.append(
+            f"| `{s.id}` | {_fmt(x['infer_per_s'], 1)} | {_fmt(y['infer_per_s'], 1)} | "
+            f"{'n/a' if r is None else f'{r:.2f}x'} | {_fmt(x['cpu_us'])} | {_fmt(y['cpu_us'])} | "
+            f"{per_round or 'n/a'} |"
+        )
+    return lines

@@ -77,6 +77,7 @@ from results import (
     write_json,
 )
 from servers import (
+    FLOOR_SCRIPT,
     READY_TIMEOUT_S,
     CommandServer,
     FloorServer,
@@ -301,10 +302,13 @@ def onnx_round(
             {"round": rnd, "side": "inferd", "scenario": s.id, "status": "no server"}
             for s in onnx_bench.SCENARIOS
         ]
+    floors = onnx_floors(rnd, outdir, tag, ready_timeout)
     rows: list[dict[str, Any]] = []
     try:
         for s in onnx_bench.SCENARIOS:
-            sides = ("bare", "inferd", "lean") if rnd % 2 == 1 else ("lean", "inferd", "bare")
+            sides = (
+                ("bare", "floor", "inferd", "lean") if rnd % 2 == 1 else ("lean", "inferd", "floor", "bare")
+            )
             for side in sides:
                 if side == "bare":
                     for layout in s.layouts:
@@ -313,7 +317,19 @@ def onnx_round(
                         log(f"round {rnd}: onnx: {s.id} bare ({layout} layout): {row['status']}")
                     row = onnx_bench.measure_bare(repo, s, outdir, tag, run_logged)
                 elif side == "inferd":
-                    row = onnx_bench.measure_served(ports.http, s, outdir, tag, scale, run_logged)
+                    row = onnx_bench.measure_served(
+                        ports.http, s, outdir, tag, scale, run_logged, pid=server.pid
+                    )
+                elif side == "floor":
+                    if not s.floor:
+                        continue
+                    floor, floor_ports = floors.get(s.model, (None, None))
+                    if floor is None or floor_ports is None:
+                        row = {"side": "floor", "scenario": s.id, "status": "no server"}
+                    else:
+                        row = onnx_bench.measure_served(
+                            floor_ports.http, s, outdir, tag, scale, run_logged, "floor", floor.pid
+                        )
                 elif s.lean:
                     row = onnx_bench.measure_lean(ports.http, s, outdir, tag, run_logged)
                 else:
@@ -322,9 +338,31 @@ def onnx_round(
                 log(f"round {rnd}: onnx: {s.id} {side}: {row['status']}")
     finally:
         server.stop()
+        for floor, _ in floors.values():
+            floor.stop()
     for row in rows:
         row["round"] = rnd
     return rows
+
+
+def onnx_floors(
+    rnd: int, outdir: Path, tag: str, ready_timeout: float
+) -> dict[str, tuple[CommandServer, Ports]]:
+    """The floor servers of the ONNX scenarios that have one (floor_server.py --onnx-model, issue 48),
+    started for the round: idle, their sessions' threads do not spin."""
+    repo = outdir / "onnx-models"
+    out: dict[str, tuple[CommandServer, Ports]] = {}
+    for model in sorted({s.model for s in onnx_bench.SCENARIOS if s.floor}):
+        template = f"{onnx_bench.venv_python()} {FLOOR_SCRIPT} --http-port {{http}} --onnx-model {{models}}"
+        floor = CommandServer(f"floor-{model}", "floor", template, ready_timeout, models=repo / model)
+        ports = free_ports()
+        try:
+            floor.start(ports, outdir / f"{tag}-onnx-floor-{model}.log")
+        except StartError as e:
+            log(f"round {rnd}: onnx: {e}")
+            continue
+        out[model] = (floor, ports)
+    return out
 
 
 def side_bench(name: str, rounds: int, outdir: Path, extra: Sequence[str] = ()) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,12 @@ from inferd.backends.base import InstanceSpec, LoadContext
 from inferd.backends.batched import BatchedInstance, split, unreshape_shape
 from inferd.backends.native import NativeBackend, NativeModel
 from inferd.backends.onnxruntime.graph import check_config_against_graph, graph_signature
-from inferd.backends.onnxruntime.options import intra_op_threads, session_options, session_settings
+from inferd.backends.onnxruntime.options import (
+    SessionSettings,
+    intra_op_threads,
+    session_options,
+    session_settings,
+)
 from inferd.backends.onnxruntime.providers import CUDA_PROVIDER, execution_providers
 from inferd.backends.sequence_io import sequence_tensors
 from inferd.backends.signature import GraphTensor
@@ -87,6 +93,32 @@ def _open_session(path: Path, options: Any, providers: list[Any], what: str) -> 
         raise _translate(e, what) from e
 
 
+def open_instance_session(
+    settings: SessionSettings,
+    path: Path,
+    spec: InstanceSpec,
+    first: bool,
+    available: Sequence[str],
+    model: str = "",
+) -> tuple[Any, list[Any]]:
+    """One instance's InferenceSession and the providers it was asked for: the options
+    (``options.session_options``: threads, spinning, graph level, execution mode) and providers
+    (``providers.execution_providers``) inferd gives instance ``spec`` (``first``: the model's
+    first instance, which gets every core). benchmarks/floor_server.py opens its session here too,
+    so that the floor row times the very session inferd serves."""
+    providers = execution_providers(settings, spec, available, model, f"onnxruntime {ort.__version__}")
+    options = session_options(settings, first)
+    session = _open_session(path, options, providers, f"failed to load '{path}'")
+    if spec.kind == "GPU" and CUDA_PROVIDER not in session.get_providers():
+        # ONNX Runtime falls back to the CPU when the CUDA provider cannot start (its log says why)
+        raise UnavailableError(
+            f"unable to load model '{model}': instance '{spec.name}' asked ONNX Runtime for the "
+            f"{CUDA_PROVIDER} on GPU {spec.device_id}, but its session has only "
+            f"{', '.join(session.get_providers())}: ONNX Runtime could not start CUDA (see its error above)"
+        )
+    return session, providers
+
+
 # --------------------------------------------------------------------------------------------------
 # The backend
 
@@ -110,21 +142,12 @@ class OnnxModel(NativeModel):
         self._first_taken = False  # the first instance gets every core (options.wide_first_instance)
 
     def create_instance(self, spec: InstanceSpec) -> OnnxInstance:
-        providers = execution_providers(
-            self.settings, spec, self.available, self.name, f"onnxruntime {ort.__version__}"
-        )
         with self._lock:
             first = not self._first_taken
             self._first_taken = True
-        options = session_options(self.settings, first)
-        session = _open_session(self.path, options, providers, f"failed to load '{self.path}'")
-        if spec.kind == "GPU" and CUDA_PROVIDER not in session.get_providers():
-            # ONNX Runtime falls back to the CPU when the CUDA provider cannot start (its log says why)
-            raise UnavailableError(
-                f"unable to load model '{self.name}': instance '{spec.name}' asked ONNX Runtime for the "
-                f"{CUDA_PROVIDER} on GPU {spec.device_id}, but its session has only "
-                f"{', '.join(session.get_providers())}: ONNX Runtime could not start CUDA (see its error above)"
-            )
+        session, providers = open_instance_session(
+            self.settings, self.path, spec, first, self.available, self.name
+        )
         with self._lock:
             if not self._checked:
                 extra_inputs, extra_outputs = sequence_tensors(self.ctx.config)
