@@ -126,7 +126,7 @@ def main() -> int:
                     if name not in sides or not re.search(args.rows, row):
                         continue
                     raw = out / f"r{rnd}-{name}-{row}.txt"
-                    before = model_compute(http, model) if name == "inferd" else None
+                    before = model_compute(http, model)
                     got = perf_analyzer(model, f"localhost:{http}", "http", [], count, conc, raw, shape)
                     if before is not None and got:
                         got.update(cores_limit(before, model_compute(http, model), INSTANCES[model]))
@@ -207,8 +207,11 @@ def render(
         return f"{x / y:.2f}x" if x and y else "n/a"
 
     cpu_runs = [r for r in results.get("cpu_work_http_c4", {}).get("inferd", []) if r.get("limit_per_s")]
+    ref_runs = [r for r in results.get("cpu_work_http_c4", {}).get("reference", []) if r.get("compute_us")]
     limit = median(cpu_runs, "limit_per_s")
     shares = [r["infer_per_s"] / r["limit_per_s"] for r in cpu_runs]
+    ref_shares = [r["infer_per_s"] / r["limit_per_s"] for r in ref_runs]
+    compute, ref_compute = median(cpu_runs, "compute_us"), median(ref_runs, "compute_us")
     lines += [
         "",
         f"- `cpu_work` (auto) / reference: {ratio(('cpu_work_http_c4', 'inferd'), ('cpu_work_http_c4', 'reference'))}"
@@ -217,9 +220,22 @@ def render(
         "statistics, each round's own): "
         + (
             f"{statistics.median(shares):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in shares)}; limit "
-            f"{limit:,.0f} infer/s, compute {median(cpu_runs, 'compute_us'):,.0f} us per request) (goal >= 0.9x, "
-            "issue 48)"
-            if shares and limit
+            f"{limit:,.0f} infer/s, compute {compute:,.0f} us per request) (goal >= 0.9x, issue 48)"
+            if shares and limit and compute
+            else "n/a"
+        ),
+        "- the reference / its own cores' limit (its statistics): "
+        + (
+            f"{statistics.median(ref_shares):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in ref_shares)}; "
+            f"compute {ref_compute:,.0f} us per request)"
+            if ref_shares and ref_compute
+            else "n/a"
+        ),
+        "- the model's compute per request, inferd / the reference: "
+        + (
+            f"{compute / ref_compute:.2f}x (the same Python code; the interpreters differ: the venv's "
+            "against the one the reference's stub links)"
+            if compute and ref_compute
             else "n/a"
         ),
         f"- `cpu_work` (auto) / `cpu_work_thread`: "
