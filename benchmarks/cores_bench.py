@@ -239,8 +239,8 @@ def render(
         ),
         "- the model's compute per request, inferd / the reference: "
         + (
-            f"{compute / ref_compute:.2f}x (the same Python code; the interpreters differ: the venv's "
-            "against the one the reference's stub links)"
+            f"{compute / ref_compute:.2f}x (the same model code in two interpreters, the venv's and the "
+            "one the reference's stub links; the reference's figure includes its messages to the stub)"
             if compute and ref_compute
             else "n/a"
         ),
