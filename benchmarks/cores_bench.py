@@ -126,9 +126,11 @@ def main() -> int:
                     if name not in sides or not re.search(args.rows, row):
                         continue
                     raw = out / f"r{rnd}-{name}-{row}.txt"
-                    before, t0 = model_compute(http, model), time.monotonic()
+                    # (not with --workers 2: each serving process keeps statistics of its own)
+                    before = model_compute(http, model) if name != "workers" else None
+                    t0 = time.monotonic()
                     got = perf_analyzer(model, f"localhost:{http}", "http", [], count, conc, raw, shape)
-                    if got:
+                    if got and before is not None:
                         after, t1 = model_compute(http, model), time.monotonic()
                         got.update(cores_limit(before, after, t1 - t0, INSTANCES[model]))
                     results.setdefault(row, {}).setdefault(name, []).append(got)
