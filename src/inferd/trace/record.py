@@ -333,7 +333,8 @@ def uniform_rows(traces: list[Trace]) -> tuple[Key, list[list[int]]] | None:
     the flush as the formatting (measured)."""
     n = len(traces)
     first = traces[0]
-    names = first.stamps[0::2]
+    st: list[Any] = first.stamps
+    names: list[str] = st[0::2]
     k = len(names)
     stamps = list(map(_STAMPS, traces))
     if list(map(len, stamps)).count(2 * k) != n:
