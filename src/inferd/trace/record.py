@@ -15,7 +15,6 @@ groups them. Timestamps are ``CLOCK_MONOTONIC`` nanoseconds, the reference's ste
 from __future__ import annotations
 
 import itertools
-import operator
 import random
 import time
 from collections.abc import Callable
@@ -323,66 +322,6 @@ def row_runs(traces: list[Trace]) -> list[tuple[Key, list[int], int]]:
                 values += (t.id, t.t_request, t.t_queue, start, timings[0], timings[1], end)
         values += st[1::2]
     return [(key, values, len(values) // (FIXED + len(key[0]))) for key, values in runs]
-
-
-def uniform_rows(traces: list[Trace]) -> tuple[Key, list[list[int]]] | None:
-    """Common traces that all have the first one's key (the usual flush: one model, one front end)
-    as that key and their rows' columns (rows.py's, a list of a number per trace each); None when
-    the keys differ (``row_runs`` splits them). Made by passes of C over the traces (``map``, slices,
-    ``list.count``), none of Python's bytecode per trace: ``row_runs``' loop was about as much of
-    the flush as the formatting (measured)."""
-    n = len(traces)
-    first = traces[0]
-    st: list[Any] = first.stamps
-    names: list[str] = st[0::2]
-    k = len(names)
-    stamps = list(map(_STAMPS, traces))
-    if list(map(len, stamps)).count(2 * k) != n:
-        return None
-    flat: list[Any] = list(itertools.chain.from_iterable(stamps))
-    if flat[0::2] != names * n:
-        return None
-    if list(map(_MODEL, traces)).count(first.model_name) != n:
-        return None
-    if list(map(_VERSION, traces)).count(first.model_version) != n:
-        return None
-    queues = list(map(_QUEUE, traces))
-    has_queue = first.t_queue != 0
-    if (0 in queues) if has_queue else any(queues):
-        return None
-    executes = list(map(_EXECUTE, traces))
-    idle = executes.count(None)
-    if idle == n:
-        starts = ins = infers = ends = [0] * n
-    elif idle:
-        return None
-    else:
-        starts = list(map(_FIRST, executes))
-        ends = list(map(_SECOND, executes))
-        timings = list(map(_THIRD, executes))
-        reported = n - timings.count(None)
-        if reported == n:
-            split = list(itertools.chain.from_iterable(timings))
-            ins, infers = split[0::3], split[1::3]
-        elif reported:
-            return None
-        else:  # (as compute_stamps: all of it infer)
-            ins, infers = [0] * n, list(map(operator.sub, ends, starts))
-    values = flat[1::2]
-    key = (tuple(names), first.model_name, first.model_version, has_queue, idle == 0)
-    columns = [list(map(_ID, traces)), list(map(_REQUEST, traces)), queues, starts, ins, infers, ends]
-    columns += [values[j::k] for j in range(k)]
-    return key, columns
-
-
-_STAMPS = operator.attrgetter("stamps")
-_MODEL = operator.attrgetter("model_name")
-_VERSION = operator.attrgetter("model_version")
-_QUEUE = operator.attrgetter("t_queue")
-_EXECUTE = operator.attrgetter("execute")
-_ID = operator.attrgetter("id")
-_REQUEST = operator.attrgetter("t_request")
-_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 def _tensor(tid: int, activity: str, t: Tensor) -> str:

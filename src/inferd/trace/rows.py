@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import struct
-from collections.abc import Callable
 
 import numpy as np
 import orjson
@@ -116,37 +114,14 @@ def format_rows(key: Key, values: list[int], n: int) -> bytes | memoryview:
     comma-separated (a view of the formatted array: no copy of it is made)."""
     if not n:
         return b""
+    texts, columns = template(key)
     try:
         rows = np.fromiter(values, dtype=np.int64, count=len(values)).reshape(n, -1)
     except (OverflowError, ValueError):
         rows = None
-    return _format(key, rows, lambda: values)
-
-
-def format_columns(key: Key, columns: list[list[int]]) -> bytes | memoryview:
-    """As ``format_rows``, the rows given as their columns (``record.uniform_rows``'s), each a list
-    with a number per trace."""
-    flat = list(itertools.chain.from_iterable(columns))
-    # (struct packs Python ints into int64s several times cheaper than np.array's conversion of a
-    # nested list, which works out a dtype and a shape element by element: measured)
-    packed = bytearray(8 * len(flat))
-    try:
-        struct.pack_into(f"={len(flat)}q", packed, 0, *flat)
-    except struct.error:  # (past int64)
-        rows = None
-    else:
-        rows = np.frombuffer(packed, dtype=np.int64).reshape(len(columns), -1).T
-    return _format(key, rows, lambda: [v for row in zip(*columns, strict=True) for v in row])
-
-
-def _format(key: Key, rows: np.ndarray | None, flat: Callable[[], list[int]]) -> bytes | memoryview:
-    """``rows`` (n by the key's columns; None: numbers past int64) as records; ``flat`` gives them as one
-    list, for the numbers written one by one."""
-    texts, columns = template(key)
     # (numbers no timestamp has, or sums that could overflow: written one by one)
     if rows is None or rows.min() < 0 or rows.max() >= _LARGE:
-        values = flat()
-        return _one_by_one(texts, columns, values, len(values) // (FIXED + len(key[0])))
+        return _one_by_one(texts, columns, values, n)
     if key[4]:  # COMPUTE_INPUT_END and COMPUTE_OUTPUT_START from the execute, as compute_stamps
         start, end = rows[:, COMPUTE], rows[:, COMPUTE + 3]
         input_end = np.minimum(end, start + rows[:, COMPUTE + 1])

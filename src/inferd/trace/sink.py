@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import os
 from typing import Any
 
-from inferd.trace.record import Trace, row_runs, uniform_rows
-from inferd.trace.rows import format_columns, format_rows
+from inferd.trace.record import Trace, row_runs
+from inferd.trace.rows import format_rows
 
 log = logging.getLogger("inferd.trace")
 
@@ -179,8 +178,6 @@ class Writer:
 def _parts(items: list[str | Trace]) -> list[bytes | memoryview]:
     """The main array's new records: text as it is, each run of common traces through rows.py, the
     other traces (``RowTrace``s that turned out to have a request id or children) as their text."""
-    if _common(items):
-        return _rows(items)  # type: ignore[arg-type]
     out: list[bytes | memoryview] = []
     traces: list[Trace] = []
     for item in items:
@@ -201,29 +198,5 @@ def _parts(items: list[str | Trace]) -> list[bytes | memoryview]:
     return out + _rows(traces)
 
 
-def _common(items: list[str | Trace]) -> bool:
-    """Whether every item is a common trace (the usual flush), as ``_parts``' loop decides one by one:
-    checked by passes of C over the list (no bytecode per trace)."""
-    n = len(items)
-    return (
-        str not in map(type, items)
-        and list(map(_ATTACHED, items)).count(True) == n
-        and list(map(_REQUEST, items)).count(None) == n
-        and list(map(_REQUEST_ID, items)).count("") == n
-        and list(map(_CHILDREN, items)).count([]) == n
-    )
-
-
-_ATTACHED = operator.attrgetter("attached")
-_REQUEST = operator.attrgetter("request")
-_REQUEST_ID = operator.attrgetter("request_id")
-_CHILDREN = operator.attrgetter("children")
-
-
 def _rows(traces: list[Trace]) -> list[bytes | memoryview]:
-    if not traces:
-        return []
-    uniform = uniform_rows(traces)  # (the usual flush: every trace of one key)
-    if uniform is not None:
-        return [format_columns(*uniform)]
     return [format_rows(key, values, n) for key, values, n in row_runs(traces)]

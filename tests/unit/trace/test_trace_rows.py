@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from inferd.core.request import InferRequest
 from inferd.core.response import ResponseStream
 from inferd.trace import Trace, Tracing, parse_trace_config
-from inferd.trace.record import RowTrace, row_runs, uniform_rows
-from inferd.trace.rows import format_columns, format_rows
+from inferd.trace.record import RowTrace, row_runs
+from inferd.trace.rows import format_rows
 from inferd.trace.settings import TraceSetting
 from inferd.trace.sink import TraceFile
 
@@ -104,9 +104,6 @@ def test_rows_write_what_the_records_write(
     got = format_rows(key, values, n)
     assert got == ",".join(written).encode()
     json.loads(b"[" + got + b"]")
-    uniform = uniform_rows(batch)  # (the same batch taken a column at a time)
-    assert uniform is not None and uniform[0] == key
-    assert format_columns(*uniform) == got
 
 
 def test_traces_of_other_keys_start_runs_of_their_own(tmp_path: Path) -> None:
@@ -127,48 +124,12 @@ def test_traces_of_other_keys_start_runs_of_their_own(tmp_path: Path) -> None:
     assert got == ",".join(t._records() for t in batch).encode()
 
 
-def test_a_batch_of_several_keys_is_not_uniform(tmp_path: Path) -> None:
-    """Each way a key can differ from the first trace's: the batch goes through ``row_runs``."""
-    s = setting(tmp_path)
-
-    def one(
-        names: tuple[str, ...] = ("HTTP_RECV_START",), model: str = "m", queue: int = 0, compute: bool = False
-    ) -> Trace:
-        numbers = [10, 20] + [0] * (len(names) - 1)
-        return make_trace(s, 1, list(names), numbers, (model, "1"), queue, (1, 2, 3, 4) if compute else None)
-
-    for other in (
-        one(("GRPC_SEND_START",)),
-        one(("HTTP_RECV_START", "HTTP_RECV_START")),
-        one(model="n"),
-        one(queue=5),
-        one(compute=True),
-    ):
-        assert uniform_rows([one(), other]) is None
-        assert uniform_rows([other, one()]) is None
-        assert uniform_rows([one(), one()]) is not None
-
-
-def test_an_execute_without_the_backends_split_is_all_infer(tmp_path: Path) -> None:
-    s = setting(tmp_path)
-    batch = [make_trace(s, i, ["HTTP_RECV_START"], [10 + i, 20 + i], ("m", "1"), 0, None) for i in range(3)]
-    for t in batch:
-        t.computed(100, 160, None)
-    uniform = uniform_rows(batch)
-    assert uniform is not None
-    assert bytes(format_columns(*uniform)) == ",".join(t._records() for t in batch).encode()
-    batch[1].computed(100, 160, (1, 2, 3))  # (one with a split, two without: not one key's columns)
-    assert uniform_rows(batch) is None
-
-
 def test_numbers_past_int64_and_below_zero_are_written_one_by_one(tmp_path: Path) -> None:
     s = setting(tmp_path)
     for odd in (2**64 + 5, -3):
         trace = make_trace(s, 7, ["HTTP_RECV_START", "REQUEST_END"], [5, odd, 6], ("m", "1"), 0, None)
         [(key, values, n)] = row_runs([trace])
         assert format_rows(key, values, n) == trace._records().encode()
-        uniform = uniform_rows([trace])
-        assert uniform is not None and format_columns(*uniform) == trace._records().encode()
 
 
 def test_which_traces_wait_for_the_flush_as_they_are(tmp_path: Path) -> None:
