@@ -17,8 +17,11 @@ perf_analyzer (the reference's, count windows, sync mode) drives the reference m
 Why one server switched, not a server of its own for each way: this shared machine changes speed
 for minutes at a time (the same server's throughput moves by 1.5x between runs), and three servers
 started one after another landed in different phases; the ways of one round now run back to back
-on one warm server. A way's cost is its round's own (1 - way / plain), the median over the rounds.
-Goals: tracing TIMESTAMPS at rate 1 costs under 10% of the plain throughput, scraping under 2%.
+on one warm server. A way's cost is its round's own (1 - way / plain), the median over the rounds;
+so is its CPU cost: the server's CPU per request (its process tree's CPU over the successes its
+statistics counted, benchmarks/cpu.py) over plain's, less 1, the steadier figure on a shared machine.
+Goals: tracing TIMESTAMPS at rate 1 costs at most 10% of the plain throughput and 10% more CPU per
+request (issue 48), scraping under 2% of the throughput.
 ``make bench`` runs it after its rounds; run alone it writes
 ``benchmarks/results/observability-<UTC>/``.
 """
@@ -36,11 +39,13 @@ from pathlib import Path
 import servers
 from async_bench import perf_analyzer
 from bench_paths import REFERENCE_MODELS
+from cpu import CpuMeter
 from side import median, run_alone
 
 CONCURRENCY = 8
 KINDS = ("plain", "traced", "scraped")
 GOALS = {"traced": 0.10, "scraped": 0.02}  # the most each may cost, as a share of plain's rate
+CPU_GOALS = {"traced": 0.10}  # the most CPU per request each may add, as a share of plain's
 
 
 def _flags(trace: Path) -> str:
@@ -78,7 +83,9 @@ def _scrape_every_second(port: int, stop: threading.Event, counts: list[int]) ->
             conn.close()
 
 
-def _one_way(kind: str, ports: servers.Ports, count: int, raw: Path, trace: Path) -> dict[str, float]:
+def _one_way(
+    kind: str, ports: servers.Ports, pid: int | None, count: int, raw: Path, trace: Path
+) -> dict[str, float]:
     """One measurement of one way on the running server."""
     stop = threading.Event()
     scrapes = [0, 0]
@@ -90,7 +97,11 @@ def _one_way(kind: str, ports: servers.Ports, count: int, raw: Path, trace: Path
         scraper = threading.Thread(target=_scrape_every_second, args=(ports.metrics, stop, scrapes))
         scraper.start()
     try:
+        meter = CpuMeter(pid, ports.http, "add_sub")
         got = perf_analyzer("add_sub", f"localhost:{ports.http}", "http", [], count, CONCURRENCY, raw, None)
+        cpu_us = meter.us_per_success()
+        if got and cpu_us is not None:
+            got["cpu_us"] = cpu_us
     finally:
         stop.set()
         if scraper is not None:
@@ -117,7 +128,7 @@ def measure(rounds: int, out: Path, python: str, count: int) -> dict[str, list[d
         for rnd in range(1, rounds + 1):
             shift = (rnd - 1) % len(KINDS)
             for kind in KINDS[shift:] + KINDS[:shift]:  # the order rotates each round
-                got = _one_way(kind, ports, count, out / f"r{rnd}-{kind}.txt", trace)
+                got = _one_way(kind, ports, server.pid, count, out / f"r{rnd}-{kind}.txt", trace)
                 results[kind].append(got)
                 print(f"round {rnd} {kind:8} {got}", flush=True)
     finally:
@@ -135,6 +146,15 @@ def costs(results: dict[str, list[dict[str, float]]], kind: str) -> list[float]:
     ]
 
 
+def cpu_costs(results: dict[str, list[dict[str, float]]], kind: str) -> list[float]:
+    """Each round's own CPU cost of ``kind``: its CPU per request / plain's in that round, less 1."""
+    return [
+        w["cpu_us"] / p["cpu_us"] - 1
+        for w, p in zip(results.get(kind, []), results.get("plain", []), strict=False)
+        if w and p and w.get("cpu_us") and p.get("cpu_us")
+    ]
+
+
 def render(results: dict[str, list[dict[str, float]]], start: str, end: str, rounds: int) -> str:
     lines = [
         "## What seeing inside costs: tracing and scraping (issue 13)",
@@ -148,8 +168,9 @@ def render(results: dict[str, list[dict[str, float]]], start: str, end: str, rou
         "on one server share the machine's phase, which moves throughput by 1.5x from minute to minute here. "
         f"{rounds} round(s); load average at start / end: {start} / {end}.",
         "",
-        "| way | infer/s (median; rounds) | p50 / p99 (us) | cost against plain (median; rounds) | goal |",
-        "| --- | ---: | ---: | ---: | --- |",
+        "| way | infer/s (median; rounds) | p50 / p99 (us) | cost against plain (median; rounds) | goal "
+        "| server CPU/request (us, median) | CPU cost against plain (median; rounds) |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     verdicts = []
     for kind in KINDS:
@@ -170,16 +191,31 @@ def render(results: dict[str, list[dict[str, float]]], start: str, end: str, rou
             verdicts.append(
                 f"{kind} costs {cost * 100:.1f}% ({'met' if ok else 'missed'}, goal under {limit * 100:g}%)"
             )
+        cpu = median(runs, "cpu_us")
+        own_cpu = cpu_costs(results, kind) if kind != "plain" else []
+        cpu_cost = statistics.median(own_cpu) if own_cpu else None
+        cpu_text = (
+            "-"
+            if cpu_cost is None
+            else f"{cpu_cost * 100:+.1f}% ({' '.join(f'{c * 100:+.1f}%' for c in own_cpu)})"
+        )
+        if kind in CPU_GOALS and cpu_cost is not None:
+            ok = cpu_cost <= CPU_GOALS[kind] + 1e-9  # (at most: 10.0% meets it)
+            verdicts.append(
+                f"{kind} adds {cpu_cost * 100:.1f}% CPU per request ({'met' if ok else 'missed'}, "
+                f"goal at most {CPU_GOALS[kind] * 100:g}%)"
+            )
         lines.append(
             f"| `{kind}` | {f'{med:,.1f} ({per})' if med is not None else '-'} | "
-            f"{f'{p50:,.0f} / {p99:,.0f}' if p50 is not None and p99 is not None else '-'} | {cost_text} | {goal or '-'} |"
+            f"{f'{p50:,.0f} / {p99:,.0f}' if p50 is not None and p99 is not None else '-'} | {cost_text} | {goal or '-'} "
+            f"| {f'{cpu:,.1f}' if cpu is not None else '-'} | {cpu_text} |"
         )
     scrapes = sum(int(r.get("scrapes", 0)) for r in results.get("scraped", []))
     failures = sum(int(r.get("scrape_failures", 0)) for r in results.get("scraped", []))
     written = [r.get("trace_bytes", 0) / 1e6 for r in results.get("traced", []) if r]
     lines += [
         "",
-        f"- goals (issue 13): {'; '.join(verdicts) or 'not measured'}",
+        f"- goals (issues 13, 48): {'; '.join(verdicts) or 'not measured'}",
         f"- scrapes during the `scraped` measurements: {scrapes} ({failures} failed); trace file written per "
         f"`traced` measurement: {', '.join(f'{w:,.1f} MB' for w in written) or '-'}",
         "",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,14 +43,14 @@ def start_trace(
 ) -> Trace | None:
     """Sample a request read at ``at``; a sampled one gets its trace and its read timestamps."""
     parent = None
-    for k, v in metadata or ():
-        if k == "traceparent":
-            parent = v if isinstance(v, str) else v.decode("latin-1")
-            break
+    if tracing.otel is not None:  # (only OpenTelemetry reads the caller's context)
+        for k, v in metadata or ():
+            if k == "traceparent":
+                parent = v if isinstance(v, str) else v.decode("latin-1")
+                break
     trace = tracing.sample(model, parent)
     if trace is not None:
-        trace.stamp("GRPC_WAITREAD_START", at)
-        trace.stamp("GRPC_WAITREAD_END", at)
+        trace.stamps = ["GRPC_WAITREAD_START", at, "GRPC_WAITREAD_END", at]
         request.trace = trace
     return trace
 
@@ -59,10 +60,18 @@ def traced(trace: Trace, callback: Callback) -> Callback:
     last one."""
 
     def on_response(r: InferResponse | None, final: bool) -> None:
-        trace.stamp("INFER_RESPONSE_COMPLETE")
-        trace.stamp("GRPC_SEND_START")
+        # (the response completes and its send starts at one instant here: one clock read for both;
+        # the stamps go in with one list extend after the send, in their order)
+        at = time.monotonic_ns()
         callback(r, final)
-        trace.stamp("GRPC_SEND_END")
+        trace.stamps += (
+            "INFER_RESPONSE_COMPLETE",
+            at,
+            "GRPC_SEND_START",
+            at,
+            "GRPC_SEND_END",
+            time.monotonic_ns(),
+        )
         if final:
             trace.finish()
 

@@ -86,9 +86,8 @@ class TracedResponder:
         content_type: str = "application/json",
         extra_headers: ExtraHeaders = None,
     ) -> None:
-        trace = self._trace
-        stamps = trace.stamps
-        stamps += ("HTTP_SEND_START", time.monotonic_ns())
+        start = time.monotonic_ns()
         self._resp.send(status, body, content_type, extra_headers)
-        stamps += ("HTTP_SEND_END", time.monotonic_ns())
+        trace = self._trace
+        trace.stamps += ("HTTP_SEND_START", start, "HTTP_SEND_END", time.monotonic_ns())
         trace.finish()
