@@ -29,14 +29,15 @@ from types import ModuleType
 
 #: compiled together as one mypyc group; what the request path runs through (benchmarks/calls.py's
 #: profile). Not core/response.py (an async generator) nor scheduling/instances.py (``continue`` in a
-#: ``try/finally``): mypyc 2.4 does not compile them
+#: ``try/finally``): mypyc 2.4 does not compile them. Not frontends/http/responder.py: ``Responder`` is
+#: taken structurally (LoggedResponder, TracedResponder stand in for it), and a compiled class is
+#: checked at every typed boundary of the group, where a class from outside it is Any (hotpath_build)
 MODULES = (
     "inferd.frontends.http.protocol",
     "inferd.frontends.http.header_cache",
     "inferd.frontends.http.encode",
     "inferd.frontends.http.infer_call",
     "inferd.frontends.http.app",
-    "inferd.frontends.http.responder",
     "inferd.frontends.http.head",
     "inferd.core.request",
     "inferd.core.response_path",

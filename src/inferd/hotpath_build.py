@@ -12,6 +12,7 @@ Cython's generic attribute access did not (+-1%).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,8 +24,12 @@ ROOT = hotpath.PACKAGE_DIR.parent.parent  # the checkout: src/inferd/ -> .
 
 
 def built_files() -> list[Path]:
-    """The extensions and the group's runtime that a build left beside the sources."""
-    found = [e for m in hotpath.MODULES if (e := hotpath.extension(m)) is not None]
+    """The extensions and the group's runtime that a build left beside the sources: of today's
+    modules and of the last build's (one dropped from the list since would shadow its source)."""
+    modules = set(hotpath.MODULES)
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        modules |= set(json.loads(hotpath.MANIFEST.read_text())["sources"])
+    found = [e for m in sorted(modules) if (e := hotpath.extension(m)) is not None]
     found += sorted(hotpath.PACKAGE_DIR.parent.glob(f"{hotpath.GROUP}__mypyc.*"))
     return found
 
