@@ -12,7 +12,7 @@ MODELS := examples/models
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run native run test test-stress smoke docs docs-build azurite browser lint typecheck proto-stubs unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
+.PHONY: install install-run native hotpath run test test-stress smoke docs docs-build azurite browser lint typecheck proto-stubs unit e2e bench bench-quick bench-ab fuzz soak models gpu-wheels clean
 
 # make test's phases: a line when each starts and one when it ends, with its time (scripts/phase.sh);
 # pytest unbuffered (python -u: what a tail shows is where it is) and -rs (every skip with its reason)
@@ -47,7 +47,14 @@ native: $(RUN_STAMP)
 
 install-run: $(RUN_STAMP) native
 
-install: $(STAMP) native
+# the compiled hot path (src/inferd/hotpath.py): mypyc's extensions of the request path's modules, in
+# place beside their sources (the install is editable); skipped with a note without a C compiler, and
+# INFERD_PURE_PYTHON=1 runs the pure path over a build (`$(BIN)/python -m inferd.hotpath_build --clean` removes it)
+hotpath: $(STAMP)
+	@if command -v cc >/dev/null; then $(BIN)/python -m inferd.hotpath_build; \
+	else echo "no C compiler here: the request path runs as pure Python (apt-get install build-essential python3-dev, then make hotpath)"; fi
+
+install: $(STAMP) native hotpath
 
 # the documentation site's tools and inferd itself, whose code writes the reference (make install has them:
 # the dev extra includes docs); not the examples' heavy packages

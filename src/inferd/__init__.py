@@ -6,6 +6,8 @@ backends alone, and the server's whole engine had doubled its start (0.43 -> 0.2
 
 import typing as _typing
 
+# first (sorted so): picks the compiled hot path or the pure-Python one before any of its modules loads
+from inferd import hotpath as _hotpath  # noqa: F401  (imported for its effect, not exported)
 from inferd._version import __version__ as __version__
 from inferd.errors import (
     AlreadyExistsError,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from inferd import __version__, compat_flags
+from inferd import __version__, compat_flags, hotpath
 from inferd.backends.python.fork_signals import default_signals_in_forks
 from inferd.errors import InferdError
 from inferd.frontends.forward import compile_forward_pattern
@@ -364,6 +364,8 @@ async def _serve(
         print(f"error: {e}", file=sys.stderr)
         return 1
     log.info("inferd %s ready in %.0f ms", __version__, (time.monotonic() - t0) * 1000)
+    if place is None or place.index == 0:
+        log.info("hot path: %s", hotpath.describe())
     if place is not None:
         place.announce_ready()
     await stop.wait()

@@ -39,11 +39,11 @@ class BatchRunner:
         "_abandoned",
         "_auto",
         "_clock",
-        "_inline",
         "_loop",
         "_model_name",
         "_model_version",
         "_stats",
+        "_timing",
     )
 
     def __init__(
@@ -63,7 +63,7 @@ class BatchRunner:
         self._stats = stats
         self._loop = loop
         self._clock = clock
-        self._inline = inline
+        self._timing = inline  # not _inline: mypyc names it __inline in C, a GCC keyword
         self._auto = auto
         self._abandoned = abandoned
 
@@ -89,7 +89,7 @@ class BatchRunner:
         auto = self._auto
         counted = not inline and worker >= 0 and auto is not None and auto.sampling  # AutoMode's sample
         # inline: after a run of short executes the next are not timed (inline.py, UNTIMED_AFTER)
-        untimed = inline and self._inline.mode.untimed
+        untimed = inline and self._timing.mode.untimed
         if inline and not untimed:  # the loop thread's context switches (its CPU from the clock below)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
         if (inline and not untimed) or counted:
@@ -131,7 +131,7 @@ class BatchRunner:
                 # a wait shorter than a thread hand-off is not worth leaving the loop for: an execute
                 # this short cannot have blocked for longer (no second system call; its wall time
                 # stands in for its CPU); untimed, a long one's too (the next ones are timed again)
-                self._inline.observe(instance, t3 - t0, False, True)
+                self._timing.observe(instance, t3 - t0, False, True)
             else:
                 # the CPU from the thread's CPU clock, not getrusage: a thread's rusage times are
                 # split from scheduler ticks and can jump by a whole tick (4 ms at HZ=250) across a
@@ -140,9 +140,9 @@ class BatchRunner:
                 cpu = time.thread_time_ns() - c0
                 r1 = resource.getrusage(resource.RUSAGE_THREAD)
                 blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
-                self._inline.observe(instance, cpu, blocked, True)
+                self._timing.observe(instance, cpu, blocked, True)
         else:
-            self._inline.observe(instance, t3 - t0, False, False)  # threaded: wall time
+            self._timing.observe(instance, t3 - t0, False, False)  # threaded: wall time
             if counted and auto is not None:
                 auto.observe(worker, t0, t3, time.thread_time_ns() - c0)
         timings = instance.last_timings

@@ -158,7 +158,7 @@ class LoopGuard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
-        self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None  # not _thread: mypyc writes __thread, a GCC keyword
         #: the code objects whose frame on the loop's stack means "in an inline execute"
         self.marks: set[object] = set()
 
@@ -170,9 +170,9 @@ class LoopGuard:
             if beat is None:
                 beat = self._beats[loop] = _Beat(loop)
             beat.pools.add(id(pool))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="inferd-loop-guard", daemon=True)
-                self._thread.start()
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._run, name="inferd-loop-guard", daemon=True)
+                self._watcher.start()
         if new:
             loop.call_soon_threadsafe(beat.begin)
 

@@ -7,7 +7,6 @@ import collections
 import resource
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from poolkit import WAIT_S, FakeInstance, Gate, answers, request, run, submit, until, wait_event
@@ -577,9 +576,10 @@ def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: py
     inst = FakeInstance(spin, inline_ok=True)
     utime = [0.0]
 
-    def ticking(who: int) -> SimpleNamespace:
+    def ticking(who: int) -> resource.struct_rusage:
         utime[0] += 0.004  # a tick between each two readings
-        return SimpleNamespace(ru_utime=utime[0], ru_stime=0.0, ru_nvcsw=0)
+        # a real struct_rusage: the compiled hot path (inferd/hotpath.py) checks the type it declares
+        return resource.struct_rusage((utime[0], 0.0, *[0] * 14))
 
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)

@@ -31,6 +31,8 @@ MODEL_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 
 #: inferd's own source folder: its frames never reach a client (the full traceback goes to the log)
 _OWN_SOURCES = str(Path(__file__).resolve().parents[2]) + os.sep
+#: a compiled module's frames (inferd/hotpath.py) name its source relative to the checkout it was built in
+_OWN_COMPILED = os.path.join("src", "inferd", "")
 
 
 def format_exception(e: BaseException, model_dir: Path | None = None, model_name: str = "") -> str:
@@ -40,7 +42,11 @@ def format_exception(e: BaseException, model_dir: Path | None = None, model_name
     # the model's frames only: Triton's stub calls into model.py from C++, and the server's own
     # files are nobody's business but the log's
     log.debug("a Python model raised", exc_info=e)
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_OWN_SOURCES)]
+    frames = [
+        f
+        for f in traceback.extract_tb(e.__traceback__)
+        if not f.filename.startswith((_OWN_SOURCES, _OWN_COMPILED))
+    ]
     folder = str(model_dir) + os.sep if model_dir is not None else None
 
     def shown(filename: str) -> str:
