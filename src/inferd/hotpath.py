@@ -86,7 +86,7 @@ class PureFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, source(fullname))
 
 
-def _why_not_compiled() -> str | None:
+def why_not_compiled() -> str | None:
     """None when every module's extension is there and built from its current source."""
     built = [m for m in MODULES if extension(m) is not None]
     if not built:
@@ -110,7 +110,7 @@ def select() -> None:
     if os.environ.get(ENV, "0") not in ("", "0"):
         why: str | None = f"{ENV}={os.environ[ENV]}"
     else:
-        why = _why_not_compiled()
+        why = why_not_compiled()
     if why is None:
         _state.update(path="compiled", why=f"mypyc, {len(MODULES)} modules")
         return

@@ -74,8 +74,12 @@ def build() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clean", action="store_true", help="remove the build: the pure path runs")
-    if parser.parse_args().clean:
+    parser.add_argument("--force", action="store_true", help="build although every source is as it was built")
+    args = parser.parse_args()
+    if args.clean:
         clean()
+    elif not args.force and hotpath.why_not_compiled() is None:  # make install runs this every time
+        print(f"hot path: up to date ({len(hotpath.MODULES)} modules; --force rebuilds)")
     else:
         build()
 

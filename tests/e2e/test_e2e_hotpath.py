@@ -50,7 +50,7 @@ def test_both_paths_answer_alike(model_repository: Path, tmp_path: Path) -> None
         if pure == "1":
             assert "hot path: pure (INFERD_PURE_PYTHON=1)" in line
         else:  # the build where there is a fresh one, else the reason there is none
-            assert ("hot path: compiled" in line) == (hotpath._why_not_compiled() is None), line
+            assert ("hot path: compiled" in line) == (hotpath.why_not_compiled() is None), line
     assert results["1"] == results["0"]
     assert results["1"][0]["OUTPUT0"][0][:2] == [0.5, 1.5]
     assert "error" in results["1"][1]

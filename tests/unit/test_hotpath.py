@@ -65,14 +65,50 @@ def test_the_finder_answers_for_the_hot_path_modules_only() -> None:
 
 def test_a_stale_or_missing_build_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not built():
-        assert hotpath._why_not_compiled() is not None
+        assert hotpath.why_not_compiled() is not None
         return
     manifest = json.loads(hotpath.MANIFEST.read_text())
     manifest["sources"]["inferd.core.request"] = "0" * 64  # as if request.py changed since the build
     stale = tmp_path / "hotpath_build.json"
     stale.write_text(json.dumps(manifest))
     monkeypatch.setattr(hotpath, "MANIFEST", stale)
-    why = hotpath._why_not_compiled()
+    why = hotpath.why_not_compiled()
     assert why is not None and why.startswith("stale build: inferd.core.request changed")
     monkeypatch.setattr(hotpath, "MANIFEST", tmp_path / "absent.json")
-    assert hotpath._why_not_compiled() == "partial build (python -m inferd.hotpath_build to rebuild)"
+    assert hotpath.why_not_compiled() == "partial build (python -m inferd.hotpath_build to rebuild)"
+
+
+#: every module of the package imported, then each class defined outside the compiled group whose
+#: bases include one of the group's classes: compiled, its constructor raises "interpreted classes
+#: cannot inherit from compiled" (a Python-based backend's class had; every C backend failed to load)
+SUBCLASS_PROBE = """
+import importlib, inspect, json, pkgutil, sys
+import inferd
+from inferd import hotpath
+for m in pkgutil.walk_packages(inferd.__path__, "inferd."):
+    if m.name.endswith("__main__"):
+        continue
+    try:
+        importlib.import_module(m.name)
+    except Exception:  # an optional framework that is not installed: its classes cannot be made either
+        pass
+group = set(hotpath.MODULES)
+found = []
+for name, module in list(sys.modules.items()):
+    if not name.startswith("inferd") or name in group:
+        continue
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if cls.__module__ != name:
+            continue
+        bad = [b for b in cls.__mro__[1:] if b.__module__ in group]
+        if bad:
+            found.append(f"{name}.{cls.__qualname__} <- {bad[0].__module__}.{bad[0].__qualname__}")
+print(json.dumps(found))
+"""
+
+
+def test_no_class_outside_the_group_subclasses_one_of_its_classes() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", SUBCLASS_PROBE], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -63,9 +63,14 @@ _CODE_BY_PB = {
 
 
 class PythonBackend:
-    """Backend ``python``."""
+    """Backend ``python``, or (``based``: a backend's name) the Python-based backend of that name
+    (based.py): its models' file is ``<backend directory>/<based>/model.py``. One class, not a
+    subclass: this module may run compiled (hotpath.py), and a compiled class takes no interpreted
+    subclass."""
 
-    name = "python"
+    def __init__(self, based: str = "") -> None:
+        self.based = based
+        self.name = based or "python"
 
     def gpu_available(self) -> bool:
         """A Python model runs on whatever its code picks: ``KIND_AUTO`` is ``KIND_GPU`` where there
@@ -75,6 +80,11 @@ class PythonBackend:
     def model_py(self, config: Any, version_dir: Path) -> tuple[Path, list[str] | None]:
         """The model's file and the folders of its own modules (None: its version and model folders);
         a Python-based backend's are the backend's (based.py)."""
+        if self.based:
+            from inferd.backends.tritonc import search  # (the backend directory: only for these)
+
+            path = Path(search.backend_directory()) / self.based / search.PYTHON_BASED_RUNTIME
+            return path, [str(path.parent)]
         return model_file(config, version_dir), None
 
     def auto_complete(

@@ -28,24 +28,13 @@ from inferd.backends.tritonc.backend import TritonCBackend
 from inferd.errors import InferdError
 
 
-class PythonBasedBackend(PythonBackend):
-    """The Python backend serving the ``model.py`` of backend ``name`` for each of its models."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def model_py(self, config: Any, version_dir: Path) -> tuple[Path, list[str] | None]:
-        path = Path(search.backend_directory()) / self.name / search.PYTHON_BASED_RUNTIME
-        return path, [str(path.parent)]
-
-
 class NamedBackend(TritonCBackend):
     """A backend inferd does not ship: per model, a Triton C/C++ library (``TritonCBackend``) or a
-    Python-based backend (``PythonBasedBackend``), as ``search.python_based`` finds."""
+    Python-based backend (``PythonBackend(based=name)``), as ``search.python_based`` finds."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self.python = PythonBasedBackend(name)
+        self.python = PythonBackend(based=name)
 
     def _python_based(self, config: Any, model_dir: Path, version_dir: Path | None) -> bool:
         if search.python_based(config, model_dir, version_dir) is None:
