@@ -138,6 +138,19 @@ class Floor:
             ]
         }
 
+    def _answer(self, request: dict[str, Any], outputs: list[dict[str, Any]], raw: list[bytes]) -> bytes:
+        """The response: the JSON header, then the binary outputs (``raw``) when any were asked for."""
+        answer: dict[str, Any] = {"model_name": self.model, "model_version": self.version, "outputs": outputs}
+        if "id" in request:
+            answer["id"] = request["id"]
+        header = orjson.dumps(answer)
+        self.successes += 1
+        if not raw:
+            return _head(b"200 OK", _JSON, len(header)) + header
+        extra = b"Inference-Header-Content-Length: " + str(len(header)).encode() + b"\r\n"
+        length = len(header) + sum(len(r) for r in raw)
+        return b"".join([_head(b"200 OK", _BINARY, length, extra), header, *raw])
+
     def infer(self, body: bytes, header_length: int | None) -> bytes:
         """add_sub on one request's body: the whole HTTP answer."""
         if header_length is None:
@@ -170,16 +183,7 @@ class Floor:
             else:
                 out["data"] = value.ravel().tolist()
             outputs.append(out)
-        answer: dict[str, Any] = {"model_name": MODEL, "model_version": VERSION, "outputs": outputs}
-        if "id" in request:
-            answer["id"] = request["id"]
-        header = orjson.dumps(answer)
-        self.successes += 1
-        if not raw:
-            return _head(b"200 OK", _JSON, len(header)) + header
-        extra = b"Inference-Header-Content-Length: " + str(len(header)).encode() + b"\r\n"
-        length = len(header) + sum(len(r) for r in raw)
-        return b"".join([_head(b"200 OK", _BINARY, length, extra), header, *raw])
+        return self._answer(request, outputs, raw)
 
 
 class OnnxFloor(Floor):
@@ -272,16 +276,7 @@ class OnnxFloor(Floor):
             else:
                 out["data"] = value.ravel().tolist()
             outputs.append(out)
-        answer: dict[str, Any] = {"model_name": self.model, "model_version": self.version, "outputs": outputs}
-        if "id" in request:
-            answer["id"] = request["id"]
-        header = orjson.dumps(answer)
-        self.successes += 1
-        if not raw:
-            return _head(b"200 OK", _JSON, len(header)) + header
-        extra = b"Inference-Header-Content-Length: " + str(len(header)).encode() + b"\r\n"
-        length = len(header) + sum(len(r) for r in raw)
-        return b"".join([_head(b"200 OK", _BINARY, length, extra), header, *raw])
+        return self._answer(request, outputs, raw)
 
 
 class Connection(asyncio.Protocol):
