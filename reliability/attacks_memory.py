@@ -88,7 +88,10 @@ def _metrics(server: Server) -> dict[str, int]:
 
 
 def _executed(server: Server) -> int:
-    status, body = server.get(f"/v2/models/{MODEL}/stats")
+    # a generous timeout: while 200 connections push answers of 1 MiB on two shared cores a new
+    # connection's statistics can take seconds (make fuzz under load 10 ended this case in a
+    # harness TimeoutError; this GET had the only short timeout of the case, 5 s)
+    status, body = server.get(f"/v2/models/{MODEL}/stats", timeout=30.0)
     if status != 200:
         return -1
     stats = json.loads(body)["model_stats"][0]["inference_stats"]
