@@ -83,6 +83,30 @@ def base_worktree(rev: str, where: Path) -> tuple[Path, str]:
     return path, sha.stdout.strip()
 
 
+def build_hotpath(src: Path) -> None:
+    """Compile a base worktree's hot path as ``make install`` does here (a tree from before it has
+    none to build): otherwise the base would run pure Python against a compiled head."""
+    if (src / "inferd" / "hotpath_build.py").exists() and shutil.which("cc"):
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        run = subprocess.run(
+            [sys.executable, "-m", "inferd.hotpath_build"],
+            cwd=src.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if run.returncode != 0:
+            raise SystemExit(f"bench-ab: the base's hot path did not build: {run.stderr.strip()[-500:]}")
+
+
+def hotpath_state(src: Path) -> str:
+    """Which request path a tree's server runs (compiled or pure, and why), as its log says it."""
+    code = "import inferd.hotpath as h; print(h.describe())"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return run.stdout.strip() if run.returncode == 0 else "pure (no inferd.hotpath: before the compiled path)"
+
+
 def remove_worktree(path: Path) -> None:
     subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
@@ -330,12 +354,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             wt, sha = base_worktree(a.base, Path(tmp))
             base_src = wt / "src"
+            build_hotpath(base_src)
         try:
             flags = a.serve_flags.replace("{tmp}", tmp)
             made = servers(base_src, a.reference, out, a.head_src, extra, flags, a.floor)
             names = list(made)
+            paths = f"hot path: base {hotpath_state(base_src)}, head {hotpath_state(a.head_src)}"
             log(
-                f"bench-ab: base {sha[:12]} ({a.base or a.base_src}) against the working tree ({head_desc}); load {load_start}"
+                f"bench-ab: base {sha[:12]} ({a.base or a.base_src}) against the working tree ({head_desc}); load {load_start}; {paths}"
             )
             rounds: list[Round] = []
             for n in range(1, a.rounds + 1):
@@ -364,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "CPU/req: the server's process tree's CPU over the successes its statistics counted."
         + (" No warm-up pass." if a.no_warmup else " Each server had a warm-up pass first (not counted).")
         + (f" Every inferd server ran with `{a.serve_flags}`." if a.serve_flags else "")
+        + f" The {paths}."
     )
     text = render(rounds, ids, names, header)
     (out / "ab.md").write_text(text)
