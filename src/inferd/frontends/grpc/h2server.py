@@ -20,9 +20,8 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -41,6 +40,7 @@ from inferd.frontends.grpc.h2wire import (
     length_prefixed,
     status_block,
 )
+from inferd.frontends.grpc.inbox import INBOX_HIGH, inbox_messages
 from inferd.frontends.grpc.service import (
     HEALTH_SERVICE,
     SERVICE,
@@ -57,9 +57,6 @@ log = logging.getLogger("inferd.grpc")
 
 #: a stream's writer waits (ModelStreamInfer) while this much is queued behind flow control
 _HIGH_WATER = 1 << 20
-#: request messages of a ModelStreamInfer call not taken yet past which its data is not acknowledged
-#: (HTTP/2 flow control then stops the client once it sent ``STREAM_WINDOW`` more)
-_INBOX_HIGH = 1 << 22
 _OK = 0
 _CODES = {code: code.value[0] for code in grpc.StatusCode}
 _INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
@@ -328,7 +325,7 @@ class GrpcConnection(H2Connection[_Call]):
             del buf[: 5 + n]
             st.inbox.put_nowait(message)
             st.inbox_bytes += len(message)
-            if st.inbox_bytes > _INBOX_HIGH:
+            if st.inbox_bytes > INBOX_HIGH:
                 st.hold_acks = True  # the call does not read as fast as its client sends
 
     def _message(self, st: _Call, compressed: int, data: bytes) -> bytes:
@@ -398,18 +395,8 @@ class GrpcConnection(H2Connection[_Call]):
         inbox = st.inbox
         assert inbox is not None
 
-        async def messages() -> AsyncIterator[bytes]:
-            while True:
-                item = await inbox.get()
-                if item is None:
-                    return
-                st.inbox_bytes -= len(item)
-                if st.hold_acks and st.inbox_bytes <= _INBOX_HIGH // 2:
-                    st.hold_acks = False
-                    self.ack(st)
-                yield item
-
-        error = await self._h.servicer.stream_infer(messages(), _Context(st, st.metadata))
+        messages = inbox_messages(st, inbox, self.ack)
+        error = await self._h.servicer.stream_infer(messages, _Context(st, st.metadata))
         if error is not None:
             self._fail(st, error)
         else:
@@ -529,7 +516,8 @@ class LeanGrpcServer:
             tls = server_context(config.server_cert, config.server_key, root, ("h2",))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self._handlers, self._connections),
+            # (a Protocol by its methods: a compiled class takes no interpreted base)
+            lambda: cast(asyncio.Protocol, GrpcConnection(self._handlers, self._connections)),
             bind_host(self.address),
             self.port,
             reuse_port=config.reuse_port or None,

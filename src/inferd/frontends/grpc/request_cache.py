@@ -68,10 +68,15 @@ def _sequence_id(payload: bytes, start: int, end: int) -> int | None:
     return None
 
 
-def split(payload: bytes, max_key: int = 4096) -> Split | None:
-    """``payload`` taken apart, or None where it is not the plain shape (see the module)."""
-    if type(payload) is not bytes:
+def split(payload: object, max_key: int = 4096) -> Split | None:
+    """``payload`` taken apart, or None where it is not the plain shape (see the module) or not
+    ``bytes`` (a compiled ``bytes`` parameter would refuse a ``bytearray``)."""
+    if type(payload) is not bytes or not isinstance(payload, bytes):  # (the second: for mypy)
         return None
+    return _split(payload, max_key)
+
+
+def _split(payload: bytes, max_key: int) -> Split | None:
     n = len(payload)
     i = 0
     raw_at = -1
@@ -157,7 +162,7 @@ class RequestCache:
         self._max_key = max_key
         self._cache: dict[bytes, Template] = {}
 
-    def split(self, payload: bytes) -> Split | None:
+    def split(self, payload: object) -> Split | None:
         return split(payload, self._max_key)
 
     def get(self, s: Split) -> Template | None:
