@@ -502,7 +502,8 @@ class LeanGrpcServer:
         self.port = port
         self._handlers = _Handlers(self.servicer, budget)
         self._connections: set[GrpcConnection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        #: (Any: uvloop's ``sockets`` is a list where typeshed says tuple, and compiled code checks it)
+        self._server: Any = None
         self._deadline: float | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
