@@ -30,7 +30,7 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from inferd.core.unsent import UnsentBudget
 from inferd.frontends.flow import Unsent
@@ -75,10 +75,10 @@ from inferd.frontends.grpc.h2wire import H2Stream as H2Stream
 log = logging.getLogger("inferd.grpc")
 
 #: received bytes acknowledged with WINDOW_UPDATE once this many are outstanding (the connection's)
-_ACK_AFTER = 1 << 30
+_ACK_AFTER: Final = 1 << 30
 #: the window of a stream's request data (SETTINGS_INITIAL_WINDOW_SIZE), acknowledged by quarters
-STREAM_WINDOW = 1 << 24
-_STREAM_ACK_AFTER = STREAM_WINDOW // 4
+STREAM_WINDOW: Final = 1 << 24
+_STREAM_ACK_AFTER: Final = STREAM_WINDOW // 4
 
 
 S = TypeVar("S", bound=H2Stream)

@@ -21,7 +21,7 @@ import logging
 import time
 import zlib
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import grpc
 
@@ -56,17 +56,17 @@ from inferd.logs import VERBOSE1
 log = logging.getLogger("inferd.grpc")
 
 #: a stream's writer waits (ModelStreamInfer) while this much is queued behind flow control
-_HIGH_WATER = 1 << 20
-_OK = 0
+_HIGH_WATER: Final = 1 << 20
+_OK: Final = 0
 _CODES = {code: code.value[0] for code in grpc.StatusCode}
-_INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
-_UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
-_RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
-_DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
-_UNAVAILABLE = _CODES[grpc.StatusCode.UNAVAILABLE]
+_INTERNAL: Final = _CODES[grpc.StatusCode.INTERNAL]
+_UNIMPLEMENTED: Final = _CODES[grpc.StatusCode.UNIMPLEMENTED]
+_RESOURCE_EXHAUSTED: Final = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
+_DEADLINE_EXCEEDED: Final = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
+_UNAVAILABLE: Final = _CODES[grpc.StatusCode.UNAVAILABLE]
 #: a unary answer's HEADERS and trailers frame headers, up to the stream id
-_HEADERS_FRAME = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
-_TRAILERS_FRAME = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
+_HEADERS_FRAME: Final = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
+_TRAILERS_FRAME: Final = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
 #: grpc-timeout units (gRPC over HTTP/2) in seconds
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
@@ -125,7 +125,7 @@ class _Context:
 #: what a call's request headers say: ``:path``, grpc-encoding, grpc-timeout (seconds), the metadata
 _Head = tuple[str, str, float | None, tuple[tuple[str, str], ...]]
 #: request headers that are not the call's metadata
-_NOT_METADATA = frozenset(("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"))
+_NOT_METADATA: Final = frozenset(("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"))
 
 
 class _Call(H2Stream):

@@ -19,6 +19,7 @@ typed ``contents`` or shared-memory tensors go the full way every time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
@@ -27,11 +28,11 @@ from inferd.engine.model import Model
 from inferd.frontends.grpc.codec import output_targets
 
 #: the key bytes of ``raw_input_contents`` (field 7, length-delimited), ``id`` (3), ``parameters`` (4)
-_RAW = 0x3A
-_ID = 0x1A
-_PARAMETER = 0x22
+_RAW: Final = 0x3A
+_ID: Final = 0x1A
+_PARAMETER: Final = 0x22
 #: a ``parameters`` map entry's key field when the key is ``sequence_id``, and its value's tag
-_SEQUENCE_KEY = b"\x0a\x0bsequence_id\x12"
+_SEQUENCE_KEY: Final = b"\x0a\x0bsequence_id\x12"
 
 
 @dataclass(slots=True)
