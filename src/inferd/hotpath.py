@@ -31,7 +31,13 @@ from types import ModuleType
 #: profile). Not core/response.py (an async generator) nor scheduling/instances.py (``continue`` in a
 #: ``try/finally``): mypyc 2.4 does not compile them. Not frontends/http/responder.py: ``Responder`` is
 #: taken structurally (LoggedResponder, TracedResponder stand in for it), and a compiled class is
-#: checked at every typed boundary of the group, where a class from outside it is Any (hotpath_build)
+#: checked at every typed boundary of the group, where a class from outside it is Any (hotpath_build).
+#: The lean gRPC server's request path is compiled (h2wire to infer_call): interpreted, it read the
+#: compiled requests, tensors and responses through generic attribute lookups (getset descriptors,
+#: which 3.11's specializing interpreter does not specialize), which gave back about half of what
+#: compiling the core saved. Not grpc/service.py (the servicer: the unit tests subclass
+#: InferenceServicer, and its per-call part is one method and a callback), grpc/inbox.py (an async
+#: generator), stream_order.py and trace.py (streams and tracing only), aio.py (grpc.aio's server)
 MODULES = (
     "inferd.frontends.http.protocol",
     "inferd.frontends.http.header_cache",
@@ -39,6 +45,13 @@ MODULES = (
     "inferd.frontends.http.infer_call",
     "inferd.frontends.http.app",
     "inferd.frontends.http.head",
+    "inferd.frontends.grpc.h2wire",
+    "inferd.frontends.grpc.h2life",
+    "inferd.frontends.grpc.h2conn",
+    "inferd.frontends.grpc.h2server",
+    "inferd.frontends.grpc.request_cache",
+    "inferd.frontends.grpc.codec",
+    "inferd.frontends.grpc.infer_call",
     "inferd.core.request",
     "inferd.core.response_path",
     "inferd.core.stats",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
@@ -44,7 +44,7 @@ _RESERVED_TRITON = (
     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
     f"starting with 'triton_' are allowed: {EMPTY_FINAL}"
 )
-_INT64_MAX = 2**63 - 1
+_INT64_MAX: Final = 2**63 - 1
 
 
 class SharedMemory(Protocol):
@@ -304,7 +304,7 @@ def forwarded_headers(
 
 
 # -- responses -------------------------------------------------------------------------------------
-_DOUBLE = struct.Struct("<d")
+_DOUBLE: Final = struct.Struct("<d")
 
 
 def varint(n: int) -> bytes:
@@ -322,10 +322,10 @@ def varint(n: int) -> bytes:
 
 
 #: the one-byte varints
-_VARINT1 = [bytes((n,)) for n in range(0x80)]
+_VARINT1: Final = [bytes((n,)) for n in range(0x80)]
 
 #: an output under this many bytes is copied out (the message is joined into one buffer anyway)
-SMALL_OUTPUT = 65536
+SMALL_OUTPUT: Final = 65536
 
 
 def field(tag: int, payload: bytes | bytearray | memoryview) -> bytes:

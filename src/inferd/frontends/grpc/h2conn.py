@@ -5,7 +5,7 @@ wire pieces). ``H2Connection`` parses frames in ``data_received`` (the client pr
 HEADERS + CONTINUATION with HPACK decoding, DATA with padding, WINDOW_UPDATE, PING, RST_STREAM,
 GOAWAY), keeps both directions' flow-control windows, and queues what it writes so that one loop
 iteration's frames on a connection go out in one system call. A subclass opens streams and
-receives their data through four hooks.
+receives their data through four hooks. The class is compiled by mypyc (``hotpath.MODULES``).
 
 ``H2Limits`` bound what one client can make the connection hold: concurrent streams (advertised in
 SETTINGS, the ones over refused with REFUSED_STREAM), the size of a header block, compressed and
@@ -30,7 +30,7 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from inferd.core.unsent import UnsentBudget
 from inferd.frontends.flow import Unsent
@@ -75,17 +75,18 @@ from inferd.frontends.grpc.h2wire import H2Stream as H2Stream
 log = logging.getLogger("inferd.grpc")
 
 #: received bytes acknowledged with WINDOW_UPDATE once this many are outstanding (the connection's)
-_ACK_AFTER = 1 << 30
+_ACK_AFTER: Final = 1 << 30
 #: the window of a stream's request data (SETTINGS_INITIAL_WINDOW_SIZE), acknowledged by quarters
-STREAM_WINDOW = 1 << 24
-_STREAM_ACK_AFTER = STREAM_WINDOW // 4
+STREAM_WINDOW: Final = 1 << 24
+_STREAM_ACK_AFTER: Final = STREAM_WINDOW // 4
 
 
 S = TypeVar("S", bound=H2Stream)
 
 
-class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
-    """One client connection. Subclasses implement ``open_stream``, ``started``, ``stream_data``,
+class H2Connection(H2Lifetime, Generic[S]):
+    """One client connection, an ``asyncio.Protocol`` by its methods (a compiled class takes no
+    interpreted base). Subclasses implement ``open_stream``, ``started``, ``stream_data``,
     ``end_of_request`` and ``cancel_stream``."""
 
     def __init__(
@@ -151,6 +152,9 @@ class H2Connection(H2Lifetime, asyncio.Protocol, Generic[S]):
 
     def cancel_stream(self, st: S) -> None:
         """The client reset the stream or the connection was lost."""
+
+    def _open_streams(self) -> int:
+        return len(self.streams)
 
     def _reset(self, st: S) -> None:
         st.closed = True

@@ -1,4 +1,4 @@
-"""How an HTTP/2 server connection ends: ``H2Lifetime``, a mixin of ``h2conn.H2Connection``.
+"""How an HTTP/2 server connection ends: ``H2Lifetime``, the base class of ``h2conn.H2Connection``.
 
 - Timeouts and keepalive (``sweep``, about once a second): a client preface that does not come, and
   a client that stops answering the server's keepalive PINGs, end the connection.
@@ -12,8 +12,10 @@
   client's unread bytes with a reset, and a client that had not read the GOAWAY yet lost the call it
   was sending ("Stream removed", which gRPC does not retry).
 
-The connection's state is H2Connection's; this mixin owns the keepalive and shutdown fields
-(``_init_lifetime``).
+The connection's state is H2Connection's; this class owns the keepalive and shutdown fields
+(``_init_lifetime``). A base class, not a mixin beside ``asyncio.Protocol``: mypyc compiles these
+classes (``hotpath.MODULES``), and a compiled class has one compiled base (the event loops take any
+object with a protocol's methods).
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ import asyncio
 import logging
 import os
 import struct
-from collections.abc import Callable
-from typing import Any
 
 from inferd.frontends.grpc.h2wire import (
     ENHANCE_YOUR_CALM,
@@ -57,9 +57,18 @@ class H2Lifetime:
     lost: bool
     _buf: bytes
     _last_sid: int
-    streams: dict[int, Any]
-    _write: Callable[[bytes], None]  # queue frames (written once per loop iteration)
-    _flush_out: Callable[[], None]  # write what is queued now
+
+    def _write(self, data: bytes) -> None:
+        """Queue frames (written once per loop iteration): H2Connection's."""
+        raise NotImplementedError
+
+    def _flush_out(self) -> None:
+        """Write what is queued now: H2Connection's."""
+        raise NotImplementedError
+
+    def _open_streams(self) -> int:
+        """How many streams are open: H2Connection's."""
+        raise NotImplementedError
 
     def _init_lifetime(self) -> None:
         self._ping_sent: float | None = None  # an unanswered keepalive PING went out then
@@ -90,7 +99,7 @@ class H2Lifetime:
             return
         self.going_away = True
         self._write(frame(GOAWAY, 0, 0, struct.pack(">II", self._last_sid, NO_ERROR)))
-        if not self.streams:
+        if not self._open_streams():
             self._finish()
 
     def _finish(self) -> None:

@@ -20,9 +20,8 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any
+from typing import Any, Final, cast
 
 import grpc
 
@@ -41,6 +40,7 @@ from inferd.frontends.grpc.h2wire import (
     length_prefixed,
     status_block,
 )
+from inferd.frontends.grpc.inbox import INBOX_HIGH, inbox_messages
 from inferd.frontends.grpc.service import (
     HEALTH_SERVICE,
     SERVICE,
@@ -56,20 +56,17 @@ from inferd.logs import VERBOSE1
 log = logging.getLogger("inferd.grpc")
 
 #: a stream's writer waits (ModelStreamInfer) while this much is queued behind flow control
-_HIGH_WATER = 1 << 20
-#: request messages of a ModelStreamInfer call not taken yet past which its data is not acknowledged
-#: (HTTP/2 flow control then stops the client once it sent ``STREAM_WINDOW`` more)
-_INBOX_HIGH = 1 << 22
-_OK = 0
+_HIGH_WATER: Final = 1 << 20
+_OK: Final = 0
 _CODES = {code: code.value[0] for code in grpc.StatusCode}
-_INTERNAL = _CODES[grpc.StatusCode.INTERNAL]
-_UNIMPLEMENTED = _CODES[grpc.StatusCode.UNIMPLEMENTED]
-_RESOURCE_EXHAUSTED = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
-_DEADLINE_EXCEEDED = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
-_UNAVAILABLE = _CODES[grpc.StatusCode.UNAVAILABLE]
+_INTERNAL: Final = _CODES[grpc.StatusCode.INTERNAL]
+_UNIMPLEMENTED: Final = _CODES[grpc.StatusCode.UNIMPLEMENTED]
+_RESOURCE_EXHAUSTED: Final = _CODES[grpc.StatusCode.RESOURCE_EXHAUSTED]
+_DEADLINE_EXCEEDED: Final = _CODES[grpc.StatusCode.DEADLINE_EXCEEDED]
+_UNAVAILABLE: Final = _CODES[grpc.StatusCode.UNAVAILABLE]
 #: a unary answer's HEADERS and trailers frame headers, up to the stream id
-_HEADERS_FRAME = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
-_TRAILERS_FRAME = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
+_HEADERS_FRAME: Final = frame(HEADERS, END_HEADERS, 0, RESPONSE_HEADERS)[:5]
+_TRAILERS_FRAME: Final = frame(HEADERS, END_HEADERS | END_STREAM, 0, TRAILERS_OK)[:5]
 #: grpc-timeout units (gRPC over HTTP/2) in seconds
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
@@ -128,7 +125,7 @@ class _Context:
 #: what a call's request headers say: ``:path``, grpc-encoding, grpc-timeout (seconds), the metadata
 _Head = tuple[str, str, float | None, tuple[tuple[str, str], ...]]
 #: request headers that are not the call's metadata
-_NOT_METADATA = frozenset(("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"))
+_NOT_METADATA: Final = frozenset(("content-type", "te", "grpc-timeout", "grpc-accept-encoding", "user-agent"))
 
 
 class _Call(H2Stream):
@@ -328,7 +325,7 @@ class GrpcConnection(H2Connection[_Call]):
             del buf[: 5 + n]
             st.inbox.put_nowait(message)
             st.inbox_bytes += len(message)
-            if st.inbox_bytes > _INBOX_HIGH:
+            if st.inbox_bytes > INBOX_HIGH:
                 st.hold_acks = True  # the call does not read as fast as its client sends
 
     def _message(self, st: _Call, compressed: int, data: bytes) -> bytes:
@@ -398,18 +395,8 @@ class GrpcConnection(H2Connection[_Call]):
         inbox = st.inbox
         assert inbox is not None
 
-        async def messages() -> AsyncIterator[bytes]:
-            while True:
-                item = await inbox.get()
-                if item is None:
-                    return
-                st.inbox_bytes -= len(item)
-                if st.hold_acks and st.inbox_bytes <= _INBOX_HIGH // 2:
-                    st.hold_acks = False
-                    self.ack(st)
-                yield item
-
-        error = await self._h.servicer.stream_infer(messages(), _Context(st, st.metadata))
+        messages = inbox_messages(st, inbox, self.ack)
+        error = await self._h.servicer.stream_infer(messages, _Context(st, st.metadata))
         if error is not None:
             self._fail(st, error)
         else:
@@ -515,7 +502,8 @@ class LeanGrpcServer:
         self.port = port
         self._handlers = _Handlers(self.servicer, budget)
         self._connections: set[GrpcConnection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        #: (Any: uvloop's ``sockets`` is a list where typeshed says tuple, and compiled code checks it)
+        self._server: Any = None
         self._deadline: float | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -529,7 +517,8 @@ class LeanGrpcServer:
             tls = server_context(config.server_cert, config.server_key, root, ("h2",))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self._handlers, self._connections),
+            # (a Protocol by its methods: a compiled class takes no interpreted base)
+            lambda: cast(asyncio.Protocol, GrpcConnection(self._handlers, self._connections)),
             bind_host(self.address),
             self.port,
             reuse_port=config.reuse_port or None,

@@ -8,31 +8,51 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
-)
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
 # flags
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 # error codes
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0, 1, 3, 6, 7, 8
-COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x9, 0xB
+NO_ERROR: Final = 0
+PROTOCOL_ERROR: Final = 1
+FLOW_CONTROL_ERROR: Final = 3
+FRAME_SIZE_ERROR: Final = 6
+REFUSED_STREAM: Final = 7
+CANCEL: Final = 8
+COMPRESSION_ERROR: Final = 0x9
+ENHANCE_YOUR_CALM: Final = 0xB
 # settings
-S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT, S_INITIAL_WINDOW, S_MAX_FRAME, S_MAX_HEADER_LIST = (
-    range(1, 7)
-)
+S_HEADER_TABLE_SIZE: Final = 1
+S_ENABLE_PUSH: Final = 2
+S_MAX_CONCURRENT: Final = 3
+S_INITIAL_WINDOW: Final = 4
+S_MAX_FRAME: Final = 5
+S_MAX_HEADER_LIST: Final = 6
 
-MAX_WINDOW = 2**31 - 1
+MAX_WINDOW: Final = 2**31 - 1
 #: what we accept in one frame (advertised in our SETTINGS)
-RECV_MAX_FRAME = 1 << 20
+RECV_MAX_FRAME: Final = 1 << 20
 
-FRAME_HEADER = struct.Struct(">BHBBI")
+FRAME_HEADER: Final = struct.Struct(">BHBBI")
 
 
 def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -72,8 +92,8 @@ def percent_encode(message: str) -> bytes:
 
 
 #: ``:status 200`` (static index 8) and ``content-type: application/grpc`` (indexed name 31)
-RESPONSE_HEADERS = b"\x88" + hpack_int(31, 4) + hpack_int(16, 7) + b"application/grpc"
-TRAILERS_OK = literal(b"grpc-status", b"0")
+RESPONSE_HEADERS: Final = b"\x88" + hpack_int(31, 4) + hpack_int(16, 7) + b"application/grpc"
+TRAILERS_OK: Final = literal(b"grpc-status", b"0")
 
 
 def status_block(code: int, message: str) -> bytes:

@@ -19,6 +19,7 @@ typed ``contents`` or shared-memory tensors go the full way every time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from inferd.core.request import InferRequest, RequestTemplate
 from inferd.core.tensor import Tensor
@@ -27,11 +28,11 @@ from inferd.engine.model import Model
 from inferd.frontends.grpc.codec import output_targets
 
 #: the key bytes of ``raw_input_contents`` (field 7, length-delimited), ``id`` (3), ``parameters`` (4)
-_RAW = 0x3A
-_ID = 0x1A
-_PARAMETER = 0x22
+_RAW: Final = 0x3A
+_ID: Final = 0x1A
+_PARAMETER: Final = 0x22
 #: a ``parameters`` map entry's key field when the key is ``sequence_id``, and its value's tag
-_SEQUENCE_KEY = b"\x0a\x0bsequence_id\x12"
+_SEQUENCE_KEY: Final = b"\x0a\x0bsequence_id\x12"
 
 
 @dataclass(slots=True)
@@ -68,10 +69,15 @@ def _sequence_id(payload: bytes, start: int, end: int) -> int | None:
     return None
 
 
-def split(payload: bytes, max_key: int = 4096) -> Split | None:
-    """``payload`` taken apart, or None where it is not the plain shape (see the module)."""
-    if type(payload) is not bytes:
+def split(payload: object, max_key: int = 4096) -> Split | None:
+    """``payload`` taken apart, or None where it is not the plain shape (see the module) or not
+    ``bytes`` (a compiled ``bytes`` parameter would refuse a ``bytearray``)."""
+    if type(payload) is not bytes or not isinstance(payload, bytes):  # (the second: for mypy)
         return None
+    return _split(payload, max_key)
+
+
+def _split(payload: bytes, max_key: int) -> Split | None:
     n = len(payload)
     i = 0
     raw_at = -1
@@ -157,7 +163,7 @@ class RequestCache:
         self._max_key = max_key
         self._cache: dict[bytes, Template] = {}
 
-    def split(self, payload: bytes) -> Split | None:
+    def split(self, payload: object) -> Split | None:
         return split(payload, self._max_key)
 
     def get(self, s: Split) -> Template | None:
