@@ -16,7 +16,8 @@ worker sends: each request's responses (delivered on the request's ResponseStrea
 execute's end (its responses and timings, or its error), BLS requests (``relay.py``: submitted to
 the server, each response relayed back as it comes) and calls of the server's links (``FORWARDED``,
 run on a small thread pool, answered back). A cancelled request is told to the worker, where the
-model sees ``is_cancelled()``.
+model sees ``is_cancelled()``. The pool may send a busy instance its next batch ahead (``reserve``,
+scheduling/ahead.py): the worker runs it once the current one ends; executes are told apart by id.
 
 Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), the execute in
 flight fails with UNAVAILABLE naming the model, the instance and how the process ended, so do the
@@ -316,7 +317,8 @@ class ProcessInstance:
         their execute ended (decoupled models, response senders), a readiness check, "stopped"."""
         return (
             self._unread
-            or (self._current is None and bool(self._open))
+            # (not for a batch sent ahead: the pool's thread reads its end when it adopts it)
+            or (self._current is None and len(self._open) > sum(len(p.keys) for p in self._ahead))
             or bool(self._ready_asks)
             or self._stopping
         )
