@@ -31,6 +31,7 @@ from inferd.backends.base import BackendInstance
 from inferd.core.request import InferRequest
 from inferd.core.stats import ModelStats
 from inferd.errors import UnavailableError
+from inferd.scheduling.ahead import Ahead, Sent, lane_of, send
 from inferd.scheduling.batching import BatchFormer
 from inferd.scheduling.execute import BatchRunner, Out
 from inferd.scheduling.execute_watch import ExecuteWatch
@@ -107,6 +108,8 @@ class InstancePool:
         self._former = BatchFormer(policy, queue, clock, loop, self._lock, self._runner.reject)
         self._queue = self._former.queue
         self._policy_queue = queue
+        #: the next batch sent ahead to a busy process instance (ahead.py says where it applies)
+        self._ahead = Ahead(not policy.batching and queue is None and not execute_timeout_ns and gate is None)
         started = 0
         try:
             for t in threads:
@@ -124,6 +127,7 @@ class InstancePool:
         request.t_queue_ns = now = self._clock()
         inline = self._inline
         deadline = 0
+        sent: list[Sent] | None = None
         with self._lock:
             if self._stopping:
                 raise UnavailableError("Server is stopping")
@@ -137,6 +141,10 @@ class InstancePool:
                 deadline = pq.admit(request, now)
             if not inline.active:
                 self._workers.wake_one()
+                if self._ahead.busy:
+                    sent = self._fill_ahead()
+        if sent:
+            send(sent)
         if deadline:  # on the loop: reject (or delay) it then if it still waits
             self._former.expire_at(deadline, now)
         if not inline.active:
@@ -256,53 +264,41 @@ class InstancePool:
 
     # -- worker side ---------------------------------------------------------------------------
     def _worker(self, index: int, cond: threading.Condition) -> None:
-        former = self._former
         queue = self._queue
-        policy = former.policy
         workers = self._workers
-        idle = workers.idle
-        retired = workers.retired
         instance = workers.instances[index][1]
         gate = self._gate
         inline = self._inline
         watch = self._watch
         runner = self._runner
+        ahead = self._ahead
+        lane = lane_of(instance) if ahead.enabled else None
         while True:
-            if workers.replacements is not None and workers.replacements[index] is not instance:
+            if (
+                workers.replacements is not None
+                and workers.replacements[index] is not instance
+                and index not in ahead.batches  # (what was sent ahead runs on the instance first)
+            ):
                 instance = workers.take_over(index, instance)
+                lane = lane_of(instance) if ahead.enabled else None
+            sent: list[Sent] | None = None
             with cond:
-                while not queue or inline.active:
-                    if self._stopping or index in retired:
+                taken = ahead.batches.pop(index, None) if ahead.batches else None
+                if taken is not None:  # sent ahead while its last batch ran: its worker runs it already
+                    batch, total = taken[0], taken[1]
+                else:
+                    took = self._take(index, cond, instance)
+                    if took is None:
                         return
-                    if workers.replacements is not None and workers.replacements[index] is not instance:
-                        break  # take over first, then look again
-                    if gate is not None:  # no work after all: out of the rate limiter's order
-                        gate.unstage(index)
-                    idle.append(cond)
-                    cond.wait()
-                    if cond in idle:  # woken by a wake-all, or never popped: not idle any more
-                        idle.remove(cond)
-                if not queue or inline.active:
-                    continue
-                if retired and index in retired:  # an instance_group update removed its instance
-                    return
-                if policy.batching and policy.max_queue_delay_ns > 0:
-                    former.wait_for_batch(cond, workers.holding, self._is_stopping)
-                    if not queue:  # stop() failed the queue, or another worker took it meanwhile
+                    batch, total = took
+                    if not batch:
                         continue
-                expired = former.take_expired()
-                if expired:
-                    runner.reject(expired, on_loop=False)
-                    if not queue:
-                        continue
-                if gate is not None and not gate.turn(
-                    index, self._lock, lambda: bool(queue) and not self._stopping
-                ):
-                    continue  # no work was left once its turn came
-                batch, total = former.form()
-                self._executing += len(batch)
-                if queue:  # more than one batch waits: another worker takes the rest
-                    workers.wake_one()
+                if lane is not None:
+                    ahead.busy[index] = (self._clock(), lane)
+                    if queue:
+                        sent = self._fill_ahead()
+            if sent:
+                send(sent)
             out: Out = []
             watched = watch.timeout_ns > 0
             if watched:
@@ -315,17 +311,78 @@ class InstancePool:
                     gate.release(index, again=bool(queue))
                 with self._lock:
                     self._executing -= len(batch)
+                    if lane is not None:
+                        ahead.busy.pop(index, None)
                     if watched:
                         watch.running[index] = None
                         watch.abandoned.discard(index)
                     if inline.active and queue and not inline.drain_scheduled:
                         inline.drain_scheduled = True
                         self._loop.call_soon_threadsafe(self._drain)
+                if taken is not None:  # (the runner dropped its cancelled requests: nobody adopted it)
+                    taken[2].forget(taken[3])
                 # answers cross back after the count dropped: a caller that sees its answer sees it
                 runner.send_back(out)
                 # an idle worker holds nothing: the last batch's tensors may be views over a client's
                 # shared memory, which cannot be unregistered while they live
-                del batch, out
+                del batch, out, taken
+
+    def _take(
+        self, index: int, cond: threading.Condition, instance: BackendInstance
+    ) -> tuple[list[InferRequest], int] | None:
+        """Wait for the worker's next batch (lock held): it, no batch (look again: take over, or
+        none was left) or None (its thread ends: the pool stops, or its instance was retired)."""
+        former = self._former
+        queue = self._queue
+        workers = self._workers
+        idle = workers.idle
+        retired = workers.retired
+        gate = self._gate
+        inline = self._inline
+        while not queue or inline.active:
+            if self._stopping or index in retired:
+                return None
+            if workers.replacements is not None and workers.replacements[index] is not instance:
+                return [], 0  # take over first, then look again
+            if gate is not None:  # no work after all: out of the rate limiter's order
+                gate.unstage(index)
+            idle.append(cond)
+            cond.wait()
+            if cond in idle:  # woken by a wake-all, or never popped: not idle any more
+                idle.remove(cond)
+        if retired and index in retired:  # an instance_group update removed its instance
+            return None
+        policy = former.policy
+        if policy.batching and policy.max_queue_delay_ns > 0:
+            former.wait_for_batch(cond, workers.holding, self._is_stopping)
+            if not queue:  # stop() failed the queue, or another worker took it meanwhile
+                return [], 0
+        expired = former.take_expired()
+        if expired:
+            self._runner.reject(expired, on_loop=False)
+            if not queue:
+                return [], 0
+        if gate is not None and not gate.turn(index, self._lock, lambda: bool(queue) and not self._stopping):
+            return [], 0  # no work was left once its turn came
+        batch, total = former.form()
+        self._executing += len(batch)
+        if queue:  # more than one batch waits: another worker takes the rest
+            workers.wake_one()
+        return batch, total
+
+    def _fill_ahead(self) -> list[Sent]:
+        """Batches for the busy process instances to run next (lock held; ahead.py)."""
+        sent = self._ahead.fill(self._workers, self._former)
+        for batch, _total, _lane, _token in sent:
+            self._executing += len(batch)
+            if log.isEnabledFor(logging.DEBUG):  # (what a test waits for)
+                log.debug(
+                    "model '%s' version %s: request '%s' sent ahead to a busy instance",
+                    self._model_name,
+                    self._model_version,
+                    batch[0].id,
+                )
+        return sent
 
     def _is_stopping(self) -> bool:
         return self._stopping

@@ -16,7 +16,8 @@ worker sends: each request's responses (delivered on the request's ResponseStrea
 execute's end (its responses and timings, or its error), BLS requests (``relay.py``: submitted to
 the server, each response relayed back as it comes) and calls of the server's links (``FORWARDED``,
 run on a small thread pool, answered back). A cancelled request is told to the worker, where the
-model sees ``is_cancelled()``.
+model sees ``is_cancelled()``. The pool may send a busy instance its next batch ahead (``reserve``,
+scheduling/ahead.py): the worker runs it once the current one ends; executes are told apart by id.
 
 Faults: when the worker dies (a signal, ``os._exit``, the kernel's OOM killer), the execute in
 flight fails with UNAVAILABLE naming the model, the instance and how the process ended, so do the
@@ -72,8 +73,14 @@ IDLE_READ_S = 0.05
 
 @dataclass(slots=True)
 class _Pending:
-    """The execute in flight: its end, when it comes."""
+    """An execute sent to the worker (or about to be): its requests, and its end when it comes."""
 
+    exec_id: int
+    requests: list[InferRequest]
+    keys: list[int]
+    #: the channel it goes to (a worker that died before it was sent never gets it; None: none ran)
+    chan: Channel | None
+    packed: list[Any] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     responses: list[InferResponse] | None = None
     timings: tuple[int, int, int] | None = None
@@ -118,7 +125,13 @@ class ProcessInstance:
         self._exec_ids = itertools.count(1)
         #: requests sent to the worker whose final response has not come back: key -> request
         self._open: dict[int, InferRequest] = {}
-        self._pending: _Pending | None = None
+        #: the executes sent (or reserved) whose end has not come: exec id -> pending
+        self._pendings: dict[int, _Pending] = {}
+        #: the execute an execute() call waits for now
+        self._current: _Pending | None = None
+        #: the pool's next batches, sent ahead while the current one runs (``reserve``), each until
+        #: the pool's execute() of it adopts it or the pool forgets it (``forget``)
+        self._ahead: list[_Pending] = []
         self._chan: Channel | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         #: the BLS requests of the current worker
@@ -164,60 +177,129 @@ class ProcessInstance:
         return self._last_timings
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        if self._chan is None:
-            self._restart()
+        pending = self._adopt(requests) if self._ahead else None
+        if pending is None:
+            if self._chan is None:
+                self._restart()
+            with self._lock:
+                chan = self._chan
+                if chan is not None:
+                    pending = self._register(requests, chan)
+            if pending is None:  # died meanwhile
+                raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
+            self._send(pending)
         with self._lock:
             chan, proc, relay, role = self._chan, self._proc, self._relay, self._role
-        if chan is None or proc is None or relay is None or role is None:  # died meanwhile
-            raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
-        if relay.loop is None and requests and requests[0].stream is not None:
-            relay.loop = requests[0].stream.loop
-        pending = _Pending()
+            self._current = pending
         self.last_failed = ()
-        keys = []
-        with self._lock:
-            self._pending = pending
-            for r in requests:
-                key = next(self._keys)
-                self._open[key] = r
-                keys.append(key)
-        for key, r in zip(keys, requests, strict=True):
-            if r.stream is not None:
-                r.stream.on_cancel = partial(self._cancel, chan, key)
-        packed = [pack_request(key, r, self._shm) for key, r in zip(keys, requests, strict=True)]
-        try:
-            chan.send(("exec", next(self._exec_ids), packed))
-        except ChannelClosed:
-            pass  # the reader sees the death and ends ``pending``
-        self._unread = True
-        reading = role.take()  # read the answer here: no hand-off from the reader thread
-        if not reading:
-            role.wake()  # the reader thread reads it (``_expecting``)
-        elif not self._read_until(pending, chan, relay):
-            reading = False
-            self._ended(chan, proc, relay, role)
+        reading = False
+        if (
+            not pending.done.is_set()
+            and chan is not None
+            and chan is pending.chan
+            and proc
+            and relay
+            and role
+        ):
+            self._unread = True
+            reading = role.take()  # read the answer here: no hand-off from the reader thread
+            if not reading:
+                role.wake()  # the reader thread reads it (``_expecting``)
+            elif not self._read_until(pending, chan, relay):
+                reading = False
+                self._ended(chan, proc, relay, role)
         try:
             pending.done.wait()
             with self._lock:
-                self._pending = None
+                self._current = None
+                self._unread = False
             if pending.error is not None:
                 if isinstance(pending.error, UnavailableError):  # died: the worker never mapped them
-                    for p in packed:
+                    for p in pending.packed:
                         release_unmapped(p[11])
                 raise pending.error
             self._last_timings, self.last_failed = pending.timings, pending.failed
-            if pending.responses is not None:  # answered by returning: nothing more comes for them
-                with self._lock:
-                    for key in keys:
-                        self._open.pop(key, None)
             if self._memory_limit:  # (after: a worker killed now fails only what it still holds)
                 self.check_memory()
             return pending.responses
         finally:
-            if reading:  # the reader thread reads at once if responses or answers are still due
-                role.release(wake=self._expecting())
-            elif self._expecting():
-                role.wake()
+            if role is not None:
+                if reading:  # the reader thread reads at once if responses or answers are still due
+                    role.release(wake=self._expecting())
+                elif self._expecting():
+                    role.wake()
+
+    # -- the next batch, sent ahead (the pool's pipelining: scheduling/instances.py) ------------------------
+    @property
+    def pipelines(self) -> bool:
+        """Whether the pool may send this instance its next batch while one runs: not a decoupled
+        model's (its responses come after its execute: the pool would hold it past them)."""
+        return not self._ctx.config.model_transaction_policy.decoupled
+
+    def reserve(self, requests: list[InferRequest]) -> _Pending:
+        """Register the pool's next batch for this instance (cheap: under the pool's lock);
+        ``send_ahead`` sends it then, outside that lock. With no worker running (it died just now)
+        the batch fails as the one it ran did."""
+        with self._lock:
+            chan = self._chan
+            pending = self._register(requests, chan)
+            self._ahead.append(pending)
+        if chan is None or self._stopping:
+            self._end(pending.exec_id, error=UnavailableError(f"the process of {self._who()} is not running"))
+        return pending
+
+    def send_ahead(self, pending: _Pending) -> None:
+        """Send a reserved batch: the worker runs it as soon as the one it runs ends (worker.py)."""
+        if not pending.done.is_set() and pending.chan is self._chan:  # (else it died: it failed)
+            self._send(pending)
+
+    def forget(self, pending: _Pending) -> None:
+        """The pool is done with a batch it reserved: if no execute() adopted it (the runner dropped
+        its cancelled requests), its end is read and dropped when it comes."""
+        with self._lock:
+            if pending in self._ahead:
+                self._ahead.remove(pending)
+
+    def _adopt(self, requests: list[InferRequest]) -> _Pending | None:
+        with self._lock:
+            for ahead in self._ahead:
+                if len(ahead.requests) == len(requests) and all(
+                    a is b for a, b in zip(ahead.requests, requests, strict=True)
+                ):
+                    self._ahead.remove(ahead)
+                    return ahead
+        return None
+
+    def _register(self, requests: list[InferRequest], chan: Channel | None) -> _Pending:
+        """A new execute's keys and pending (lock held)."""
+        keys = []
+        for r in requests:
+            key = next(self._keys)
+            self._open[key] = r
+            keys.append(key)
+            if r.stream is not None and chan is not None:
+                r.stream.on_cancel = partial(self._cancel, chan, key)
+        pending = _Pending(next(self._exec_ids), requests, keys, chan)
+        self._pendings[pending.exec_id] = pending
+        if (
+            self._relay is not None
+            and self._relay.loop is None
+            and requests
+            and requests[0].stream is not None
+        ):
+            self._relay.loop = requests[0].stream.loop
+        return pending
+
+    def _send(self, pending: _Pending) -> None:
+        if pending.chan is None:
+            return
+        pending.packed = [
+            pack_request(k, r, self._shm) for k, r in zip(pending.keys, pending.requests, strict=True)
+        ]
+        try:
+            pending.chan.send(("exec", pending.exec_id, pending.packed))
+        except ChannelClosed:
+            pass  # the reader sees the death and ends ``pending``
 
     def _read_until(self, pending: _Pending, chan: Channel, relay: BlsRelay) -> bool:
         """The execute's thread reads until its end comes: True; False: the worker ended first."""
@@ -235,7 +317,8 @@ class ProcessInstance:
         their execute ended (decoupled models, response senders), a readiness check, "stopped"."""
         return (
             self._unread
-            or (self._pending is None and bool(self._open))
+            # (not for a batch sent ahead: the pool's thread reads its end when it adopts it)
+            or (self._current is None and len(self._open) > sum(len(p.keys) for p in self._ahead))
             or bool(self._ready_asks)
             or self._stopping
         )
@@ -433,13 +516,14 @@ class ProcessInstance:
                 release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
             self._end(
+                msg[1],
                 responses=None if msg[2] is None else [unpack_response(p) for p in msg[2]],
                 timings=msg[3],
                 failed=tuple(msg[4]),
             )
         elif kind == "exec_error":
             code, message = msg[2]
-            self._end(error=error_for_code(ErrorCode[code], message))
+            self._end(msg[1], error=error_for_code(ErrorCode[code], message))
         elif kind == "bls":
             self._uses_bls = True
             relay.start(msg[1], msg[2], msg[3])
@@ -472,16 +556,21 @@ class ProcessInstance:
 
     def _end(
         self,
+        exec_id: int,
         responses: list[InferResponse] | None = None,
         timings: tuple[int, int, int] | None = None,
         error: InferdError | None = None,
         failed: tuple[int, ...] = (),
     ) -> None:
         with self._lock:
-            pending = self._pending
-        if pending is None:
-            return
-        self._unread = False  # before the role is released: the reader thread need not read on
+            pending = self._pendings.pop(exec_id, None)
+            if pending is None:
+                return
+            if responses is not None:  # answered by returning: nothing more comes for them
+                for key in pending.keys:
+                    self._open.pop(key, None)
+            if pending is self._current:  # before the role is released: the reader need not read on
+                self._unread = False
         pending.responses, pending.timings, pending.error, pending.failed = responses, timings, error, failed
         pending.done.set()
 
@@ -518,7 +607,10 @@ class ProcessInstance:
             )
             log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
         self._ctx.links.processes.count(self._ctx.model_name, self._ctx.version, "exited")
-        self._end(error=error)
+        with self._lock:
+            ids = list(self._pendings)
+        for exec_id in ids:  # the execute running and the one sent ahead, if any
+            self._end(exec_id, error=error)
         self._fail_open(error)
         self._shm.cleanup()
         ShmNames.for_pid(proc.pid, "w").cleanup()

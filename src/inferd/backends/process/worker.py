@@ -32,6 +32,7 @@ answer for a link call, one per response for BLS (``("bls_resp", id, response, f
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import logging
@@ -161,6 +162,10 @@ class Worker:
         #: which of the two reading threads reads now (``serve``)
         self.role = ReadRole()
         self._exec_lock = threading.Lock()
+        #: executes read while another ran (the server sends the next one ahead, instance.py): the
+        #: thread running now runs them next, in order, rather than the reading thread waiting for
+        #: it while it holds the role (a BLS answer the running execute waits for would go unread)
+        self._next: collections.deque[tuple[int, list[InferRequest]]] = collections.deque()
         #: when the execute running now began (monotonic seconds; 0: none runs)
         self._busy_since = 0.0
         #: the execute running now waits for something read from the channel
@@ -358,13 +363,14 @@ class Worker:
                 if kind == "exec":
                     requests = self._requests(msg[2])
                     with self._exec_lock:
+                        if self._busy_since:  # the other thread executes: it runs this one next
+                            self._next.append((msg[1], requests))
+                            del msg, requests
+                            continue
                         self._want_reader = False
                         self._busy_since = time.monotonic()
-                        role.release()
-                        try:
-                            self._execute(msg[1], requests)
-                        finally:
-                            self._busy_since = 0.0
+                    role.release()
+                    self._run(msg[1], requests)
                     del msg, requests  # not held while this thread waits: inputs may map shared memory
                     break
                 if kind == "is_ready":
@@ -375,6 +381,22 @@ class Worker:
                         target.cancel(msg[2])
                 elif kind == "stop":
                     return
+
+    def _run(self, exec_id: int, requests: list[InferRequest]) -> None:
+        """Execute, then each execute read meanwhile (``_next``), at once: no round trip between them."""
+        following: tuple[int, list[InferRequest]] | None = (exec_id, requests)
+        del requests  # (the next batch's requests are not held past their execute)
+        while following is not None:
+            try:
+                self._execute(*following)
+            finally:
+                with self._exec_lock:
+                    following = self._next.popleft() if self._next and not self.lost else None
+                    if following is not None:
+                        self._want_reader = False
+                        self._busy_since = time.monotonic()
+                    else:
+                        self._busy_since = 0.0
 
     def _requests(self, packed: list[Any]) -> list[InferRequest]:
         requests = []
