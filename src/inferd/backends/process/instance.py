@@ -71,6 +71,15 @@ STOP_TIMEOUT_S = 5.0
 IDLE_READ_S = 0.05
 
 
+class _NotRun(UnavailableError):
+    """The worker died before it began this execute (a batch sent ahead behind the one it ran): the
+    pool's execute sends it again to the restarted worker, so a death fails only what it ran."""
+
+
+#: sends of one batch to workers that died before beginning it (each death ran another batch)
+_NOT_RUN_TRIES = 3
+
+
 @dataclass(slots=True)
 class _Pending:
     """An execute sent to the worker (or about to be): its requests, and its end when it comes."""
@@ -81,6 +90,8 @@ class _Pending:
     #: the channel it goes to (a worker that died before it was sent never gets it; None: none ran)
     chan: Channel | None
     packed: list[Any] = field(default_factory=list)
+    #: the order it went to the worker, which runs what it reads in that order (0: not sent)
+    seq: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     responses: list[InferResponse] | None = None
     timings: tuple[int, int, int] | None = None
@@ -123,6 +134,9 @@ class ProcessInstance:
         self._shm = ShmNames(f"p{id(self):x}")
         self._keys = itertools.count(1)
         self._exec_ids = itertools.count(1)
+        #: the order batches go to the worker (``_Pending.seq``), taken with the send under ``_send_lock``
+        self._seqs = itertools.count(1)
+        self._send_lock = threading.Lock()
         #: requests sent to the worker whose final response has not come back: key -> request
         self._open: dict[int, InferRequest] = {}
         #: the executes sent (or reserved) whose end has not come: exec id -> pending
@@ -178,16 +192,30 @@ class ProcessInstance:
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         pending = self._adopt(requests) if self._ahead else None
-        if pending is None:
-            if self._chan is None:
-                self._restart()
-            with self._lock:
-                chan = self._chan
-                if chan is not None:
-                    pending = self._register(requests, chan)
-            if pending is None:  # died meanwhile
-                raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
-            self._send(pending)
+        for attempt in range(1, _NOT_RUN_TRIES + 1):
+            if pending is None:
+                pending = self._begin(requests)
+            try:
+                return self._await(pending)
+            except _NotRun:
+                if attempt == _NOT_RUN_TRIES:
+                    raise
+                pending = None  # never begun: to the restarted worker
+        raise AssertionError("unreachable")  # (the loop returns or raises)
+
+    def _begin(self, requests: list[InferRequest]) -> _Pending:
+        if self._chan is None:
+            self._restart()
+        with self._lock:
+            chan = self._chan
+            pending = self._register(requests, chan) if chan is not None else None
+        if pending is None:  # died meanwhile
+            raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
+        self._send(pending)
+        return pending
+
+    def _await(self, pending: _Pending) -> list[InferResponse] | None:
+        """Read (or let the reader thread read) until the execute's end; its responses, or its error."""
         with self._lock:
             chan, proc, relay, role = self._chan, self._proc, self._relay, self._role
             self._current = pending
@@ -239,13 +267,15 @@ class ProcessInstance:
     def reserve(self, requests: list[InferRequest]) -> _Pending:
         """Register the pool's next batch for this instance (cheap: under the pool's lock);
         ``send_ahead`` sends it then, outside that lock. With no worker running (it died just now)
-        the batch fails as the one it ran did."""
+        it ends not begun, and the pool's execute() of it starts a worker for it."""
         with self._lock:
             chan = self._chan
             pending = self._register(requests, chan)
             self._ahead.append(pending)
-        if chan is None or self._stopping:
+        if self._stopping:
             self._end(pending.exec_id, error=UnavailableError(f"the process of {self._who()} is not running"))
+        elif chan is None:  # (not begun: execute() sends it to a restarted worker)
+            self._end(pending.exec_id, error=_NotRun(f"the process of {self._who()} is not running"))
         return pending
 
     def send_ahead(self, pending: _Pending) -> None:
@@ -296,10 +326,12 @@ class ProcessInstance:
         pending.packed = [
             pack_request(k, r, self._shm) for k, r in zip(pending.keys, pending.requests, strict=True)
         ]
-        try:
-            pending.chan.send(("exec", pending.exec_id, pending.packed))
-        except ChannelClosed:
-            pass  # the reader sees the death and ends ``pending``
+        with self._send_lock:  # (the order of ``seq`` is the order the worker reads them in)
+            pending.seq = next(self._seqs)
+            try:
+                pending.chan.send(("exec", pending.exec_id, pending.packed))
+            except ChannelClosed:
+                pass  # the reader sees the death and ends ``pending``
 
     def _read_until(self, pending: _Pending, chan: Channel, relay: BlsRelay) -> bool:
         """The execute's thread reads until its end comes: True; False: the worker ended first."""
@@ -608,9 +640,17 @@ class ProcessInstance:
             log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
         self._ctx.links.processes.count(self._ctx.model_name, self._ctx.version, "exited")
         with self._lock:
-            ids = list(self._pendings)
-        for exec_id in ids:  # the execute running and the one sent ahead, if any
-            self._end(exec_id, error=error)
+            # the worker ran what it read in order: the first sent still pending is the one it ran
+            # (or was about to); any sent after it, or not sent, it never began: they go again to
+            # the restarted worker (``execute``), their requests not failed with the rest
+            pendings = sorted(self._pendings.values(), key=lambda p: (p.seq == 0, p.seq))
+            ran = pendings[0] if pendings and pendings[0].seq else None
+            for p in pendings:
+                if p is not ran:
+                    for key in p.keys:
+                        self._open.pop(key, None)
+        for p in pendings:
+            self._end(p.exec_id, error=error if p is ran else _NotRun(error.message))
         self._fail_open(error)
         self._shm.cleanup()
         ShmNames.for_pid(proc.pid, "w").cleanup()
