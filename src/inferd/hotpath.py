@@ -29,9 +29,9 @@ from types import ModuleType
 
 #: compiled together as one mypyc group; what the request path runs through (benchmarks/calls.py's
 #: profile). Not core/response.py (an async generator) nor scheduling/instances.py (``continue`` in a
-#: ``try/finally``): mypyc 2.4 does not compile them. Not frontends/http/responder.py: ``Responder`` is
-#: taken structurally (LoggedResponder, TracedResponder stand in for it), and a compiled class is
-#: checked at every typed boundary of the group, where a class from outside it is Any (hotpath_build)
+#: ``try/finally``): mypyc 2.4 does not compile them. Handlers take a ``Responder`` Protocol, not the
+#: compiled ``HttpResponder``: a compiled class is checked at every typed boundary of the group, and
+#: LoggedResponder, TracedResponder stand in for it (responder.py)
 MODULES = (
     "inferd.frontends.http.protocol",
     "inferd.frontends.http.header_cache",
@@ -39,6 +39,7 @@ MODULES = (
     "inferd.frontends.http.infer_call",
     "inferd.frontends.http.app",
     "inferd.frontends.http.head",
+    "inferd.frontends.http.responder",
     "inferd.core.request",
     "inferd.core.response_path",
     "inferd.core.stats",
