@@ -11,7 +11,6 @@ Protocol-typed parameter lets through unchecked."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 _REASONS = {
@@ -44,15 +43,23 @@ def status_line(status: int) -> bytes:
 ExtraHeaders = list[tuple[str, str]] | bytes | None
 
 
-@dataclass(slots=True)
 class HttpRequest:
-    """A parsed request: method, path, query, lower-cased headers and the whole body."""
+    """A parsed request: method, path, query, lower-cased headers and the whole body.
 
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
+    A plain class, not a dataclass: mypyc leaves a dataclass's generated ``__init__`` interpreted,
+    and every request builds one of these."""
+
+    __slots__ = ("body", "headers", "method", "path", "query")
+
+    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"HttpRequest(method={self.method!r}, path={self.path!r}, query={self.query!r})"
 
 
 class Responder(Protocol):
