@@ -29,11 +29,10 @@ from types import ModuleType
 
 #: compiled together as one mypyc group; what the request path runs through (benchmarks/calls.py's
 #: profile). Not core/response.py (an async generator) nor scheduling/instances.py (``continue`` in a
-#: ``try/finally``): mypyc 2.4 does not compile them. Not frontends/http/responder.py: ``Responder`` is
-#: taken structurally (LoggedResponder, TracedResponder stand in for it), and a compiled class is
-#: checked at every typed boundary of the group, where a class from outside it is Any (hotpath_build).
-#: The lean gRPC server's request path is compiled (h2wire to infer_call): interpreted, it read the
-#: compiled requests, tensors and responses through generic attribute lookups (getset descriptors,
+#: ``try/finally``): mypyc 2.4 does not compile them. Handlers take a ``Responder`` Protocol, not the
+#: compiled ``HttpResponder``: a compiled class is checked at every typed boundary of the group, and
+#: LoggedResponder, TracedResponder stand in for it (responder.py). The lean gRPC server's request
+#: path is compiled (h2wire to infer_call): interpreted, it read the compiled requests, tensors and responses through generic attribute lookups (getset descriptors,
 #: which 3.11's specializing interpreter does not specialize), which gave back about half of what
 #: compiling the core saved. Not grpc/service.py (the servicer: the unit tests subclass
 #: InferenceServicer, and its per-call part is one method and a callback), grpc/inbox.py (an async
@@ -45,6 +44,7 @@ MODULES = (
     "inferd.frontends.http.infer_call",
     "inferd.frontends.http.app",
     "inferd.frontends.http.head",
+    "inferd.frontends.http.responder",
     "inferd.frontends.grpc.h2wire",
     "inferd.frontends.grpc.h2life",
     "inferd.frontends.grpc.h2conn",

@@ -73,12 +73,14 @@ class RequestedOutput:
     target: Target | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class InferRequest:
     """One inference request, decoded from any frontend.
 
     ``outputs`` None means every output of the model. ``parameters`` holds only the custom
     (non-reserved) parameters, which the model sees. ``model_version`` "" means the default.
+    Its own ``__init__`` (the dataclass's signature): mypyc leaves a generated one interpreted, and
+    every request builds one of these.
     """
 
     model_name: str
@@ -104,6 +106,44 @@ class InferRequest:
     stream: ResponseStream | None = None
     #: set by the front end that sampled the request for tracing (None: not traced)
     trace: RequestTrace | None = None
+
+    def __init__(
+        self,
+        model_name: str,
+        inputs: dict[str, Tensor],
+        model_version: str = "",
+        id: str = "",
+        parameters: dict[str, Any] | None = None,
+        outputs: list[RequestedOutput] | None = None,
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        priority: int = 0,
+        timeout_us: int = 0,
+        output_names: frozenset[str] | None = None,
+        validation_key: Hashable | None = None,
+        batch_size: int = 1,
+        t_start_ns: int | None = None,
+        t_queue_ns: int = 0,
+        stream: ResponseStream | None = None,
+        trace: RequestTrace | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.inputs = inputs
+        self.model_version = model_version
+        self.id = id
+        self.parameters = {} if parameters is None else parameters
+        self.outputs = outputs
+        self.correlation_id = correlation_id
+        self.flags = flags
+        self.priority = priority
+        self.timeout_us = timeout_us
+        self.output_names = output_names
+        self.validation_key = validation_key
+        self.batch_size = batch_size
+        self.t_start_ns = time.monotonic_ns() if t_start_ns is None else t_start_ns
+        self.t_queue_ns = t_queue_ns
+        self.stream = stream
+        self.trace = trace
 
     def requested_output_names(self, all_outputs: tuple[str, ...]) -> tuple[str, ...]:
         """Names of outputs to return: those asked for, else all of the model's."""

@@ -25,7 +25,7 @@ from inferd.core.response import ResponseStream
 from inferd.engine.facade import Core
 from inferd.engine.server import ServerCore
 from inferd.frontends.grpc.service import UNARY_RPCS, InferenceServicer, RpcError
-from inferd.frontends.http.protocol import HttpRequest, Responder
+from inferd.frontends.http.protocol import HttpRequest
 from inferd.metrics.aggregate import HIGHEST_FAMILIES, merge_metrics, merge_statistics
 from inferd.metrics.collector import render
 from inferd.options import ServerOptions
@@ -76,10 +76,11 @@ class _ApplicationCore:
         return self.statistics(name, version)
 
 
-class _Answer(Responder):
-    """A Responder whose answer goes to Serve's loop: one whole response or a chunked one."""
+class _Answer:
+    """A ``Responder`` whose answer goes to Serve's loop: one whole response or a chunked one (not a
+    subclass of the connection's ``HttpResponder``: a compiled class takes no interpreted one)."""
 
-    __slots__ = ("_cancelled", "_queue", "_serve_loop")
+    __slots__ = ("_cancelled", "_done", "_ended", "_queue", "_serve_loop", "keep_alive", "on_close")
 
     def __init__(self, serve_loop: asyncio.AbstractEventLoop) -> None:
         self._serve_loop = serve_loop

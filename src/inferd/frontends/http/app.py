@@ -52,6 +52,27 @@ log = logging.getLogger("inferd.http")
 _SHM_RE = re.compile(r"^/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)$")
 _REPO_RE = re.compile(r"^/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))$")
 _NOT_FOUND = b'{"error":"Not Found"}'
+_DIGITS = frozenset("0123456789")
+
+
+def _infer_target(path: str) -> tuple[str, str] | None:
+    """(model, version) of ``/v2/models/{m}[/versions/{v}]/infer`` in its plain form, as ``_MODEL_RE``
+    reads it, without the regex and its match object (every request; None: any other path, which
+    the regex then reads)."""
+    if not path.endswith("/infer"):
+        return None
+    rest = path[11:-6]  # between "/v2/models/" and "/infer"
+    cut = rest.find("/")
+    if cut < 0:
+        return (rest, "") if rest else None
+    name, tail = rest[:cut], rest[cut:]
+    if name and tail.startswith("/versions/"):
+        version = tail[10:]
+        if version and _DIGITS.issuperset(version):
+            return name, version
+    return None
+
+
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 _EMPTY = b""
 _NOT_READY = b'{"error":"Model version not ready"}'
@@ -111,8 +132,12 @@ class HttpApp:
     def __call__(self, req: HttpRequest, resp: Responder) -> None:
         path = req.path
         if path.startswith("/v2/models/") and req.method == "POST" and self.access is None:
+            target = _infer_target(path)
+            if target is not None:  # inference: its one log check in _infer
+                self.infer(req, resp, target[0], target[1])
+                return
             m = _MODEL_RE.match(path)
-            if m is not None and m.group(3) == "infer":  # inference: its one log check in _infer
+            if m is not None and m.group(3) == "infer":
                 self.infer(req, resp, m.group(1), m.group(2) or "")
                 return
         if self.request_log.on:  # --log-verbose 1: a line per request once answered (all it costs while off)

@@ -35,7 +35,7 @@ from inferd.frontends.flow import SMALL_ANSWER, Unsent
 from inferd.frontends.http.head import METHODS, NAMES, Reject, too_large, too_many
 from inferd.frontends.http.head import HttpLimits as HttpLimits  # what the server takes, here too
 from inferd.frontends.http.head import origin_form as origin_form
-from inferd.frontends.http.responder import STATUS_LINES, ExtraHeaders, status_line
+from inferd.frontends.http.responder import STATUS_LINES, ExtraHeaders, HttpResponder, status_line
 from inferd.frontends.http.responder import HttpRequest as HttpRequest  # the handlers' types, here too
 from inferd.frontends.http.responder import Responder as Responder
 
@@ -90,11 +90,11 @@ class HttpConnection(asyncio.Protocol):
         self.reading_since: float | None = None
         self._headers_done = False
         # answers ready before the ones ahead of them: written when their turn comes (with their size)
-        self._pending: dict[Responder, tuple[int, Body, str, ExtraHeaders, int]] = {}
+        self._pending: dict[HttpResponder, tuple[int, Body, str, ExtraHeaders, int]] = {}
         self._pending_bytes = 0  # their bodies' bytes, counted in the budget
-        self._queue: collections.deque[Responder] = collections.deque()  # responses in request order
+        self._queue: collections.deque[HttpResponder] = collections.deque()  # responses in request order
         #: flow control: requests read, held back (their responders are at the end of ``_queue``)
-        self._backlog: collections.deque[tuple[HttpRequest, Responder]] = collections.deque()
+        self._backlog: collections.deque[tuple[HttpRequest, HttpResponder]] = collections.deque()
         self._releasing = False
         self._budget = budget if budget is not None else UnsentBudget(0)
         self._unsent = Unsent(self._budget)
@@ -189,7 +189,7 @@ class HttpConnection(asyncio.Protocol):
         self._waiters.append(w)
         await w
 
-    def must_wait(self, responder: Responder) -> bool:
+    def must_wait(self, responder: HttpResponder) -> bool:
         return self._write_paused or not self._queue or self._queue[0] is not responder
 
     def data_received(self, data: bytes) -> None:
@@ -317,7 +317,7 @@ class HttpConnection(asyncio.Protocol):
             self.draining or ("transfer-encoding" in headers and "content-length" in headers)
         ):  # both framings: answered, then closed
             keep_alive = False
-        responder = Responder(self, keep_alive, framed)
+        responder = HttpResponder(self, keep_alive, framed)
         request = HttpRequest(method, path, query, headers, body)
         queue = self._queue
         if queue or self._write_paused or self._budget.over:  # answers owed, or near a bound
@@ -329,14 +329,14 @@ class HttpConnection(asyncio.Protocol):
         # kept while the handler runs: a traced request's HTTP_RECV_START
         self.reading_since = None
 
-    def _dispatch(self, request: HttpRequest, responder: Responder) -> None:
+    def _dispatch(self, request: HttpRequest, responder: HttpResponder) -> None:
         try:
             self._app(request, responder)
         except Exception:
             log.exception("unhandled error in HTTP handler")
             responder.send(500, b'{"error":"internal server error"}')
 
-    def _hold(self, request: HttpRequest, responder: Responder) -> None:
+    def _hold(self, request: HttpRequest, responder: HttpResponder) -> None:
         """Flow control, for a request just read: handle it now if this connection may take more
         work, else keep it (and stop reading) until its client took enough of its answers."""
         transport = self._transport
@@ -377,7 +377,7 @@ class HttpConnection(asyncio.Protocol):
     # -- writing -----------------------------------------------------------------------------
     def respond(
         self,
-        responder: Responder,
+        responder: HttpResponder,
         status: int,
         body: Body,
         content_type: str,
@@ -404,7 +404,7 @@ class HttpConnection(asyncio.Protocol):
             self._pending_bytes += size
             self._budget.add(size)
 
-    def chunk(self, responder: Responder, data: bytes, end: bool) -> None:
+    def chunk(self, responder: HttpResponder, data: bytes, end: bool) -> None:
         """Part of a chunked response: written now if its turn has come, else held back."""
         queue = self._queue
         if queue and queue[0] is responder:

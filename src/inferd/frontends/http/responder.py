@@ -1,11 +1,16 @@
 """What a handler gets of an HTTP/1.1 request (``HttpRequest``) and how it answers it (``Responder``,
 in order on its connection: ``protocol.HttpConnection`` writes what it is handed, seen from here as
-a ``Connection``: protocol.py imports this module, not the other way)."""
+a ``Connection``: protocol.py imports this module, not the other way).
+
+``Responder`` is what handlers are typed with, a Protocol; ``HttpResponder`` the connection's own
+implementation. The split lets this module be compiled with the hot path (hotpath.py): a compiled
+class is checked at every typed boundary of the group, and the handlers also take stand-ins that
+wrap it (``request_log.LoggedResponder``, ``trace.TracedResponder``, rayserve's answer), which a
+Protocol-typed parameter lets through unchecked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 _REASONS = {
@@ -38,44 +43,84 @@ def status_line(status: int) -> bytes:
 ExtraHeaders = list[tuple[str, str]] | bytes | None
 
 
-@dataclass(slots=True)
 class HttpRequest:
-    """A parsed request: method, path, query, lower-cased headers and the whole body."""
+    """A parsed request: method, path, query, lower-cased headers and the whole body.
 
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
+    A plain class, not a dataclass: mypyc leaves a dataclass's generated ``__init__`` interpreted,
+    and every request builds one of these."""
+
+    __slots__ = ("body", "headers", "method", "path", "query")
+
+    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"HttpRequest(method={self.method!r}, path={self.path!r}, query={self.query!r})"
+
+
+class Responder(Protocol):
+    """How a handler answers its request (``HttpResponder``, or a stand-in that wraps one).
+
+    Either one whole response (``send``) or a chunked one (``start_chunked``, ``write_chunk``,
+    ``end_chunked``). ``on_close`` is called when the client goes away before the response ended.
+    """
+
+    on_close: Callable[[], None] | None
+
+    def send(
+        self,
+        status: int,
+        body: bytes | list[bytes | memoryview],
+        content_type: str = "application/json",
+        extra_headers: ExtraHeaders = None,
+    ) -> None: ...
+
+    def start_chunked(
+        self, status: int, content_type: str, extra_headers: list[tuple[str, str]] | None = None
+    ) -> None: ...
+
+    def write_chunk(self, data: bytes) -> None: ...
+
+    def end_chunked(self) -> None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def must_wait(self) -> bool: ...
+
+    async def drain(self) -> None: ...
 
 
 class Connection(Protocol):
-    """What a ``Responder`` writes through (``protocol.HttpConnection``)."""
+    """What an ``HttpResponder`` writes through (``protocol.HttpConnection``)."""
 
     #: the client went away
     lost: bool
 
     def respond(
         self,
-        responder: Responder,
+        responder: HttpResponder,
         status: int,
         body: bytes | list[bytes | memoryview],
         content_type: str,
         extra_headers: ExtraHeaders,
     ) -> None: ...
 
-    def chunk(self, responder: Responder, data: bytes, end: bool) -> None: ...
+    def chunk(self, responder: HttpResponder, data: bytes, end: bool) -> None: ...
 
-    def must_wait(self, responder: Responder) -> bool: ...
+    def must_wait(self, responder: HttpResponder) -> bool: ...
 
     async def wait_for_change(self) -> None: ...
 
 
-class Responder:
-    """Writes the response of one request, in order, on its connection (loop thread only).
-
-    Either one whole response (``send``) or a chunked one (``start_chunked``, ``write_chunk``,
-    ``end_chunked``). A chunked response that starts while earlier requests of the connection are
+class HttpResponder:
+    """Writes the response of one request, in order, on its connection (loop thread only): a
+    ``Responder``. A chunked response that starts while earlier requests of the connection are
     still unanswered is held back until their answers went out. ``on_close`` is called when the
     client goes away before this response ended.
     """

@@ -8,13 +8,15 @@ import json
 from typing import Any
 
 import numpy as np
+import pytest
 from http_wire import Client, request
 from tritonclient.http import InferenceServerClient, InferInput
 
 from inferd.core.response import InferResponse
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Category, parse_restrictions
-from inferd.frontends.http.app import HttpApp
+from inferd.frontends.http.app import HttpApp, _infer_target
+from inferd.frontends.http.routes import MODEL_RE
 
 JSON_BODY = json.dumps(
     {"id": "r1", "inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
@@ -206,3 +208,32 @@ def test_http_answers(core: Any) -> None:
     assert [a[0] for a in answers] == [401, 200, 403, 200, 404]
     assert answers[0][3]["www-authenticate"].startswith("Bearer")
     assert answers[2][2] == {"error": "the API key does not grant the 'model-config' APIs"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/add_sub/infer",
+        "/v2/models/a/versions/12/infer",
+        "/v2/models/versions/infer",
+        "/v2/models//infer",
+        "/v2/models/infer",
+        "/v2/models/a/versions//infer",
+        "/v2/models/a/versions/1x/infer",
+        "/v2/models/a/versions/\u0661/infer",  # a digit, not an ASCII one: [0-9] does not take it
+        "/v2/models/a/b/infer",
+        "/v2/models/a/versions/1/2/infer",
+        "/v2/models/a/infer\n",
+        "/v2/models/a/ready",
+        "/v2/models/a/versions/1/infer/",
+    ],
+)
+def test_the_plain_infer_route_reads_as_the_model_route_regex(path: str) -> None:
+    """The /infer fast path takes a subset of what MODEL_RE takes as infer, with the same groups."""
+    target = _infer_target(path)
+    m = MODEL_RE.match(path)
+    if target is not None:
+        assert m is not None and m.group(3) == "infer"
+        assert target == (m.group(1), m.group(2) or "")
+    elif path in ("/v2/models/add_sub/infer", "/v2/models/a/versions/12/infer"):
+        pytest.fail(f"{path} missed the fast path")
