@@ -291,6 +291,7 @@ class InstancePool:
                     if took is None:
                         return
                     batch, total = took
+                    del took  # (nothing but ``batch`` holds the requests: see the end of the loop)
                     if not batch:
                         continue
                 if lane is not None:
