@@ -9,8 +9,11 @@ joined by commas.
 
 Why: turning some twenty integers into decimal text was most of what tracing cost a request (Python's
 ``int.__str__`` is about 80 ns for a 14-digit timestamp, and a trace has eleven of them besides its
-id, which every record repeats). Here the digits of a whole run come out of a few array operations:
-per trace, a list append on the request path and a share of the batch's work at flush time.
+id, which every record repeats). Here the digits of a whole run come out of a few array operations
+(``format_many``): per trace, a list append on the request path and a share of the batch's work at
+flush time. numpy's share is fixed (some 60 array operations a run), so a short run, what a slow or
+lightly loaded server flushes, is formatted a row at a time instead (``format_few``, compiled by
+mypyc: ``hotpath.MODULES``).
 
 A row's columns: the trace id, REQUEST_START, QUEUE_START, the execute as the instance pool reported
 it (start, the backend's input and infer nanoseconds, end: the four COMPUTE_* stamps are worked out
