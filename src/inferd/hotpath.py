@@ -61,6 +61,10 @@ MODULES = (
     "inferd.scheduling.queue",
     "inferd.engine.server",
     "inferd.backends.python.backend",
+    "inferd.trace.record",
+    "inferd.trace.rows",
+    "inferd.frontends.http.trace",
+    "inferd.frontends.grpc.trace",
 )
 GROUP = "inferd_hotpath"  # the mypyc group's shared runtime: inferd_hotpath__mypyc.<suffix> beside inferd/
 ENV = "INFERD_PURE_PYTHON"

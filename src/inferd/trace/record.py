@@ -67,6 +67,7 @@ class Trace:
     traceparent: tuple[int, int, int] | None = None
     trace_id = 0
     span_id = 0
+    on_finish: Callable[[Trace], None] | None = None
 
     def __init__(
         self,
@@ -275,13 +276,15 @@ class RowTrace(Trace):
     and ends in one step, into its file's pending list; whether it is a row, text (a request id, a
     child) or nothing (never attached) is decided at the flush (sink.py), off the request path."""
 
-    #: TIMESTAMPS alone: no outputs are copied (a class attribute: no property call per request)
-    output_capture = None
-
     def __init__(self, setting: TraceSetting) -> None:
         self.id = next(_ids)
         self.setting = setting
         self.stamps = []
+
+    @property
+    def output_capture(self) -> Callable[[InferResponse], None] | None:
+        """TIMESTAMPS alone: no outputs are copied."""
+        return None
 
     def finish(self) -> None:
         if self.finish_ns:

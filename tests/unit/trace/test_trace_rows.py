@@ -15,7 +15,7 @@ from inferd.core.request import InferRequest
 from inferd.core.response import ResponseStream
 from inferd.trace import Trace, Tracing, parse_trace_config
 from inferd.trace.record import RowTrace, row_runs
-from inferd.trace.rows import format_rows
+from inferd.trace.rows import format_few, format_many, format_rows
 from inferd.trace.settings import TraceSetting
 from inferd.trace.sink import TraceFile
 
@@ -104,6 +104,9 @@ def test_rows_write_what_the_records_write(
     got = format_rows(key, values, n)
     assert got == ",".join(written).encode()
     json.loads(b"[" + got + b"]")
+    # both ways a run is formatted (format_rows picks one by the run's length)
+    assert format_few(key, values, n) == got
+    assert bytes(format_many(key, values, n)) == got
 
 
 def test_traces_of_other_keys_start_runs_of_their_own(tmp_path: Path) -> None:
