@@ -32,11 +32,13 @@ from types import ModuleType
 #: ``try/finally``): mypyc 2.4 does not compile them. Handlers take a ``Responder`` Protocol, not the
 #: compiled ``HttpResponder``: a compiled class is checked at every typed boundary of the group, and
 #: LoggedResponder, TracedResponder stand in for it (responder.py). The lean gRPC server's request
-#: path is compiled (h2wire to infer_call): interpreted, it read the compiled requests, tensors and responses through generic attribute lookups (getset descriptors,
-#: which 3.11's specializing interpreter does not specialize), which gave back about half of what
-#: compiling the core saved. Not grpc/service.py (the servicer: the unit tests subclass
-#: InferenceServicer, and its per-call part is one method and a callback), grpc/inbox.py (an async
-#: generator), stream_order.py and trace.py (streams and tracing only), aio.py (grpc.aio's server)
+#: path is compiled (h2wire to infer_call): interpreted, it read the compiled requests, tensors and
+#: responses through generic attribute lookups (getset descriptors, which 3.11's specializing
+#: interpreter does not specialize), which gave back about half of what compiling the core saved.
+#: Not grpc/service.py (the servicer: the unit tests subclass InferenceServicer, and its per-call
+#: part is one method and a callback), grpc/inbox.py (an async generator), stream_order.py (streams
+#: only), aio.py (grpc.aio's server). The trace recorder and row formatter are compiled for the
+#: flush's loops (rows.py's format_few); the trace hooks with them
 MODULES = (
     "inferd.frontends.http.protocol",
     "inferd.frontends.http.header_cache",
