@@ -31,24 +31,22 @@ with SIGKILL (``spawn.py`` says why one thread starts them all).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from inferd.backends.base import InstanceSpec, LoadContext
+from inferd.backends.process.executes import NOT_RUN_TRIES, Executes, NotRun, Pending, not_running
 from inferd.backends.process.ipc import (
     Channel,
     ChannelClosed,
     ReadRole,
     ShmNames,
-    pack_request,
     release_unmapped,
     unpack_response,
 )
@@ -69,35 +67,6 @@ STOP_TIMEOUT_S = 5.0
 #: the reader thread reads once no execute has read the channel for this long (what a model sends
 #: outside any request: BLS and calls from threads of its own, its death)
 IDLE_READ_S = 0.05
-
-
-class _NotRun(UnavailableError):
-    """The worker died before it began this execute (a batch sent ahead behind the one it ran): the
-    pool's execute sends it again to the restarted worker, so a death fails only what it ran."""
-
-
-#: sends of one batch to workers that died before beginning it (each death ran another batch)
-_NOT_RUN_TRIES = 3
-
-
-@dataclass(slots=True)
-class _Pending:
-    """An execute sent to the worker (or about to be): its requests, and its end when it comes."""
-
-    exec_id: int
-    requests: list[InferRequest]
-    keys: list[int]
-    #: the channel it goes to (a worker that died before it was sent never gets it; None: none ran)
-    chan: Channel | None
-    packed: list[Any] = field(default_factory=list)
-    #: the order it went to the worker, which runs what it reads in that order (0: not sent)
-    seq: int = 0
-    done: threading.Event = field(default_factory=threading.Event)
-    responses: list[InferResponse] | None = None
-    timings: tuple[int, int, int] | None = None
-    error: InferdError | None = None
-    #: the positions of the requests the backend reported failed (a C backend's ReportStatistics)
-    failed: tuple[int, ...] = ()
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -132,20 +101,8 @@ class ProcessInstance:
         self._limit_name = limit_name
         self._lock = threading.Lock()
         self._shm = ShmNames(f"p{id(self):x}")
-        self._keys = itertools.count(1)
-        self._exec_ids = itertools.count(1)
-        #: the order batches go to the worker (``_Pending.seq``), taken with the send under ``_send_lock``
-        self._seqs = itertools.count(1)
-        self._send_lock = threading.Lock()
-        #: requests sent to the worker whose final response has not come back: key -> request
-        self._open: dict[int, InferRequest] = {}
-        #: the executes sent (or reserved) whose end has not come: exec id -> pending
-        self._pendings: dict[int, _Pending] = {}
-        #: the execute an execute() call waits for now
-        self._current: _Pending | None = None
-        #: the pool's next batches, sent ahead while the current one runs (``reserve``), each until
-        #: the pool's execute() of it adopts it or the pool forgets it (``forget``)
-        self._ahead: list[_Pending] = []
+        #: what was sent to the worker and is still owed: executes, requests (executes.py)
+        self._ex = Executes(self._lock)
         self._chan: Channel | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         #: the BLS requests of the current worker
@@ -191,34 +148,34 @@ class ProcessInstance:
         return self._last_timings
 
     def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
-        pending = self._adopt(requests) if self._ahead else None
-        for attempt in range(1, _NOT_RUN_TRIES + 1):
+        pending = self._ex.adopt(requests) if self._ex.ahead else None
+        for attempt in range(1, NOT_RUN_TRIES + 1):
             if pending is None:
                 pending = self._begin(requests)
             try:
                 return self._await(pending)
-            except _NotRun:
-                if attempt == _NOT_RUN_TRIES:
+            except NotRun:
+                if attempt == NOT_RUN_TRIES:
                     raise
                 pending = None  # never begun: to the restarted worker
         raise AssertionError("unreachable")  # (the loop returns or raises)
 
-    def _begin(self, requests: list[InferRequest]) -> _Pending:
+    def _begin(self, requests: list[InferRequest]) -> Pending:
         if self._chan is None:
             self._restart()
         with self._lock:
             chan = self._chan
             pending = self._register(requests, chan) if chan is not None else None
         if pending is None:  # died meanwhile
-            raise self._failure or UnavailableError(f"the process of {self._who()} is not running")
-        self._send(pending)
+            raise self._failure or not_running(self._who())
+        self._ex.send(pending, self._shm)
         return pending
 
-    def _await(self, pending: _Pending) -> list[InferResponse] | None:
+    def _await(self, pending: Pending) -> list[InferResponse] | None:
         """Read (or let the reader thread read) until the execute's end; its responses, or its error."""
         with self._lock:
             chan, proc, relay, role = self._chan, self._proc, self._relay, self._role
-            self._current = pending
+            self._ex.current = pending
         self.last_failed = ()
         reading = False
         if (
@@ -239,7 +196,7 @@ class ProcessInstance:
         try:
             pending.done.wait()
             with self._lock:
-                self._current = None
+                self._ex.current = None
                 self._unread = False
             if pending.error is not None:
                 if isinstance(pending.error, UnavailableError):  # died: the worker never mapped them
@@ -264,76 +221,39 @@ class ProcessInstance:
         model's (its responses come after its execute: the pool would hold it past them)."""
         return not self._ctx.config.model_transaction_policy.decoupled
 
-    def reserve(self, requests: list[InferRequest]) -> _Pending:
+    def reserve(self, requests: list[InferRequest]) -> Pending:
         """Register the pool's next batch for this instance (cheap: under the pool's lock);
         ``send_ahead`` sends it then, outside that lock. With no worker running (it died just now)
         it ends not begun, and the pool's execute() of it starts a worker for it."""
         with self._lock:
             chan = self._chan
             pending = self._register(requests, chan)
-            self._ahead.append(pending)
+            self._ex.ahead.append(pending)
         if self._stopping:
-            self._end(pending.exec_id, error=UnavailableError(f"the process of {self._who()} is not running"))
-        elif chan is None:  # (not begun: execute() sends it to a restarted worker)
-            self._end(pending.exec_id, error=_NotRun(f"the process of {self._who()} is not running"))
+            self._end(pending.exec_id, error=not_running(self._who()))
+        elif chan is None:
+            self._end(pending.exec_id, error=NotRun(not_running(self._who()).message))
         return pending
 
-    def send_ahead(self, pending: _Pending) -> None:
+    def send_ahead(self, pending: Pending) -> None:
         """Send a reserved batch: the worker runs it as soon as the one it runs ends (worker.py)."""
-        if not pending.done.is_set() and pending.chan is self._chan:  # (else it died: it failed)
-            self._send(pending)
+        if not pending.done.is_set() and pending.chan is self._chan:  # (else it died: it ended)
+            self._ex.send(pending, self._shm)
 
-    def forget(self, pending: _Pending) -> None:
-        """The pool is done with a batch it reserved: if no execute() adopted it (the runner dropped
-        its cancelled requests), its end is read and dropped when it comes."""
-        with self._lock:
-            if pending in self._ahead:
-                self._ahead.remove(pending)
+    def forget(self, pending: Pending) -> None:
+        """The pool is done with a batch it reserved and no execute() adopted (the runner dropped its
+        cancelled requests): its end is read and dropped when it comes."""
+        self._ex.forget(pending)
 
-    def _adopt(self, requests: list[InferRequest]) -> _Pending | None:
-        with self._lock:
-            for ahead in self._ahead:
-                if len(ahead.requests) == len(requests) and all(
-                    a is b for a, b in zip(ahead.requests, requests, strict=True)
-                ):
-                    self._ahead.remove(ahead)
-                    return ahead
-        return None
-
-    def _register(self, requests: list[InferRequest], chan: Channel | None) -> _Pending:
-        """A new execute's keys and pending (lock held)."""
-        keys = []
-        for r in requests:
-            key = next(self._keys)
-            self._open[key] = r
-            keys.append(key)
-            if r.stream is not None and chan is not None:
-                r.stream.on_cancel = partial(self._cancel, chan, key)
-        pending = _Pending(next(self._exec_ids), requests, keys, chan)
-        self._pendings[pending.exec_id] = pending
-        if (
-            self._relay is not None
-            and self._relay.loop is None
-            and requests
-            and requests[0].stream is not None
-        ):
-            self._relay.loop = requests[0].stream.loop
+    def _register(self, requests: list[InferRequest], chan: Channel | None) -> Pending:
+        """A new execute (lock held); the BLS relay learns the loop its responses go to."""
+        pending = self._ex.register(requests, chan, self._cancel)
+        relay = self._relay
+        if relay is not None and relay.loop is None and requests and requests[0].stream is not None:
+            relay.loop = requests[0].stream.loop
         return pending
 
-    def _send(self, pending: _Pending) -> None:
-        if pending.chan is None:
-            return
-        pending.packed = [
-            pack_request(k, r, self._shm) for k, r in zip(pending.keys, pending.requests, strict=True)
-        ]
-        with self._send_lock:  # (the order of ``seq`` is the order the worker reads them in)
-            pending.seq = next(self._seqs)
-            try:
-                pending.chan.send(("exec", pending.exec_id, pending.packed))
-            except ChannelClosed:
-                pass  # the reader sees the death and ends ``pending``
-
-    def _read_until(self, pending: _Pending, chan: Channel, relay: BlsRelay) -> bool:
+    def _read_until(self, pending: Pending, chan: Channel, relay: BlsRelay) -> bool:
         """The execute's thread reads until its end comes: True; False: the worker ended first."""
         try:
             while not pending.done.is_set():
@@ -350,7 +270,7 @@ class ProcessInstance:
         return (
             self._unread
             # (not for a batch sent ahead: the pool's thread reads its end when it adopts it)
-            or (self._current is None and len(self._open) > sum(len(p.keys) for p in self._ahead))
+            or self._ex.unanswered()
             or bool(self._ready_asks)
             or self._stopping
         )
@@ -490,7 +410,7 @@ class ProcessInstance:
             return True
         if chan is None:
             return False
-        ask_id = next(self._keys)
+        ask_id = self._ex.key()
         ask: list[Any] = [threading.Event(), None]
         self._ready_asks[ask_id] = ask
         try:
@@ -543,7 +463,7 @@ class ProcessInstance:
             self._response(msg[1], msg[2], msg[3])
         elif kind == "resched":  # released for another execute: no final response comes this time
             with self._lock:
-                request = self._open.pop(msg[1], None)
+                request = self._ex.open.pop(msg[1], None)
             if request is not None:
                 release(self.rescheduler, request, str(self._ctx.version))
         elif kind == "done":
@@ -582,7 +502,7 @@ class ProcessInstance:
 
     def _response(self, key: int, packed: Any, final: bool) -> None:
         with self._lock:
-            request = self._open.pop(key, None) if final else self._open.get(key)
+            request = self._ex.open.pop(key, None) if final else self._ex.open.get(key)
         if request is not None and request.stream is not None:
             request.stream.send(None if packed is None else unpack_response(packed), final)
 
@@ -595,13 +515,10 @@ class ProcessInstance:
         failed: tuple[int, ...] = (),
     ) -> None:
         with self._lock:
-            pending = self._pendings.pop(exec_id, None)
+            pending = self._ex.pop(exec_id, answered=responses is not None)
             if pending is None:
                 return
-            if responses is not None:  # answered by returning: nothing more comes for them
-                for key in pending.keys:
-                    self._open.pop(key, None)
-            if pending is self._current:  # before the role is released: the reader need not read on
+            if pending is self._ex.current:  # before the role is released: the reader need not read on
                 self._unread = False
         pending.responses, pending.timings, pending.error, pending.failed = responses, timings, error, failed
         pending.done.set()
@@ -639,25 +556,19 @@ class ProcessInstance:
             )
             log.error("the process %d of %s exited unexpectedly (%s)", proc.pid, self._who(), how)
         self._ctx.links.processes.count(self._ctx.model_name, self._ctx.version, "exited")
-        with self._lock:
-            # the worker ran what it read in order: the first sent still pending is the one it ran
-            # (or was about to); any sent after it, or not sent, it never began: they go again to
-            # the restarted worker (``execute``), their requests not failed with the rest
-            pendings = sorted(self._pendings.values(), key=lambda p: (p.seq == 0, p.seq))
-            ran = pendings[0] if pendings and pendings[0].seq else None
-            for p in pendings:
-                if p is not ran:
-                    for key in p.keys:
-                        self._open.pop(key, None)
-        for p in pendings:
-            self._end(p.exec_id, error=error if p is ran else _NotRun(error.message))
+        with self._lock:  # (what it never began goes again to the restarted worker: executes.py)
+            ran, not_run = self._ex.after_death()
+        if ran is not None:
+            self._end(ran.exec_id, error=error)
+        for p in not_run:
+            self._end(p.exec_id, error=NotRun(error.message))
         self._fail_open(error)
         self._shm.cleanup()
         ShmNames.for_pid(proc.pid, "w").cleanup()
 
     def _fail_open(self, error: InferdError) -> None:
         with self._lock:
-            open_requests, self._open = list(self._open.values()), {}
+            open_requests = self._ex.take_open()
         for r in open_requests:
             if r.stream is not None:
                 r.stream.send(InferResponse(r.model_name, str(self._ctx.version), r.id, error=error), True)
