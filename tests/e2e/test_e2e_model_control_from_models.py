@@ -49,7 +49,7 @@ def server(
 def _act(client: httpclient.InferenceServerClient, action: str) -> str:
     data = httpclient.InferInput("ACTION", [1], "BYTES")
     data.set_data_from_numpy(np.array([action.encode()], dtype=object))
-    return client.infer("loader", [data]).as_numpy("RESULT")[0].decode()  # type: ignore[no-any-return]
+    return client.infer("loader", [data]).as_numpy("RESULT")[0].decode()
 
 
 def _states(client: httpclient.InferenceServerClient) -> dict[str, str]:

@@ -133,14 +133,14 @@ def test_embeddings_equal_the_kserve_endpoints(client: openai.OpenAI, server: In
     want = _kserve(server, SENTENCES)
     for fmt in ("float", "base64"):
         for i, s in enumerate(SENTENCES):  # single inputs
-            one = client.embeddings.create(model="minilm", input=s, encoding_format=fmt)  # type: ignore[arg-type]
+            one = client.embeddings.create(model="minilm", input=s, encoding_format=fmt)
             assert one.model == "minilm" and len(one.data) == 1 and one.data[0].index == 0
             vec = one.data[0].embedding
             if fmt == "base64":  # the raw answer: base64 of little-endian float32
                 assert isinstance(vec, str)
                 vec = np.frombuffer(base64.b64decode(vec), "<f4").tolist()
             _assert_same(np.array([vec], np.float32), want[i : i + 1])
-        batch = client.embeddings.create(model="minilm", input=SENTENCES, encoding_format=fmt)  # type: ignore[arg-type]
+        batch = client.embeddings.create(model="minilm", input=SENTENCES, encoding_format=fmt)
         assert [d.index for d in batch.data] == list(range(len(SENTENCES)))
         if fmt == "float":
             _assert_same(np.array([d.embedding for d in batch.data], np.float32), want)

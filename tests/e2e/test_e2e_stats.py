@@ -21,7 +21,7 @@ def _stats(server: InferdProcess, model: str, version: str = "") -> dict[str, An
     r = server.request("GET", path)
     assert (r.status, r.content_type) == (200, "application/json"), r.body
     (entry,) = r.json()["model_stats"]
-    return entry  # type: ignore[no-any-return]
+    return entry
 
 
 def _batch(entry: dict[str, Any], size: int) -> int:

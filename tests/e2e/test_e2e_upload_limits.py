@@ -133,7 +133,7 @@ def _grpc_load(
             client.load_model(
                 name, config=json.dumps(config), files={f"file:{k}": v for k, v in files.items()}
             )
-        return e.value  # type: ignore[return-value]
+        return e.value
     finally:
         client.close()
 

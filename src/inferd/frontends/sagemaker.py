@@ -88,7 +88,7 @@ class SageMakerApp:
             self._invocations(req, resp)
             return
         if self.app.request_log.on:
-            resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)  # type: ignore[assignment]
+            resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)
         if path == "/ping":
             if self._refused(Category.HEALTH, req, resp):
                 return
@@ -116,7 +116,7 @@ class SageMakerApp:
         name = self.settings.default_model
         if kind != "infer":
             if self.app.request_log.on:
-                resp = LoggedResponder(resp, req.method, req.path, req.query, self.app.request_log.details)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, req.method, req.path, req.query, self.app.request_log.details)
             self.app.generate(req, resp, name, "", kind == "generate_stream")
         elif req.method != "POST":
             resp.send(405, _NOT_ALLOWED, TEXT)

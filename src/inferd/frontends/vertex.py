@@ -111,7 +111,7 @@ class VertexApp:
         path = req.path
         if self._health.fullmatch(path):
             if self.app.request_log.on:
-                resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, req.method, path, req.query, self.app.request_log.details)
             if self.access is not None and denied(self.access, Category.HEALTH, req, resp):
                 return
             if req.method != "GET":
@@ -140,7 +140,7 @@ class VertexApp:
         """The HTTP API route ``path`` names, if a redirect may reach it (else 400)."""
         if path == "/metrics":
             if self.app.request_log.on:
-                resp = LoggedResponder(resp, "GET", path, "", self.app.request_log.details)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, "GET", path, "", self.app.request_log.details)
             if self.access is not None and denied(self.access, Category.STATISTICS, req, resp):
                 return
             task = asyncio.get_running_loop().create_task(self._send_metrics(resp))

@@ -221,7 +221,7 @@ class Settings:
             if given is None:  # cleared
                 continue
             if given is not UNSET:
-                values[key] = given  # type: ignore[assignment]
+                values[key] = given
                 specified.add(key)
             elif current is not None and key in current.specified:
                 values[key] = getattr(current, key)

@@ -88,7 +88,7 @@ def _add(registry: ModelLifecycle, name: str, steps: tuple[str, ...] = ()) -> Fa
     m = Model(name, 1, cfg, Path("/nonexistent"))
     registry.ready(m)
     sched = FakeScheduler()
-    m.scheduler = sched  # type: ignore[assignment]
+    m.scheduler = sched
     registry.register(name, {1: m})
     return sched
 

@@ -151,7 +151,7 @@ def test_nothing_is_sent_ahead_to_a_dynamic_batcher() -> None:
 def test_an_instance_that_does_not_pipeline_gets_nothing_ahead() -> None:
     gate = Gate()
     lane = FakeLane(gate)
-    lane.pipelines = False  # type: ignore[misc]  # (a decoupled model's process instance)
+    lane.pipelines = False  # (a decoupled model's process instance)
 
     async def main(loop: asyncio.AbstractEventLoop) -> None:
         pool = InstancePool("m", "1", [("m_0", lane)], BatchPolicy(), ModelStats(), loop)

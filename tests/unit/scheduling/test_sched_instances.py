@@ -369,7 +369,7 @@ def test_an_inferd_error_in_execute_is_passed_on() -> None:
 
 def test_an_instance_answering_through_streams() -> None:
     class Streaming(FakeInstance):
-        def execute(self, requests: list[InferRequest]) -> None:  # type: ignore[override]
+        def execute(self, requests: list[InferRequest]) -> None:
             for r in requests:
                 assert r.stream is not None
                 r.stream.send(InferResponse("m", "1", r.id + "!"), True)
@@ -601,7 +601,7 @@ def test_rusage_ticks_do_not_send_short_executes_back_to_threads(monkeypatch: py
 def test_no_inline_mode(why: str) -> None:
     inst = FakeInstance(inline_ok=why != "no inline_ok")
     if why == "bls":
-        inst.uses_bls = True  # type: ignore[attr-defined]
+        inst.uses_bls = True
     delay = 1 if why == "queue delay" else 0
 
     async def main(loop: asyncio.AbstractEventLoop) -> int:

@@ -362,7 +362,7 @@ def test_string_ids_and_a_string_corrid_control() -> None:
 class SendingAccumulator(Accumulator):
     """A decoupled instance: answers through the request streams after execute returned None."""
 
-    def execute(self, requests: list[InferRequest]) -> None:  # type: ignore[override]
+    def execute(self, requests: list[InferRequest]) -> None:
         responses = super().execute(requests)
         for r, resp in zip(requests, responses, strict=True):
             assert r.stream is not None

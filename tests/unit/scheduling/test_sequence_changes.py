@@ -26,7 +26,7 @@ class Again(Accumulator):
         self.rescheduler: Callable[[InferRequest], None] | None = None
         self.times: dict[int, int] = {}
 
-    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:  # type: ignore[override]
+    def execute(self, requests: list[InferRequest]) -> list[InferResponse] | None:
         answers = super().execute(requests)
         (r,) = requests
         n = self.times[id(r)] = self.times.get(id(r), 0) + 1

@@ -40,7 +40,7 @@ def test_a_removed_instance_finishes_its_batch_then_unloads_and_the_others_serve
         pool = _pool(loop, busy, other)
         first = submit(pool, loop, request("r1"))  # the lowest idle instance: ``busy``
         await wait_event(gate.started)
-        assert pool.add_instances([("m_0_2", added)]) == [2]  # type: ignore[list-item]
+        assert pool.add_instances([("m_0_2", added)]) == [2]
         removing = asyncio.create_task(pool.remove_instances([0], 10))
         await asyncio.sleep(0.05)
         assert not removing.done()  # its batch is still running
@@ -67,7 +67,7 @@ def test_work_in_flight_on_a_kept_instance_does_not_hold_the_update() -> None:
         pool = _pool(loop, busy, idle)
         first = submit(pool, loop, request("r1"))
         await wait_event(gate.started)
-        pool.add_instances([("m_0_2", Counted())])  # type: ignore[list-item]
+        pool.add_instances([("m_0_2", Counted())])
         await asyncio.wait_for(pool.remove_instances([1], 10), 5)  # the idle one: at once
         assert idle.unloads == 1 and not first[0].done
         gate.release.set()
@@ -83,9 +83,9 @@ def test_under_the_rate_limiter_added_instances_take_turns_and_removed_ones_leav
 
     async def go(loop: asyncio.AbstractEventLoop) -> None:
         gate = admit(limiter, [("m_0_0", 0, None)])
-        pool = InstancePool("m", "1", [("m_0_0", first)], BatchPolicy(), ModelStats(), loop, gate=gate)  # type: ignore[list-item]
+        pool = InstancePool("m", "1", [("m_0_0", first)], BatchPolicy(), ModelStats(), loop, gate=gate)
         more = admit(limiter, [("m_0_1", 0, _asks(R1=3))])
-        assert pool.add_instances([("m_0_1", added)], more) == [1]  # type: ignore[list-item]
+        assert pool.add_instances([("m_0_1", added)], more) == [1]
         assert limiter.limits() == {0: {"R1": 3}}
         await asyncio.wait_for(pool.remove_instances([0], 10), 10)
         assert first.unloads == 1 and limiter.limits() == {0: {"R1": 3}}

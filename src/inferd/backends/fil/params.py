@@ -83,7 +83,7 @@ def _param(params: Mapping[str, ModelParameter], name: str, kind: type[T], defau
     text = str(params[name].string_value)
     if kind is bool:
         if text in ("true", "false"):
-            return text == "true"  # type: ignore[return-value]
+            return text == "true"
         raise InternalError(f"Expected 'true' or 'false' for parameter '{name}', got: '{text}'")
     if kind is str:
         return text  # type: ignore[return-value]
@@ -92,7 +92,7 @@ def _param(params: Mapping[str, ModelParameter], name: str, kind: type[T], defau
         if isinstance(default, _Missing):
             raise InvalidArgumentError(f"Bad input for parameter {name}")
         return default
-    return kind(match.group(0).strip())  # type: ignore[return-value]
+    return kind(match.group(0).strip())
 
 
 def fil_settings(config: ModelConfig) -> FilSettings:

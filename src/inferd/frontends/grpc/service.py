@@ -229,7 +229,7 @@ class InferenceServicer:
             except DecodeError:
                 raise RpcError(grpc.StatusCode.INTERNAL, PARSE_ERROR) from None
             answer = await getattr(self, rpc)(request, context)
-            return answer if isinstance(answer, bytes) else answer.SerializeToString()  # type: ignore[no-any-return]
+            return answer if isinstance(answer, bytes) else answer.SerializeToString()
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -141,7 +141,7 @@ class HttpApp:
                 self.infer(req, resp, m.group(1), m.group(2) or "")
                 return
         if self.request_log.on:  # --log-verbose 1: a line per request once answered (all it costs while off)
-            resp = LoggedResponder(resp, req.method, path, req.query, self.request_log.details)  # type: ignore[assignment]
+            resp = LoggedResponder(resp, req.method, path, req.query, self.request_log.details)
         self._route(req, resp)
 
     def _route(self, req: HttpRequest, resp: Responder) -> None:
@@ -435,7 +435,7 @@ class HttpApp:
     ) -> None:
         if self.request_log.on:  # --log-verbose 1: a line once answered, with the request's id
             if not isinstance(resp, LoggedResponder):  # (it is when access rules apply)
-                resp = LoggedResponder(resp, req.method, req.path, req.query, self.request_log.details)  # type: ignore[assignment]
+                resp = LoggedResponder(resp, req.method, req.path, req.query, self.request_log.details)
             call: InferCall = LoggedInferCall(self, req, resp, body, at, dialect)
         else:
             call = InferCall(self, req, resp, body, at, dialect)

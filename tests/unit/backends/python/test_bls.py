@@ -265,4 +265,4 @@ def test_bls_outside_a_server() -> None:
     with pytest.raises(pb_utils.TritonModelException, match="BLS is not available outside a model instance"):
         r.exec()
     with pytest.raises(pb_utils.TritonModelException, match="BLS is not available outside a model instance"):
-        asyncio.run(r.async_exec())  # type: ignore[arg-type]
+        asyncio.run(r.async_exec())

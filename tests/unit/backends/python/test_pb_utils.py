@@ -24,7 +24,7 @@ CODES = {
 
 def test_importable_under_its_triton_name() -> None:
     pb_utils.install()
-    import triton_python_backend_utils  # type: ignore[import-not-found]
+    import triton_python_backend_utils
 
     assert triton_python_backend_utils is pb_utils
     assert sys.modules["triton_python_backend_utils"] is pb_utils

@@ -44,7 +44,7 @@ def _peer(servicer: FakeServicer | None = None) -> Peer:
     p = Peer(servicer, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
     t = FlowTransport()
     p.transport = t
-    p.conn._transport = t  # type: ignore[assignment]
+    p.conn._transport = t
     return p
 
 
@@ -53,7 +53,7 @@ def _budget_peer(budget: UnsentBudget) -> Peer:
     p = Peer(settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     p.conn = GrpcConnection(_Handlers(p.servicer, budget), set())
     p.transport = FlowTransport()
-    p.conn.connection_made(p.transport)  # type: ignore[arg-type]
+    p.conn.connection_made(p.transport)
     return p
 
 

@@ -171,7 +171,7 @@ def test_a_connection_that_sends_no_preface_is_closed() -> None:
 
         conn = GrpcConnection(_Handlers(FakeServicer(http_header_timeout_secs=5)), set())
         transport = FakeTransport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)
         conn.data_received(PREFACE[:10])
         conn.sweep(conn.last_io + 4)
         assert not transport.closed
@@ -189,8 +189,8 @@ def test_connections_over_the_limit_are_sent_away() -> None:
         conns: set[GrpcConnection] = set()
         first, second = GrpcConnection(handlers, conns), GrpcConnection(handlers, conns)
         t1, t2 = FakeTransport(), FakeTransport()
-        first.connection_made(t1)  # type: ignore[arg-type]
-        second.connection_made(t2)  # type: ignore[arg-type]
+        first.connection_made(t1)
+        second.connection_made(t2)
         await asyncio.sleep(0)
         assert goaway_code(t2.take()) == 0xB and t2.closed and not t1.closed
 

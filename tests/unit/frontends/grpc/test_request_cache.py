@@ -343,7 +343,7 @@ def test_a_key_past_the_bound_is_not_split() -> None:
     big = client_message(parameters={"k": "v" * 5000})
     assert split(big) is None
     assert split(big, max_key=1 << 20) is not None
-    assert split(bytearray(client_message())) is None  # type: ignore[arg-type]
+    assert split(bytearray(client_message())) is None
 
 
 def test_requests_no_template_stands_for_are_not_kept() -> None:

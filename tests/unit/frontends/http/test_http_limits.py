@@ -42,7 +42,7 @@ def answer_of(raw: bytes, limits: HttpLimits = SMALL) -> tuple[int, dict[str, An
     app = Counting()
     c = Client(app)
     c.conn = HttpConnection(app, set(), limits)
-    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.conn.connection_made(c.transport)
     c.send(raw)
     [a] = parse_answers(bytes(c.transport.data))
     return a.status, json.loads(a.body), c.transport.closed, app.calls
@@ -81,7 +81,7 @@ def test_a_header_arriving_in_pieces_is_refused_as_it_arrives() -> None:
     app = Counting()
     c = Client(app)
     c.conn = HttpConnection(app, set(), SMALL)
-    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.conn.connection_made(c.transport)
     c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ")
     sent = 0
     while not c.transport.data:
@@ -102,10 +102,10 @@ def test_connections_over_the_limit_get_503() -> None:
     limits = HttpLimits(max_connections=1)
     first = Client(app)
     first.conn = HttpConnection(app, conns, limits)
-    first.conn.connection_made(first.transport)  # type: ignore[arg-type]
+    first.conn.connection_made(first.transport)
     second = Client(app)
     second.conn = HttpConnection(app, conns, limits)
-    second.conn.connection_made(second.transport)  # type: ignore[arg-type]
+    second.conn.connection_made(second.transport)
     [a] = parse_answers(bytes(second.transport.data))
     assert a.status == 503 and second.transport.closed and not first.transport.closed
 
@@ -114,7 +114,7 @@ def test_slow_headers_get_408_and_idle_connections_close() -> None:
     app = Counting()
     slow = Client(app)
     slow.conn = HttpConnection(app, set(), SMALL)
-    slow.conn.connection_made(slow.transport)  # type: ignore[arg-type]
+    slow.conn.connection_made(slow.transport)
     slow.send(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the headers never end
     t0 = slow.conn.last_io
     slow.conn.sweep(t0 + 4)
@@ -125,7 +125,7 @@ def test_slow_headers_get_408_and_idle_connections_close() -> None:
 
     idle = Client(app)
     idle.conn = HttpConnection(app, set(), SMALL)
-    idle.conn.connection_made(idle.transport)  # type: ignore[arg-type]
+    idle.conn.connection_made(idle.transport)
     idle.send(request("GET", "/"))  # answered at once: the connection is idle afterwards
     idle.conn.sweep(idle.conn.last_io + 59)
     assert not idle.transport.closed
@@ -137,7 +137,7 @@ def test_a_connection_waiting_for_its_answer_is_not_idle() -> None:
     held: list[Responder] = []
     c = Client(lambda req, resp: held.append(resp))
     c.conn = HttpConnection(c.conn._app, set(), SMALL)
-    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.conn.connection_made(c.transport)
     c.send(request("GET", "/"))
     c.conn.sweep(c.conn.last_io + 3600)  # a model may take its time
     assert not c.transport.closed
@@ -272,7 +272,7 @@ def test_chunked_with_a_content_length_is_read_chunked_then_closed() -> None:
 
     c = Client(app)
     c.conn = HttpConnection(app, set(), SMALL)
-    c.conn.connection_made(c.transport)  # type: ignore[arg-type]
+    c.conn.connection_made(c.transport)
     c.send(
         b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
     )
