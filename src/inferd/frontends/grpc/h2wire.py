@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
@@ -171,7 +171,7 @@ class HeaderBlocks:
             return cached
         dec = self._decoder
         try:
-            headers: list[tuple[str, str]] = dec.decode(block)  # type: ignore[assignment]
+            headers = cast("list[tuple[str, str]]", dec.decode(block))
         except HPACKError:
             return None
         parsed = self._parse(headers)
