@@ -3,8 +3,9 @@
 A backend whose instances hold the GIL anyway (Python models) gains nothing from a worker thread,
 whose hand-off costs more than a small ``execute``. After ``INLINE_AFTER`` warm-up executions in
 threads (none using BLS) averaging under ``INLINE_MAX_NS`` the pool tries batches on the event loop,
-and goes back to threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``)
-or ``SLOW_RUN`` executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
+and goes back to threads when a second execute blocks (a voluntary context switch longer than
+``SMALL_NS``) within ``BLOCKED_WINDOW`` inline executes of one that did, or ``SLOW_RUN`` executes
+in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
 ``PROBE_EVERY_NS`` later (the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
 After ``UNTIMED_AFTER`` inline executes in a row no longer than ``SMALL_NS`` the next ones are not
 timed (``InlineMode.untimed``: no CPU clock and no getrusage around them, two system calls a batch).
@@ -30,6 +31,15 @@ INLINE_AFTER = 4
 INLINE_MAX_NS = 2_000_000
 SLOW_RUN = 3
 SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
+#: a block is a model's only when another follows within this many inline executes. A lone one is
+#: most often the loop thread waiting for the interpreter lock, not the model: under load another
+#: thread of the server (the loop guard's beat, 10 a second) takes the lock from the busy loop after
+#: the switch interval, and the loop waits off-CPU until that thread is scheduled and lets go
+#: (25-53 ms measured at a load of 8 on the 2 cores). Leaving on a lone block sent a pool of 20 us
+#: executes to threads for PROBE_EVERY_NS about every 20 s under perf_analyzer: the ensemble's CPU
+#: per request was bimodal across runs (109-121 us inline, 140-176 us with add_sub threaded). A
+#: model that blocks leaves at its second block (every execute: one execute later than before)
+BLOCKED_WINDOW = 32
 PROBE_EVERY_NS = 10_000_000_000
 #: inline executes in a row no longer than SMALL_NS after which the next ones are not timed: their
 #: wall time stands in for their CPU, as for any short one, and the system calls that time an
@@ -48,6 +58,7 @@ class InlineMode:
         "_clock",
         "_execs",
         "_inline_execs",
+        "_last_blocked",
         "_next_probe_ns",
         "_short_run",
         "_slow_run",
@@ -65,6 +76,7 @@ class InlineMode:
         self._inline_execs = 0
         self._next_probe_ns = 0
         self._short_run = 0  # inline executes in a row no longer than SMALL_NS
+        self._last_blocked = -BLOCKED_WINDOW - 1  # the inline execute (its count) that last blocked
         #: the next inline execute is not timed (``UNTIMED_AFTER``)
         self.untimed = False
 
@@ -74,6 +86,7 @@ class InlineMode:
         self._inline_execs = 0
         self._slow_run = 0
         self._short_run = 0
+        self._last_blocked = -BLOCKED_WINDOW - 1
         self.untimed = False
 
     def observe(self, ns: int, blocked: bool, inline: bool, inline_now: bool) -> bool | None:
@@ -87,6 +100,10 @@ class InlineMode:
             self.ewma_ns = float(ns) if self._inline_execs == 1 else 0.8 * self.ewma_ns + 0.2 * ns
             # one long execute may be a GC pause: only a run of them counts
             self._slow_run = self._slow_run + 1 if ns > INLINE_MAX_NS else 0
+            if blocked:  # a lone one may be a wait for the interpreter lock (BLOCKED_WINDOW)
+                again = self._inline_execs - self._last_blocked <= BLOCKED_WINDOW
+                self._last_blocked = self._inline_execs
+                blocked = again
             if blocked or self._slow_run >= SLOW_RUN:
                 self._next_probe_ns = self._clock() + PROBE_EVERY_NS
                 return False

@@ -1,7 +1,7 @@
 """Timing inline executes (scheduling/inline.py, execute.py): after a run of short executes the next
 ones are not timed (no getrusage, no thread CPU clock: two system calls a batch), a long one among
 them has the next ones timed again, and a model that blocks after such a run still goes back to
-threads, one execute later."""
+threads, two executes later (a lone block is not enough: ``BLOCKED_WINDOW``)."""
 
 from __future__ import annotations
 
@@ -90,18 +90,55 @@ def test_a_model_that_blocks_after_a_run_of_short_executes_goes_back_to_threads(
             await answers(submit(pool, loop, request(f"short{i}")))
         untimed.append(mode.untimed)
         block.set()
-        for i in range(3):
+        for i in range(4):
             await answers(submit(pool, loop, request(f"slow{i}")))
         await pool.stop(WAIT_S)
         return threading.get_ident()
 
     loop_thread = run(main)
     assert untimed == [True]
-    threads = [t for _, t in inst.calls[-3:]]
-    # the first blocking one came untimed (its wall time taken for CPU), the next was timed and
-    # seen blocked: the last ran in a thread
-    assert threads[:2] == [loop_thread, loop_thread]
-    assert threads[2] != loop_thread
+    threads = [t for _, t in inst.calls[-4:]]
+    # the first blocking one came untimed (its wall time taken for CPU), the next two were timed and
+    # seen blocked (a lone block is not enough: BLOCKED_WINDOW): the last ran in a thread
+    assert threads[:3] == [loop_thread] * 3
+    assert threads[3] != loop_thread
+
+
+def test_a_lone_block_keeps_the_pool_inline() -> None:
+    """One execute that blocks (most often the loop waiting for the interpreter lock another thread
+    took) leaves the pool on the loop; a second within BLOCKED_WINDOW inline executes sends it back."""
+    mode = inline.InlineMode(time.monotonic_ns)
+    seen = [mode.observe(20_000, True, True, True)]
+    seen += [mode.observe(20_000, False, True, True) for _ in range(inline.BLOCKED_WINDOW)]
+    seen.append(mode.observe(20_000, True, True, True))  # BLOCKED_WINDOW + 1 after the first
+    seen.append(mode.observe(20_000, False, True, True))
+    seen.append(mode.observe(20_000, True, True, True))  # two after the last
+    assert seen[:-1] == [None] * (inline.BLOCKED_WINDOW + 3)
+    assert seen[-1] is False
+
+
+def test_a_pool_whose_execute_blocks_once_stays_on_the_loop() -> None:
+    block = threading.Event()
+
+    def execute(_: object) -> None:
+        if block.is_set():
+            block.clear()
+            time.sleep(0.01)  # blocks once: a voluntary switch, 10 ms off-CPU
+
+    inst = FakeInstance(execute, inline_ok=True)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(inline.INLINE_AFTER + 2):  # warm-up in threads, then inline (timed)
+            await answers(submit(pool, loop, request(i)))
+        block.set()
+        for i in range(3):
+            await answers(submit(pool, loop, request(f"after{i}")))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    assert [t for _, t in inst.calls[-4:]] == [loop_thread] * 4
 
 
 def test_untimed_executes_read_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
