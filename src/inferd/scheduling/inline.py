@@ -32,13 +32,15 @@ INLINE_MAX_NS = 2_000_000
 SLOW_RUN = 3
 SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
 #: a block is a model's only when another follows within this many inline executes. A lone one is
-#: most often the loop thread waiting for the interpreter lock, not the model: under load another
-#: thread of the server (the loop guard's beat, 10 a second) takes the lock from the busy loop after
-#: the switch interval, and the loop waits off-CPU until that thread is scheduled and lets go
-#: (25-53 ms measured at a load of 8 on the 2 cores). Leaving on a lone block sent a pool of 20 us
-#: executes to threads for PROBE_EVERY_NS about every 20 s under perf_analyzer: the ensemble's CPU
-#: per request was bimodal across runs (109-121 us inline, 140-176 us with add_sub threaded). A
-#: model that blocks leaves at its second block (every execute: one execute later than before)
+#: most often the loop thread waiting for the interpreter lock, not the model: another thread of the
+#: server takes the lock from the busy loop after the switch interval, and the loop waits off-CPU
+#: until that thread is scheduled and lets go (0.7 to 207 ms measured at a load of 5 to 9 on the 2
+#: cores). Leaving on a lone block sent a pool of 20 us executes to threads for PROBE_EVERY_NS every
+#: few seconds under perf_analyzer: the ensemble's CPU per request was bimodal across runs (109-121
+#: us inline, 140-176 us with add_sub threaded). The loop guard's beats (10 a second), the measured
+#: cause, are not counted at all (``LoopGuard.turns``); this window is for the other threads (a
+#: model's own, another pool's workers). A model that blocks in every execute leaves one execute
+#: later than it did
 BLOCKED_WINDOW = 32
 PROBE_EVERY_NS = 10_000_000_000
 #: inline executes in a row no longer than SMALL_NS after which the next ones are not timed: their
@@ -178,6 +180,10 @@ class LoopGuard:
         self._watcher: threading.Thread | None = None  # not _thread: mypyc writes __thread, a GCC keyword
         #: the code objects whose frame on the loop's stack means "in an inline execute"
         self.marks: set[object] = set()
+        #: how many times the guard's thread took the interpreter lock (each beat it looks): an inline
+        #: execute that blocked while this moved most likely waited for the guard's turn on the lock,
+        #: not for its model (execute.py does not count that block; BLOCKED_WINDOW)
+        self.turns = 0
 
     def watch(self, loop: asyncio.AbstractEventLoop, pool: object) -> None:
         """``pool`` runs inline on ``loop`` from now on (any thread)."""
@@ -205,6 +211,7 @@ class LoopGuard:
     def _run(self) -> None:
         while True:
             time.sleep(BEAT_S)
+            self.turns += 1
             with self._lock:
                 beats = [b for b in self._beats.values() if b.pools and b.tid]
             now = time.monotonic()

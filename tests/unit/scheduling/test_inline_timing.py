@@ -174,3 +174,36 @@ def test_untimed_executes_read_no_clock(monkeypatch: pytest.MonkeyPatch) -> None
 
     run(main)
     assert seen == [(0, 0)]
+
+
+def test_blocks_while_the_loop_guard_takes_its_turn_are_not_counted() -> None:
+    """The loop thread waiting while the loop guard holds the interpreter lock (its beat, under load)
+    is not the model blocking: the guard's turns (``LoopGuard.turns``) during an execute discount its
+    block, however many in a row."""
+    guard = inline.LOOP_GUARD
+    with_guard = threading.Event()
+
+    def execute(_: object) -> None:
+        if with_guard.is_set():
+            guard.turns += 1  # what the guard's thread does when it takes the lock mid-execute
+            time.sleep(0.01)  # the loop off-CPU meanwhile: a voluntary switch
+
+    inst = FakeInstance(execute, inline_ok=True)
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(inline.INLINE_AFTER + 2):  # warm-up in threads, then inline (timed)
+            await answers(submit(pool, loop, request(i)))
+        turns = guard.turns
+        deadline = time.monotonic() + WAIT_S
+        while guard.turns == turns and time.monotonic() < deadline:  # the real guard beats while inline
+            await asyncio.sleep(0.01)
+        assert guard.turns > turns
+        with_guard.set()
+        for i in range(4):
+            await answers(submit(pool, loop, request(f"guarded{i}")))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    assert [t for _, t in inst.calls[-5:]] == [loop_thread] * 5
