@@ -140,12 +140,10 @@ class BatchRunner:
                 # 50 us executes back to threads
                 cpu = time.thread_time_ns() - c0
                 r1 = resource.getrusage(resource.RUSAGE_THREAD)
-                # not while the loop guard took its turn on the interpreter lock: the loop waited
-                # for the guard, not for the model (inline.py, BLOCKED_WINDOW)
-                blocked = (
-                    r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS and LOOP_GUARD.turns == turns0
-                )
-                self._timing.observe(instance, cpu, blocked, True)
+                blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
+                # the loop guard's turn on the interpreter lock in it: maybe a wait for the guard,
+                # not for the model (inline.py, BLOCKED_WINDOW)
+                self._timing.observe(instance, cpu, blocked, True, LOOP_GUARD.turns != turns0)
         else:
             self._timing.observe(instance, t3 - t0, False, False)  # threaded: wall time
             if counted and auto is not None:

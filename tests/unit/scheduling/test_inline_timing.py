@@ -98,47 +98,69 @@ def test_a_model_that_blocks_after_a_run_of_short_executes_goes_back_to_threads(
     loop_thread = run(main)
     assert untimed == [True]
     threads = [t for _, t in inst.calls[-4:]]
-    # the first blocking one came untimed (its wall time taken for CPU), the next two were timed and
-    # seen blocked (a lone block is not enough: BLOCKED_WINDOW): the last ran in a thread
-    assert threads[:3] == [loop_thread] * 3
+    # the first blocking one came untimed (its wall time taken for CPU), the next was timed and seen
+    # blocked (and the one after it, if the loop guard took a turn in the first: BLOCKED_WINDOW): the
+    # pool went back to threads
+    assert threads[:2] == [loop_thread, loop_thread]
     assert threads[3] != loop_thread
 
 
-def test_a_lone_block_keeps_the_pool_inline() -> None:
-    """One execute that blocks (most often the loop waiting for the interpreter lock another thread
-    took) leaves the pool on the loop; a second within BLOCKED_WINDOW inline executes sends it back."""
+def test_a_lone_block_in_a_guard_turn_keeps_the_pool_inline() -> None:
+    """A block while the loop guard took a turn on the interpreter lock (most often the loop waiting
+    for the guard) leaves the pool on the loop; a second within BLOCKED_WINDOW inline executes sends
+    it back; a block without a guard turn sends it back at once."""
     mode = inline.InlineMode(time.monotonic_ns)
-    seen = [mode.observe(20_000, True, True, True)]
+    seen = [mode.observe(20_000, True, True, True, True)]
     seen += [mode.observe(20_000, False, True, True) for _ in range(inline.BLOCKED_WINDOW)]
-    seen.append(mode.observe(20_000, True, True, True))  # BLOCKED_WINDOW + 1 after the first
+    seen.append(mode.observe(20_000, True, True, True, True))  # BLOCKED_WINDOW + 1 after the first
     seen.append(mode.observe(20_000, False, True, True))
-    seen.append(mode.observe(20_000, True, True, True))  # two after the last
+    seen.append(mode.observe(20_000, True, True, True, True))  # two after the last
     assert seen[:-1] == [None] * (inline.BLOCKED_WINDOW + 3)
     assert seen[-1] is False
+    assert inline.InlineMode(time.monotonic_ns).observe(20_000, True, True, True) is False
 
 
-def test_a_pool_whose_execute_blocks_once_stays_on_the_loop() -> None:
-    block = threading.Event()
+def test_a_block_in_a_guard_turn_keeps_the_pool_on_the_loop() -> None:
+    """What the loop guard does under load: it takes the interpreter lock during an inline execute
+    and the loop waits off-CPU (a voluntary switch). Once, the pool stays on the loop; a model that
+    blocks in every execute with a guard turn in each (one sleeping a beat or longer) still leaves."""
+    guard = inline.LOOP_GUARD
+    once = threading.Event()
+    always = threading.Event()
 
     def execute(_: object) -> None:
-        if block.is_set():
-            block.clear()
-            time.sleep(0.01)  # blocks once: a voluntary switch, 10 ms off-CPU
+        if once.is_set() or always.is_set():
+            once.clear()
+            guard.turns += 1  # the guard's thread took the lock mid-execute
+            time.sleep(0.01)  # the loop off-CPU meanwhile: a voluntary switch
 
     inst = FakeInstance(execute, inline_ok=True)
+    after_once: list[int] = []
 
     async def main(loop: asyncio.AbstractEventLoop) -> int:
         pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
         for i in range(inline.INLINE_AFTER + 2):  # warm-up in threads, then inline (timed)
             await answers(submit(pool, loop, request(i)))
-        block.set()
+        turns = guard.turns
+        deadline = time.monotonic() + WAIT_S
+        while guard.turns == turns and time.monotonic() < deadline:  # the real guard beats while inline
+            await asyncio.sleep(0.01)
+        assert guard.turns > turns
+        once.set()
         for i in range(3):
-            await answers(submit(pool, loop, request(f"after{i}")))
+            await answers(submit(pool, loop, request(f"once{i}")))
+        after_once.append(len(inst.calls))
+        always.set()
+        for i in range(3):
+            await answers(submit(pool, loop, request(f"always{i}")))
         await pool.stop(WAIT_S)
         return threading.get_ident()
 
     loop_thread = run(main)
-    assert [t for _, t in inst.calls[-4:]] == [loop_thread] * 4
+    threads = [t for _, t in inst.calls]
+    assert threads[after_once[0] - 4 : after_once[0]] == [loop_thread] * 4
+    assert threads[after_once[0]] == loop_thread  # the first always: within BLOCKED_WINDOW of once's
+    assert threads[-1] != loop_thread
 
 
 def test_untimed_executes_read_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,36 +196,3 @@ def test_untimed_executes_read_no_clock(monkeypatch: pytest.MonkeyPatch) -> None
 
     run(main)
     assert seen == [(0, 0)]
-
-
-def test_blocks_while_the_loop_guard_takes_its_turn_are_not_counted() -> None:
-    """The loop thread waiting while the loop guard holds the interpreter lock (its beat, under load)
-    is not the model blocking: the guard's turns (``LoopGuard.turns``) during an execute discount its
-    block, however many in a row."""
-    guard = inline.LOOP_GUARD
-    with_guard = threading.Event()
-
-    def execute(_: object) -> None:
-        if with_guard.is_set():
-            guard.turns += 1  # what the guard's thread does when it takes the lock mid-execute
-            time.sleep(0.01)  # the loop off-CPU meanwhile: a voluntary switch
-
-    inst = FakeInstance(execute, inline_ok=True)
-
-    async def main(loop: asyncio.AbstractEventLoop) -> int:
-        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
-        for i in range(inline.INLINE_AFTER + 2):  # warm-up in threads, then inline (timed)
-            await answers(submit(pool, loop, request(i)))
-        turns = guard.turns
-        deadline = time.monotonic() + WAIT_S
-        while guard.turns == turns and time.monotonic() < deadline:  # the real guard beats while inline
-            await asyncio.sleep(0.01)
-        assert guard.turns > turns
-        with_guard.set()
-        for i in range(4):
-            await answers(submit(pool, loop, request(f"guarded{i}")))
-        await pool.stop(WAIT_S)
-        return threading.get_ident()
-
-    loop_thread = run(main)
-    assert [t for _, t in inst.calls[-5:]] == [loop_thread] * 5
