@@ -3,9 +3,10 @@
 A backend whose instances hold the GIL anyway (Python models) gains nothing from a worker thread,
 whose hand-off costs more than a small ``execute``. After ``INLINE_AFTER`` warm-up executions in
 threads (none using BLS) averaging under ``INLINE_MAX_NS`` the pool tries batches on the event loop,
-and goes back to threads when a second execute blocks (a voluntary context switch longer than
-``SMALL_NS``) within ``BLOCKED_WINDOW`` inline executes of one that did, or ``SLOW_RUN`` executes
-in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
+and goes back to threads when an execute blocks (a voluntary context switch longer than
+``SMALL_NS``; one with the loop guard's turn on the interpreter lock in it only when another block
+follows within ``BLOCKED_WINDOW`` inline executes) or ``SLOW_RUN`` executes in a row take more than
+``INLINE_MAX_NS`` of CPU, trying again
 ``PROBE_EVERY_NS`` later (the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
 After ``UNTIMED_AFTER`` inline executes in a row no longer than ``SMALL_NS`` the next ones are not
 timed (``InlineMode.untimed``: no CPU clock and no getrusage around them, two system calls a batch).
