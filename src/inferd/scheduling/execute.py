@@ -22,7 +22,7 @@ from inferd.core.response import InferResponse
 from inferd.core.stats import ModelStats
 from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.execution_mode import AutoPromotion
-from inferd.scheduling.inline import SMALL_NS, InlineSwitch
+from inferd.scheduling.inline import LOOP_GUARD, SMALL_NS, InlineSwitch
 from inferd.scheduling.queue import TIMEOUT_EXPIRED
 from inferd.scheduling.watchdog import log_late
 
@@ -92,6 +92,7 @@ class BatchRunner:
         untimed = inline and self._timing.mode.untimed
         if inline and not untimed:  # the loop thread's context switches (its CPU from the clock below)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
+            turns0 = LOOP_GUARD.turns
         if (inline and not untimed) or counted:
             c0 = time.thread_time_ns()
         if counted and auto is not None:
@@ -140,7 +141,9 @@ class BatchRunner:
                 cpu = time.thread_time_ns() - c0
                 r1 = resource.getrusage(resource.RUSAGE_THREAD)
                 blocked = r1.ru_nvcsw != r0.ru_nvcsw and t3 - t0 - cpu > SMALL_NS
-                self._timing.observe(instance, cpu, blocked, True)
+                # the loop guard's turn on the interpreter lock in it: maybe a wait for the guard,
+                # not for the model (inline.py, BLOCKED_WINDOW)
+                self._timing.observe(instance, cpu, blocked, True, LOOP_GUARD.turns != turns0)
         else:
             self._timing.observe(instance, t3 - t0, False, False)  # threaded: wall time
             if counted and auto is not None:

@@ -3,8 +3,10 @@
 A backend whose instances hold the GIL anyway (Python models) gains nothing from a worker thread,
 whose hand-off costs more than a small ``execute``. After ``INLINE_AFTER`` warm-up executions in
 threads (none using BLS) averaging under ``INLINE_MAX_NS`` the pool tries batches on the event loop,
-and goes back to threads when an execute blocks (a voluntary context switch longer than ``SMALL_NS``)
-or ``SLOW_RUN`` executes in a row take more than ``INLINE_MAX_NS`` of CPU, trying again
+and goes back to threads when an execute blocks (a voluntary context switch longer than
+``SMALL_NS``; one with the loop guard's turn on the interpreter lock in it only when another block
+follows within ``BLOCKED_WINDOW`` inline executes) or ``SLOW_RUN`` executes in a row take more than
+``INLINE_MAX_NS`` of CPU, trying again
 ``PROBE_EVERY_NS`` later (the measurements and why: ARCHITECTURE.md, "Inline mode for short executes").
 After ``UNTIMED_AFTER`` inline executes in a row no longer than ``SMALL_NS`` the next ones are not
 timed (``InlineMode.untimed``: no CPU clock and no getrusage around them, two system calls a batch).
@@ -30,6 +32,16 @@ INLINE_AFTER = 4
 INLINE_MAX_NS = 2_000_000
 SLOW_RUN = 3
 SMALL_NS = 50_000  # a wait this short costs less than a thread hand-off
+#: a block while the loop guard took its turn on the interpreter lock (``LoopGuard.turns``) sends the
+#: pool back to threads only when another follows within this many inline executes. Such a block is
+#: most often the loop waiting for the guard, not the model: the guard (10 beats a second) takes the
+#: lock from the busy loop after the switch interval, and the loop waits off-CPU until the guard is
+#: scheduled and lets go (0.7 to 207 ms measured at a load of 5 to 9 on the 2 cores; every block
+#: logged under perf_analyzer had a guard turn in it). Leaving on it sent a pool of 20 us executes to
+#: threads for PROBE_EVERY_NS every few seconds: the ensemble's CPU per request was bimodal across
+#: runs (109-121 us inline, 140-176 us with add_sub threaded). Not discounted outright: a model that
+#: sleeps a beat (100 ms) or longer has a guard turn in every execute; it leaves at its second block
+BLOCKED_WINDOW = 32
 PROBE_EVERY_NS = 10_000_000_000
 #: inline executes in a row no longer than SMALL_NS after which the next ones are not timed: their
 #: wall time stands in for their CPU, as for any short one, and the system calls that time an
@@ -48,6 +60,7 @@ class InlineMode:
         "_clock",
         "_execs",
         "_inline_execs",
+        "_last_blocked",
         "_next_probe_ns",
         "_short_run",
         "_slow_run",
@@ -65,6 +78,7 @@ class InlineMode:
         self._inline_execs = 0
         self._next_probe_ns = 0
         self._short_run = 0  # inline executes in a row no longer than SMALL_NS
+        self._last_blocked = -BLOCKED_WINDOW - 1  # the inline execute (its count) that last blocked
         #: the next inline execute is not timed (``UNTIMED_AFTER``)
         self.untimed = False
 
@@ -74,11 +88,15 @@ class InlineMode:
         self._inline_execs = 0
         self._slow_run = 0
         self._short_run = 0
+        self._last_blocked = -BLOCKED_WINDOW - 1
         self.untimed = False
 
-    def observe(self, ns: int, blocked: bool, inline: bool, inline_now: bool) -> bool | None:
-        """One execute (inline: its CPU time and whether it blocked; threaded: its wall time).
-        Returns True to go inline, False to go back to threads, None to stay as it is."""
+    def observe(
+        self, ns: int, blocked: bool, inline: bool, inline_now: bool, guarded: bool = False
+    ) -> bool | None:
+        """One execute (inline: its CPU time, whether it blocked, whether the loop guard took a turn
+        on the interpreter lock during it; threaded: its wall time). Returns True to go inline, False
+        to go back to threads, None to stay as it is."""
         if inline:
             short = self._short_run + 1 if ns <= SMALL_NS else 0
             self._short_run = short
@@ -87,6 +105,10 @@ class InlineMode:
             self.ewma_ns = float(ns) if self._inline_execs == 1 else 0.8 * self.ewma_ns + 0.2 * ns
             # one long execute may be a GC pause: only a run of them counts
             self._slow_run = self._slow_run + 1 if ns > INLINE_MAX_NS else 0
+            if blocked:  # while the guard took its turn: maybe a wait for it (BLOCKED_WINDOW)
+                again = self._inline_execs - self._last_blocked <= BLOCKED_WINDOW
+                self._last_blocked = self._inline_execs
+                blocked = again or not guarded
             if blocked or self._slow_run >= SLOW_RUN:
                 self._next_probe_ns = self._clock() + PROBE_EVERY_NS
                 return False
@@ -161,6 +183,10 @@ class LoopGuard:
         self._watcher: threading.Thread | None = None  # not _thread: mypyc writes __thread, a GCC keyword
         #: the code objects whose frame on the loop's stack means "in an inline execute"
         self.marks: set[object] = set()
+        #: how many times the guard's thread took the interpreter lock (each beat it looks): an inline
+        #: execute that blocked while this moved may have waited for the guard's turn on the lock,
+        #: not for its model (BLOCKED_WINDOW)
+        self.turns = 0
 
     def watch(self, loop: asyncio.AbstractEventLoop, pool: object) -> None:
         """``pool`` runs inline on ``loop`` from now on (any thread)."""
@@ -188,6 +214,7 @@ class LoopGuard:
     def _run(self) -> None:
         while True:
             time.sleep(BEAT_S)
+            self.turns += 1
             with self._lock:
                 beats = [b for b in self._beats.values() if b.pools and b.tid]
             now = time.monotonic()
@@ -257,16 +284,18 @@ class InlineSwitch:
         self._owner = owner
         self._model = model  # "model 'm' version 1", for the log
 
-    def observe(self, instance: BackendInstance, ns: int, blocked: bool, inline: bool) -> None:
+    def observe(
+        self, instance: BackendInstance, ns: int, blocked: bool, inline: bool, guarded: bool = False
+    ) -> None:
         """Track ``instance``'s execute time (inline: the loop thread's CPU; threaded: wall); switch
-        modes."""
+        modes. ``guarded``: the loop guard took a turn on the interpreter lock during the execute."""
         if not self.capable:
             return
         if instance.uses_bls:
             self.capable = False
             self.set(False)
             return
-        switch = self.mode.observe(ns, blocked, inline, self.active)
+        switch = self.mode.observe(ns, blocked, inline, self.active, guarded)
         if switch is not None:
             self.set(switch)
 

@@ -1,7 +1,7 @@
 """Timing inline executes (scheduling/inline.py, execute.py): after a run of short executes the next
 ones are not timed (no getrusage, no thread CPU clock: two system calls a batch), a long one among
 them has the next ones timed again, and a model that blocks after such a run still goes back to
-threads, one execute later."""
+threads, two executes later (a lone block is not enough: ``BLOCKED_WINDOW``)."""
 
 from __future__ import annotations
 
@@ -90,18 +90,77 @@ def test_a_model_that_blocks_after_a_run_of_short_executes_goes_back_to_threads(
             await answers(submit(pool, loop, request(f"short{i}")))
         untimed.append(mode.untimed)
         block.set()
-        for i in range(3):
+        for i in range(4):
             await answers(submit(pool, loop, request(f"slow{i}")))
         await pool.stop(WAIT_S)
         return threading.get_ident()
 
     loop_thread = run(main)
     assert untimed == [True]
-    threads = [t for _, t in inst.calls[-3:]]
-    # the first blocking one came untimed (its wall time taken for CPU), the next was timed and
-    # seen blocked: the last ran in a thread
+    threads = [t for _, t in inst.calls[-4:]]
+    # the first blocking one came untimed (its wall time taken for CPU), the next was timed and seen
+    # blocked (and the one after it, if the loop guard took a turn in the first: BLOCKED_WINDOW): the
+    # pool went back to threads
     assert threads[:2] == [loop_thread, loop_thread]
-    assert threads[2] != loop_thread
+    assert threads[3] != loop_thread
+
+
+def test_a_lone_block_in_a_guard_turn_keeps_the_pool_inline() -> None:
+    """A block while the loop guard took a turn on the interpreter lock (most often the loop waiting
+    for the guard) leaves the pool on the loop; a second within BLOCKED_WINDOW inline executes sends
+    it back; a block without a guard turn sends it back at once."""
+    mode = inline.InlineMode(time.monotonic_ns)
+    seen = [mode.observe(20_000, True, True, True, True)]
+    seen += [mode.observe(20_000, False, True, True) for _ in range(inline.BLOCKED_WINDOW)]
+    seen.append(mode.observe(20_000, True, True, True, True))  # BLOCKED_WINDOW + 1 after the first
+    seen.append(mode.observe(20_000, False, True, True))
+    seen.append(mode.observe(20_000, True, True, True, True))  # two after the last
+    assert seen[:-1] == [None] * (inline.BLOCKED_WINDOW + 3)
+    assert seen[-1] is False
+    assert inline.InlineMode(time.monotonic_ns).observe(20_000, True, True, True) is False
+
+
+def test_a_block_in_a_guard_turn_keeps_the_pool_on_the_loop() -> None:
+    """What the loop guard does under load: it takes the interpreter lock during an inline execute
+    and the loop waits off-CPU (a voluntary switch). Once, the pool stays on the loop; a model that
+    blocks in every execute with a guard turn in each (one sleeping a beat or longer) still leaves."""
+    guard = inline.LOOP_GUARD
+    once = threading.Event()
+    always = threading.Event()
+
+    def execute(_: object) -> None:
+        if once.is_set() or always.is_set():
+            once.clear()
+            guard.turns += 1  # the guard's thread took the lock mid-execute
+            time.sleep(0.01)  # the loop off-CPU meanwhile: a voluntary switch
+
+    inst = FakeInstance(execute, inline_ok=True)
+    after_once: list[int] = []
+
+    async def main(loop: asyncio.AbstractEventLoop) -> int:
+        pool = InstancePool("m", "1", [("m_0", inst)], BatchPolicy(), ModelStats(), loop)
+        for i in range(inline.INLINE_AFTER + 2):  # warm-up in threads, then inline (timed)
+            await answers(submit(pool, loop, request(i)))
+        turns = guard.turns
+        deadline = time.monotonic() + WAIT_S
+        while guard.turns == turns and time.monotonic() < deadline:  # the real guard beats while inline
+            await asyncio.sleep(0.01)
+        assert guard.turns > turns
+        once.set()
+        for i in range(3):
+            await answers(submit(pool, loop, request(f"once{i}")))
+        after_once.append(len(inst.calls))
+        always.set()
+        for i in range(3):
+            await answers(submit(pool, loop, request(f"always{i}")))
+        await pool.stop(WAIT_S)
+        return threading.get_ident()
+
+    loop_thread = run(main)
+    threads = [t for _, t in inst.calls]
+    assert threads[after_once[0] - 4 : after_once[0]] == [loop_thread] * 4
+    assert threads[after_once[0]] == loop_thread  # the first always: within BLOCKED_WINDOW of once's
+    assert threads[-1] != loop_thread
 
 
 def test_untimed_executes_read_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
