@@ -25,7 +25,7 @@ import orjson
 from inferd.core.request import InferRequest
 from inferd.core.response import InferResponse, ResponseStream
 from inferd.core.tensor import Tensor
-from inferd.trace.rows import EARLY, FIXED, Key, compute_stamps, header
+from inferd.trace.rows import EARLY, FIXED, Key, compute_stamps, format_rows, header
 
 if TYPE_CHECKING:
     from inferd.trace.settings import TraceSetting
@@ -302,29 +302,81 @@ def _ns(stamp: tuple[str, int]) -> int:
 
 
 def row_runs(traces: list[Trace]) -> list[tuple[Key, list[int], int]]:
-    """Common traces (``sink._parts`` picks them at the flush) as rows of numbers (rows.py's columns), each
-    run of consecutive traces with one key as (key, their rows flat, how many): made at the flush,
-    many in one loop, not on each request's way out."""
+    """Common traces (``pending_parts`` picks them at the flush) as rows of numbers (rows.py's columns),
+    each run of consecutive traces with one key as (key, their rows flat, how many): made at the flush,
+    many in one loop, not on each request's way out. A trace whose stamps' names, model and columns are
+    the last one's (the common case: compared name by name, no key built) joins its run."""
     runs: list[tuple[Key, list[int]]] = []
-    last: Key | None = None
     values: list[int] = []
+    last: list[Any] = []
+    model_name = model_version = ""
+    has_queue = has_compute = False
     for t in traces:
         st: list[Any] = t.stamps
         e = t.execute
-        key = (tuple(st[0::2]), t.model_name, t.model_version, t.t_queue != 0, e is not None)
-        if key != last:
-            last, values = key, []
-            runs.append((key, values))
+        queue = t.t_queue
+        same = (
+            len(st) == len(last)
+            and has_queue == (queue != 0)
+            and has_compute == (e is not None)
+            and t.model_name == model_name
+            and t.model_version == model_version
+            and bool(runs)
+        )
+        if same:
+            for j in range(0, len(st), 2):
+                if st[j] != last[j]:
+                    same = False
+                    break
+        if not same:
+            model_name, model_version = t.model_name, t.model_version
+            has_queue, has_compute = queue != 0, e is not None
+            values = []
+            runs.append(((tuple(st[0::2]), model_name, model_version, has_queue, has_compute), values))
+        last = st
         if e is None:
-            values += (t.id, t.t_request, t.t_queue, 0, 0, 0, 0)
+            values += (t.id, t.t_request, queue, 0, 0, 0, 0)
         else:
             start, end, timings = e
             if timings is None:
-                values += (t.id, t.t_request, t.t_queue, start, 0, end - start, end)
+                values += (t.id, t.t_request, queue, start, 0, end - start, end)
             else:
-                values += (t.id, t.t_request, t.t_queue, start, timings[0], timings[1], end)
-        values += st[1::2]
+                values += (t.id, t.t_request, queue, start, timings[0], timings[1], end)
+        for j in range(1, len(st), 2):
+            values.append(st[j])
     return [(key, values, len(values) // (FIXED + len(key[0]))) for key, values in runs]
+
+
+def pending_parts(items: list[str | Trace]) -> list[bytes | memoryview]:
+    """A trace file's new records (``sink.Writer``'s flush), in the order they came: text as it is,
+    each run of common traces through rows.py, other traces (``RowTrace``s that turned out to have a
+    request id or children) as their text. Compiled with the rest of this module: it looks at every
+    trace of the flush."""
+    out: list[bytes | memoryview] = []
+    traces: list[Trace] = []
+    for item in items:
+        if isinstance(item, str):
+            text = item
+        elif not item.attached:  # refused before it was queued: nothing to write
+            continue
+        elif item.request is None and not item.request_id and not item.children:
+            traces.append(item)  # (the common trace: ``ended`` copied the request out)
+            continue
+        else:
+            text = item.records() if item.children else item._records()
+            item.release()
+        if traces:
+            out += _rows(traces)
+            traces = []
+        if text:
+            out.append(text.encode())
+    if traces:
+        out += _rows(traces)
+    return out
+
+
+def _rows(traces: list[Trace]) -> list[bytes | memoryview]:
+    return [format_rows(key, values, n) for key, values, n in row_runs(traces)]
 
 
 def _tensor(tid: int, activity: str, t: Tensor) -> str:

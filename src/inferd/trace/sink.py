@@ -9,7 +9,7 @@ requests go on.
 
 The ``Writer`` writes what waits in each file's ``pending`` list every ``FLUSH_S``, on the loop:
 records as text, or traces as they ended (``record.RowTrace``), whose records are made there
-(``record.row_runs`` and rows.py: each run of one key formatted in one go).
+(``record.pending_parts``, compiled: each run of one key formatted in one go by rows.py).
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ import logging
 import os
 from typing import Any
 
-from inferd.trace.record import Trace, row_runs
-from inferd.trace.rows import format_rows
+from inferd.trace.record import Trace, pending_parts
 
 log = logging.getLogger("inferd.trace")
 
-#: how long finished traces wait to be written together
-FLUSH_S = 0.05
+#: how long finished traces wait to be written together: numpy's share of a flush is fixed (some 600k
+#: instructions), so longer runs cost less a trace (callgrind, compiled, an add_sub HTTP trace:
+#: 13.8k instructions in flushes of 200, 11.5k of 800); 0.1 s is ~400 traces at c8 full speed, and
+#: holds the loop ~1.5 ms a flush
+FLUSH_S = 0.1
 #: the most buffers one writev takes (POSIX guarantees 16; Linux takes 1024)
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in getattr(os, "sysconf_names", {}) else 16
 
@@ -163,7 +165,7 @@ class Writer:
             items = file.pending
             if items:
                 file.pending = []
-                file.append(_parts(items))
+                file.append(pending_parts(items))
         for file, text in indexed:
             file.write_index(text)
         return True
@@ -173,30 +175,3 @@ class Writer:
         self.flush()
         for f in self._files:
             f.close()
-
-
-def _parts(items: list[str | Trace]) -> list[bytes | memoryview]:
-    """The main array's new records: text as it is, each run of common traces through rows.py, the
-    other traces (``RowTrace``s that turned out to have a request id or children) as their text."""
-    out: list[bytes | memoryview] = []
-    traces: list[Trace] = []
-    for item in items:
-        if isinstance(item, str):
-            text = item
-        elif not item.attached:  # refused before it was queued: nothing to write
-            continue
-        elif item.request is None and not item.request_id and not item.children:
-            traces.append(item)  # (the common trace: ``ended`` copied the request out)
-            continue
-        else:
-            text = item.records() if item.children else item._records()
-            item.release()
-        out += _rows(traces)
-        traces = []
-        if text:
-            out.append(text.encode())
-    return out + _rows(traces)
-
-
-def _rows(traces: list[Trace]) -> list[bytes | memoryview]:
-    return [format_rows(key, values, n) for key, values, n in row_runs(traces)]
